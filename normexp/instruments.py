@@ -1,0 +1,165 @@
+"""Per-layer stability instruments: activation std, gradient norms, update size.
+
+Everything is computed as device tensors and flattened into one vector, so a logged
+step costs a single host–device synchronisation (`.tolist()`), never one per layer.
+Nothing here runs on non-logging steps.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .model import GPT
+
+
+def _std(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Population std (correction=0) over all elements of each tensor, as one vector."""
+    return torch.stack([t.detach().float().std(correction=0) for t in tensors])
+
+
+class Instruments:
+    """Collects the per-layer scalars of one step into {tag: tensor}; `read` syncs once.
+
+    Parameter groups: `layer_XX` for each block, `embedding` (token + position tables,
+    including the tied head) and `final_norm` where the placement has one."""
+
+    def __init__(self, model: GPT, model_update: bool = True):
+        self.model = model
+        self.layers = len(model.blocks)
+        self.group_names = [f"layer_{i:02d}" for i in range(self.layers)] + ["embedding", "final_norm"]
+        params, groups = [], []
+        for i, block in enumerate(model.blocks):
+            for p in block.parameters():
+                params.append(p)
+                groups.append(i)
+        for p in (model.tok_emb.weight, model.pos_emb.weight):
+            params.append(p)
+            groups.append(self.layers)
+        for p in model.final_norm.parameters():
+            params.append(p)
+            groups.append(self.layers + 1)
+        self.has_final_norm = any(g == self.layers + 1 for g in groups)
+        self.params = params
+        self.group_index = torch.tensor(groups, device=params[0].device)
+        self.mlp_out_weights = [b.mlp.sublayer.fc_out.weight for b in model.blocks]
+        self.model_update = model_update
+        self.probe_idx = None
+        self.probe_h0 = None
+        self._before = None
+
+    def _group_norms(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """L2 norm of each parameter group: sqrt of the summed squared per-tensor norms."""
+        sq = torch.stack(torch._foreach_norm(tensors)).float().pow(2)
+        sums = torch.zeros(len(self.group_names), device=sq.device).index_add_(0, self.group_index, sq)
+        return sums.sqrt()
+
+    # ---- activations (from the trace of a forward with record=True)
+    def activations(self, trace: dict) -> dict[str, torch.Tensor]:
+        return {
+            "act_std": _std(trace["block"]),
+            "attn_out_std": _std(trace["attn_out"]),
+            "mlp_out_std": _std(trace["mlp_out"]),
+            "embedding_std": trace["embed"].detach().float().std(correction=0),
+        }
+
+    # ---- gradients (after backward, before clipping and the optimizer step)
+    def gradients(self) -> dict[str, torch.Tensor]:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        per_group = self._group_norms(grads)
+        out = {
+            "grad_norm": per_group[: self.layers],
+            "grad_norm_mlp_out": torch.stack(torch._foreach_norm([w.grad for w in self.mlp_out_weights])),
+            "grad_norm_embedding": per_group[self.layers],
+            "grad_norm_global": per_group.pow(2).sum().sqrt(),
+        }
+        if self.has_final_norm:
+            out["grad_norm_final_norm"] = per_group[self.layers + 1]
+        return out
+
+    # ---- update size ‖Δθ‖/‖θ‖ per group over one optimizer step
+    @torch.no_grad()
+    def before_step(self):
+        self._before = [p.detach().clone() for p in self.params]
+
+    @torch.no_grad()
+    def after_step(self) -> dict[str, torch.Tensor]:
+        delta = torch._foreach_sub([p.detach() for p in self.params], self._before)
+        ratio = self._group_norms(delta) / self._group_norms(self._before).clamp_min(1e-30)
+        self._before = None
+        out = {"update_ratio": ratio[: self.layers], "update_ratio_embedding": ratio[self.layers]}
+        if self.has_final_norm:
+            out["update_ratio_final_norm"] = ratio[self.layers + 1]
+        return out
+
+    # ---- DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖ / ‖f(x;θ_0)‖ on a fixed probe batch
+    @torch.no_grad()
+    def _probe_hidden(self, autocast) -> torch.Tensor:
+        was_training = self.model.training
+        self.model.eval()  # no BatchNorm running-stat updates from the probe
+        with autocast():
+            h = self.model.hidden(self.probe_idx).float()
+        self.model.train(was_training)
+        return h
+
+    def set_probe(self, idx: torch.Tensor, autocast):
+        if self.model_update:
+            self.probe_idx = idx
+            self.probe_h0 = self._probe_hidden(autocast)
+
+    def model_update_size(self, autocast) -> dict[str, torch.Tensor]:
+        if self.probe_h0 is None:
+            return {}
+        h = self._probe_hidden(autocast)
+        return {"model_update": (h - self.probe_h0).norm() / self.probe_h0.norm().clamp_min(1e-30)}
+
+    # ---- one sync for everything collected this step
+    @staticmethod
+    def read(collected: dict[str, torch.Tensor]) -> dict[str, float | list[float]]:
+        keys = list(collected)
+        flat = [collected[k].reshape(-1).float() for k in keys]
+        values = torch.cat(flat).tolist()
+        out, pos = {}, 0
+        for k, t in zip(keys, flat):
+            n = t.numel()
+            out[k] = values[pos] if collected[k].dim() == 0 else values[pos: pos + n]
+            pos += n
+        return out
+
+
+def scalar_tags(values: dict[str, float | list[float]]) -> dict[str, float]:
+    """TensorBoard tags: per-layer vectors become `<family>/layer_XX`; summaries go under
+    `stability/`, `grad_norm/`, `update_ratio/`, `act_std/`."""
+    tags: dict[str, float] = {}
+    for key, v in values.items():
+        if isinstance(v, list):
+            for i, x in enumerate(v):
+                tags[f"{key}/layer_{i:02d}"] = x
+    single = {
+        "embedding_std": "act_std/embedding",
+        "grad_norm_embedding": "grad_norm/embedding",
+        "grad_norm_final_norm": "grad_norm/final_norm",
+        "update_ratio_embedding": "update_ratio/embedding",
+        "update_ratio_final_norm": "update_ratio/final_norm",
+        "model_update": "stability/model_update",
+        "grad_norm_global": "train/grad_norm",
+    }
+    for key, tag in single.items():
+        if key in values:
+            tags[tag] = values[key]
+    if "act_std" in values:
+        tags["stability/act_std_max"] = max(values["act_std"])
+    if "grad_norm" in values:
+        g = values["grad_norm"]
+        tags["stability/grad_norm_max"] = max(g)
+        tags["stability/grad_norm_top_over_bottom"] = g[-1] / g[0] if g[0] > 0 else float("inf")
+    return tags
+
+
+LAYOUT_FAMILIES = {
+    "act_std": "residual stream std leaving each block",
+    "attn_out_std": "attention output std (before the residual)",
+    "mlp_out_std": "MLP output std (before the residual)",
+    "grad_norm": "gradient norm of each block",
+    "grad_norm_mlp_out": "gradient norm of each block's second MLP matrix (Xiong et al. Fig. 3)",
+    "update_ratio": "‖Δθ‖/‖θ‖ of each block per step",
+}

@@ -1,0 +1,60 @@
+"""Shared test set-up: offline, a private cache, small corpora made on the spot, and a
+helper that runs the real `normexp` command line in a subprocess."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the Hub
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "network: needs the Python package index (skipped with NORMEXP_SKIP_NETWORK=1)")
+    config.addinivalue_line("markers", "slow: an end-to-end run of a minute or more")
+
+
+def make_corpus(path: Path, n_bytes: int = 60_000, seed: int = 0) -> Path:
+    """A small deterministic English-like text: enough structure for the loss to fall."""
+    import random
+
+    rng = random.Random(seed)
+    words = ("the king and queen of denmark speak to the ghost at night while horatio "
+             "keeps watch upon the castle wall and the players rehearse a scene").split()
+    lines, size = [], 0
+    while size < n_bytes:
+        line = " ".join(rng.choice(words) for _ in range(rng.randint(4, 12))).capitalize() + ".\n"
+        lines.append(line)
+        size += len(line)
+    path.write_text("".join(lines)[:n_bytes])
+    return path
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    return make_corpus(tmp_path / "corpus.txt")
+
+
+@pytest.fixture
+def cli_env(tmp_path, monkeypatch):
+    """Environment for CLI subprocesses: a private cache, offline, no colour, one thread."""
+    env = dict(os.environ)
+    env.update(NORMEXP_CACHE=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               PYTHONUNBUFFERED="1")
+    monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
+    return env
+
+
+TINY = ["layers=2", "d_model=32", "heads=2", "seq_len=32", "batch_size=4", "eval_batches=2",
+        "log.progress=lines", "threads=1"]
+
+
+def run_cli(args, env, timeout=300, check=True, **kw) -> subprocess.CompletedProcess:
+    """Run `normexp ARGS` as a user would (python -m normexp.cli, so no PATH is assumed)."""
+    proc = subprocess.run([sys.executable, "-m", "normexp.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"normexp {' '.join(args)} exited {proc.returncode}\n{proc.stderr[-3000:]}")
+    return proc

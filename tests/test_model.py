@@ -1,0 +1,173 @@
+"""The model against independent references: torch.nn norms, hand-written placement
+formulas, the DeepNet constants table and the init-scale formula."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from normexp.model import (GPT, NORMS, PLACEMENTS, DeepNorm, ModelConfig, PostNorm, PreNorm,
+                           SandwichNorm, block_placements, deepnorm_constants)
+
+torch.manual_seed(0)
+D = 16
+
+
+def randomize(module):
+    """Non-trivial γ/β so a test cannot pass on the identity init."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * 0.5 + (1.0 if p.dim() == 1 else 0.0))
+    return module
+
+
+def test_layernorm_matches_torch():
+    ours = randomize(NORMS["layer"](D, ModelConfig(norm_eps=1e-5)))
+    ref = nn.LayerNorm(D, eps=1e-5)
+    ref.load_state_dict({"weight": ours.weight.data, "bias": ours.bias.data})
+    x = torch.randn(4, 7, D) * 3 + 1
+    torch.testing.assert_close(ours(x), ref(x), atol=1e-6, rtol=1e-6)
+    # and the biased-variance formula written out
+    mu, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    torch.testing.assert_close(ours(x), ours.weight * (x - mu) / torch.sqrt(var + 1e-5) + ours.bias, atol=1e-5, rtol=1e-5)
+
+
+def test_rmsnorm_matches_torch():
+    ours = randomize(NORMS["rms"](D, ModelConfig(norm_eps=1e-6)))
+    ref = nn.RMSNorm(D, eps=1e-6)
+    ref.load_state_dict({"weight": ours.weight.data})
+    x = torch.randn(4, 7, D) * 3
+    torch.testing.assert_close(ours(x), ref(x), atol=1e-6, rtol=1e-6)
+    # a bf16 module: the statistic is computed in float32, the output is bf16
+    xb = x.bfloat16()
+    out = ours.bfloat16()(xb)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref(xb.float()), atol=0.05, rtol=0.02)
+
+
+def test_batchnorm_matches_batchnorm1d_over_all_tokens():
+    cfg = ModelConfig(norm_eps=1e-5, bn_momentum=0.1)
+    ours = randomize(NORMS["batch"](D, cfg))
+    ref = nn.BatchNorm1d(D, eps=1e-5, momentum=0.1)
+    ref.load_state_dict(ours.bn.state_dict())
+    x = torch.randn(4, 7, D) * 2 + 0.5
+    # training: statistics over all B*T tokens per feature
+    torch.testing.assert_close(ours(x), ref(x.reshape(-1, D)).view(4, 7, D), atol=1e-6, rtol=1e-6)
+    flat = x.reshape(-1, D)
+    by_hand = (flat - flat.mean(0)) / torch.sqrt(flat.var(0, unbiased=False) + 1e-5)
+    w, b = ours.bn.weight, ours.bn.bias
+    torch.testing.assert_close(ours(x), (by_hand * w + b).view(4, 7, D), atol=1e-5, rtol=1e-5)
+    # the running statistics follow BatchNorm1d's update (ours saw x twice above)
+    ref(x.reshape(-1, D))
+    torch.testing.assert_close(ours.bn.running_var, ref.running_var, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(ours.bn.running_mean, flat.mean(0) * (1 - 0.9 ** 2), atol=1e-6, rtol=1e-5)
+    # eval: running statistics, the same as BatchNorm1d's
+    ours.eval(), ref.eval()
+    torch.testing.assert_close(ours(x), ref(x.reshape(-1, D)).view(4, 7, D), atol=1e-6, rtol=1e-6)
+
+
+def test_dyt_and_none_follow_their_formulas():
+    dyt = randomize(NORMS["dyt"](D, ModelConfig(dyt_init_alpha=0.5)))
+    x = torch.randn(3, 5, D)
+    torch.testing.assert_close(dyt(x), dyt.weight * torch.tanh(dyt.alpha * x) + dyt.bias, atol=1e-6, rtol=1e-6)
+    assert NORMS["dyt"](D, ModelConfig(dyt_init_alpha=0.5)).alpha.item() == 0.5
+    assert torch.equal(NORMS["none"](D, ModelConfig())(x), x)
+
+
+class StandIn(nn.Module):
+    """A stand-in sublayer F(x) = tanh(x @ W) with a fixed random W."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.randn(D, D) / math.sqrt(D)
+
+    def forward(self, x):
+        return torch.tanh(x @ self.w)
+
+
+def by_hand_norm(x):
+    return F.layer_norm(x, (D,), eps=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(PLACEMENTS))
+def test_placement_block_matches_formula(name):
+    cfg = ModelConfig(d_model=D, deepnorm_alpha=2.5)
+    f = StandIn()
+    layer = PLACEMENTS[name](f, lambda: NORMS["layer"](D, cfg), cfg)
+    x = torch.randn(2, 5, D) * 3
+    y, out = layer(x)
+    expected = {
+        "post": lambda: (by_hand_norm(x + f(x)), f(x)),
+        "pre": lambda: (x + f(by_hand_norm(x)), f(by_hand_norm(x))),
+        "deepnorm": lambda: (by_hand_norm(2.5 * x + f(x)), f(x)),
+        "sandwich": lambda: (x + by_hand_norm(f(by_hand_norm(x))), by_hand_norm(f(by_hand_norm(x)))),
+        "peri": lambda: (x + by_hand_norm(f(by_hand_norm(x))), by_hand_norm(f(by_hand_norm(x)))),
+    }[name]()
+    torch.testing.assert_close(y, expected[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, expected[1], atol=1e-5, rtol=1e-5)
+
+
+def test_final_norm_only_where_the_stream_is_not_normalized():
+    for placement, has_final in [("pre", True), ("sandwich", True), ("mix", True), ("post", False), ("deepnorm", False)]:
+        model = GPT(ModelConfig(layers=4, d_model=D, heads=2, seq_len=8, placement=placement))
+        assert isinstance(model.final_norm, nn.Identity) != has_final, placement
+
+
+def test_mix_is_post_then_pre():
+    kinds = block_placements(ModelConfig(layers=12, placement="mix", mix_ratio=0.25))
+    assert kinds == [PostNorm] * 3 + [PreNorm] * 9  # ⌊0.25·12⌋ = 3 Post-LN blocks
+    assert block_placements(ModelConfig(layers=6, placement="sandwich")) == [SandwichNorm] * 6
+
+
+# The DeepNet paper's formulas evaluated by hand for N = 6, 12, 24, 48.
+@pytest.mark.parametrize("n, alpha, beta", [(6, 1.861, 0.380), (12, 2.213, 0.319), (24, 2.632, 0.269), (48, 3.130, 0.226)])
+def test_deepnorm_constants_table(n, alpha, beta):
+    a, b = deepnorm_constants(n)
+    assert a == pytest.approx(alpha, abs=6e-4) and b == pytest.approx(beta, abs=6e-4)
+    model = GPT(ModelConfig(layers=n, d_model=8, heads=2, seq_len=4, placement="deepnorm"))
+    assert model.cfg.deepnorm_alpha == pytest.approx(alpha, abs=6e-4)
+    assert model.blocks[0].attn.alpha == pytest.approx(alpha, abs=6e-4)
+
+
+def test_deepnorm_alpha_multiplies_the_residual_not_the_sublayer():
+    cfg = ModelConfig(d_model=D, deepnorm_alpha=3.0, norm="none")
+    f = StandIn()
+    layer = DeepNorm(f, lambda: NORMS["none"](D, cfg), cfg)
+    x = torch.randn(2, 3, D)
+    torch.testing.assert_close(layer(x)[0], 3.0 * x + f(x))
+
+
+def test_deepnorm_init_std_is_beta_scaled_xavier():
+    d, layers = 256, 12
+    model = GPT(ModelConfig(layers=layers, d_model=d, heads=4, seq_len=8, placement="deepnorm"))
+    beta = (8 * layers) ** -0.25
+    block = model.blocks[5]
+    attn, mlp = block.attn.sublayer, block.mlp.sublayer
+    q, k, v = attn.qkv.weight.detach().split(d)
+    cases = [(q, 1.0, d, d), (k, 1.0, d, d), (v, beta, d, d), (attn.proj.weight, beta, d, d),
+             (mlp.fc_in.weight, beta, d, 4 * d), (mlp.fc_out.weight, beta, 4 * d, d)]
+    for w, gain, fan_in, fan_out in cases:
+        expected = gain * math.sqrt(2.0 / (fan_in + fan_out))
+        n = w.numel()
+        # the sample std of n normals has relative standard error ≈ 1/sqrt(2n); allow 5 of them
+        assert abs(w.std().item() / expected - 1) < 5 / math.sqrt(2 * n), (gain, fan_in, fan_out)
+
+
+def test_custom_deepnorm_constants_are_used():
+    model = GPT(ModelConfig(layers=6, d_model=D, heads=2, seq_len=4, placement="deepnorm",
+                            deepnorm_alpha=1.5, deepnorm_beta=0.5))
+    assert model.blocks[3].mlp.alpha == 1.5 and model.cfg.deepnorm_beta == 0.5
+
+
+def test_tied_head_and_causality():
+    model = GPT(ModelConfig(layers=2, d_model=D, heads=2, seq_len=8)).eval()
+    x = torch.randint(0, 256, (1, 8))
+    logits, _ = model(x)
+    x2 = x.clone()
+    x2[0, 5:] = (x2[0, 5:] + 1) % 256  # change the future
+    logits2, _ = model(x2)
+    torch.testing.assert_close(logits[0, :5], logits2[0, :5])  # the past does not see it
+    h = model.hidden(x)
+    torch.testing.assert_close(logits, h @ model.tok_emb.weight.t())
