@@ -377,13 +377,14 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
 
                 if cfg.grad_clip is not None:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
-                if record:
+                if record:  # the model update is measured at θ_step, like every other scalar of this step
+                    model_update = instruments.model_update_size(autocast)
                     instruments.before_step()
                 optimizer.step()
                 step += 1
 
                 if record:
-                    values.update(Instruments.read({**instruments.after_step(), **instruments.model_update_size(autocast)}))
+                    values.update(Instruments.read({**instruments.after_step(), **model_update}))
                     s = step - 1
                     for tag, v in scalar_tags(values).items():
                         writer.add_scalar(tag, v, s)

@@ -1,0 +1,129 @@
+"""The per-layer instruments, read back from the event files a real run writes, against
+values computed by hand from the same initial weights and batch."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY, run_cli
+
+from normexp.data import get_batch
+from normexp.model import GPT, ModelConfig
+
+FAMILIES = ("act_std", "attn_out_std", "mlp_out_std", "grad_norm", "grad_norm_mlp_out", "update_ratio")
+
+
+def read_scalars(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+def test_every_tag_for_every_block_at_every_logged_step(tmp_path, corpus, cli_env):
+    run = tmp_path / "run"
+    run_cli(["train", f"data.files=[{corpus}]", "data=text", *TINY, "layers=4", "steps=30", "log_every=10",
+             "eval_every=10", f"hydra.run.dir={run}"], cli_env)
+    scalars = read_scalars(run)
+    logged = [0, 10, 20, 29]
+    for family in FAMILIES:
+        for i in range(4):
+            assert sorted(scalars[f"{family}/layer_{i:02d}"]) == logged, family
+        assert f"{family}/layer_04" not in scalars
+    for tag in ("act_std/embedding", "grad_norm/embedding", "grad_norm/final_norm", "update_ratio/embedding",
+                "update_ratio/final_norm", "stability/act_std_max", "stability/grad_norm_max",
+                "stability/grad_norm_top_over_bottom", "stability/model_update", "train/loss",
+                "train/grad_norm", "train/lr"):
+        assert sorted(scalars[tag]) == logged, tag
+    assert sorted(scalars["val/loss"]) == [10, 20, 30]
+    assert sorted(scalars["perf/tokens_per_second"]) == [10, 20, 29]
+    # the summaries are what their names say
+    for s in logged:
+        per_layer = [scalars[f"grad_norm/layer_{i:02d}"][s] for i in range(4)]
+        assert scalars["stability/grad_norm_max"][s] == pytest.approx(max(per_layer))
+        assert scalars["stability/grad_norm_top_over_bottom"][s] == pytest.approx(per_layer[-1] / per_layer[0], rel=1e-5)
+    assert scalars["stability/model_update"][0] == pytest.approx(0.0, abs=1e-6)  # at step 0, θ_0 itself
+    assert scalars["stability/model_update"][29] > 0
+
+
+@pytest.mark.parametrize("placement", ["post", "pre", "deepnorm"])
+def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, placement):
+    """Step 0 of a real run against the same model rebuilt here, measured with forward hooks."""
+    run = tmp_path / "run"
+    L, d, T, B, seed = 3, 32, 32, 4, 7
+    run_cli(["train", f"data.files=[{corpus}]", "data=text", f"layers={L}", f"d_model={d}", "heads=2",
+             f"seq_len={T}", f"batch_size={B}", f"seed={seed}", "steps=1", "warmup=0", "schedule=constant",
+             "log_every=1", "eval_batches=1", "threads=1", "log.progress=off", f"placement={placement}",
+             f"hydra.run.dir={run}"], cli_env)
+    scalars = read_scalars(run)
+
+    # rebuild: the trainer seeds the global RNG with `seed`, then builds the model;
+    # the first batch comes from a generator seeded with `seed`
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    model = GPT(ModelConfig(vocab_size=256, seq_len=T, layers=L, d_model=d, heads=2, placement=placement))
+    theta0 = {k: v.detach().clone().double() for k, v in model.state_dict().items()}
+    text = corpus.read_text()
+    text += "" if text.endswith("\n") else "\n"  # files are joined as lines
+    train_text = text[: len(text) - round(0.1 * len(text))]  # data=text: the last 10% is validation
+    train_tokens = np.frombuffer(train_text.encode(), dtype=np.uint8)
+    x, y = get_batch(train_tokens, B, T, torch.Generator().manual_seed(seed))
+
+    outputs = {"block": [], "attn": [], "mlp": []}
+    for block in model.blocks:
+        block.register_forward_hook(lambda m, i, o: outputs["block"].append(o[0].detach().double()))
+        block.attn.register_forward_hook(lambda m, i, o: outputs["attn"].append(o[1].detach().double()))
+        block.mlp.register_forward_hook(lambda m, i, o: outputs["mlp"].append(o[1].detach().double()))
+    logits = model(x)[0]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1))
+    loss.backward()
+
+    def pop_std(t):
+        a = t.numpy().ravel()
+        return math.sqrt(((a - a.mean()) ** 2).mean())
+
+    assert scalars["train/loss"][0] == pytest.approx(loss.item(), rel=1e-5)
+    for i, block in enumerate(model.blocks):
+        tag = f"layer_{i:02d}"
+        assert scalars[f"act_std/{tag}"][0] == pytest.approx(pop_std(outputs["block"][i]), rel=1e-5)
+        assert scalars[f"attn_out_std/{tag}"][0] == pytest.approx(pop_std(outputs["attn"][i]), rel=1e-5)
+        assert scalars[f"mlp_out_std/{tag}"][0] == pytest.approx(pop_std(outputs["mlp"][i]), rel=1e-5)
+        grad_sq = sum((p.grad.double() ** 2).sum().item() for p in block.parameters())
+        assert scalars[f"grad_norm/{tag}"][0] == pytest.approx(math.sqrt(grad_sq), rel=1e-5)
+        w = block.mlp.sublayer.fc_out.weight.grad.double()
+        assert scalars[f"grad_norm_mlp_out/{tag}"][0] == pytest.approx(w.pow(2).sum().sqrt().item(), rel=1e-5)
+    total_sq = sum((p.grad.double() ** 2).sum().item() for p in model.parameters())
+    assert scalars["train/grad_norm"][0] == pytest.approx(math.sqrt(total_sq), rel=1e-5)
+
+    # update_ratio: ‖θ_1 − θ_0‖/‖θ_0‖ per block, θ_1 from the run's final checkpoint
+    state = torch.load(sorted((run / "checkpoints").glob("*.pt"))[-1], weights_only=False)
+    assert state["step"] == 1
+    theta1 = {k: v.double() for k, v in state["model"].items()}
+    for i in range(L):
+        keys = [k for k in theta0 if k.startswith(f"blocks.{i}.") and "running" not in k and "num_batches" not in k]
+        delta = math.sqrt(sum(((theta1[k] - theta0[k]) ** 2).sum().item() for k in keys))
+        base = math.sqrt(sum((theta0[k] ** 2).sum().item() for k in keys))
+        assert scalars[f"update_ratio/layer_{i:02d}"][0] == pytest.approx(delta / base, rel=1e-4)
+
+
+def test_divergence_inside_a_multirun_ends_only_that_job(tmp_path, corpus, cli_env):
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["train", "-m", f"data.files=[{corpus}]", "data=text", *TINY, "steps=15", "log_every=5",
+                    "eval_every=5", "warmup=0", "lr=0.001,10000.0,0.002", f"hydra.sweep.dir={sweep}"], cli_env)
+    assert proc.returncode == 0
+    summaries = {json.loads((p / "summary.json").read_text())["lr"]: (p, json.loads((p / "summary.json").read_text()))
+                 for p in sweep.iterdir() if (p / "summary.json").exists()}
+    assert sorted(summaries) == [0.001, 0.002, 10000.0]
+    for lr in (0.001, 0.002):
+        assert summaries[lr][1]["status"] == "completed" and summaries[lr][1]["steps_completed"] == 15
+    run_dir, diverged = summaries[10000.0]
+    assert diverged["status"] == "diverged"
+    step = diverged["diverged_at_step"]
+    assert isinstance(step, int) and 0 < step < 15
+    # the per-layer scalars of the diverging step are in TensorBoard, so the user sees which layer blew up
+    scalars = read_scalars(run_dir)
+    assert all(step in scalars[f"act_std/layer_{i:02d}"] for i in range(2))
+    assert all(step in scalars[f"grad_norm/layer_{i:02d}"] for i in range(2))
