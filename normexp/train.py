@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from . import checkpoint as ckpt
+from . import distributed
 from .instruments import LAYOUT_FAMILIES, Instruments, scalar_tags
 from .model import GPT, ModelConfig, deepnorm_constants
 from .runfolder import write_summary
@@ -74,18 +75,19 @@ def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
     )
 
 
+def data_label(cfg: DictConfig) -> str:
+    """A readable corpus name: the Hub config or path for Hub presets, else the group name."""
+    return str(cfg.data.get("config") or cfg.data.get("path") or cfg.data.name)
+
+
 def set_threads(cfg: DictConfig) -> int:
     """cores ÷ parallel jobs when a launcher runs several jobs at once (joblib reuses
-    worker processes, so this is reset at the start of every job)."""
+    worker processes, so this is reset at the start of every job); see distributed.py."""
     threads = cfg.get("threads", "auto")
     if threads == "auto":
-        jobs = 1
-        with contextlib.suppress(Exception):
-            from hydra.core.hydra_config import HydraConfig
-            jobs = int(HydraConfig.get().launcher.get("n_jobs", 1) or 1)
-        threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
+        threads = distributed.threads_per_job()
     torch.set_num_threads(int(threads))
-    return int(threads)
+    return torch.get_num_threads()
 
 
 def seed_everything(seed: int) -> None:
@@ -179,8 +181,9 @@ class SignalGuard:
             signal.signal(s, h)
 
     def check(self):
-        if self.signum is not None:
-            raise Interrupted(self.signum)
+        signum = distributed.agree_max(self.signum or 0)  # under torchrun all ranks stop together
+        if signum:
+            raise Interrupted(signum)
 
 
 class Progress:
@@ -215,7 +218,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     threads = set_threads(cfg)
     seed_everything(cfg.seed)
-    device = select_device(cfg.device)
+    device = distributed.rank_device(select_device(cfg.device))
+    main = distributed.is_main()  # under torchrun only rank 0 writes into run_dir
+    distributed.local_batch_size(cfg.batch_size)  # the global batch must split evenly over ranks
     autocast = autocast_for(device)
     alpha, beta = resolve_deepnorm(cfg)
     warmup = min(cfg.warmup, cfg.steps)
@@ -229,7 +234,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         "layers": cfg.layers, "d_model": cfg.d_model, "heads": cfg.heads, "warmup": warmup,
         "lr": cfg.lr, "seed": cfg.seed, "steps": cfg.steps, "batch_size": cfg.batch_size,
         "seq_len": cfg.seq_len, "schedule": cfg.schedule.name, "grad_clip": cfg.grad_clip,
-        "data": cfg.data.name, "tokenizer": cfg.tokenizer.name, "deepnorm_alpha": alpha,
+        "data": data_label(cfg), "tokenizer": cfg.tokenizer.name, "deepnorm_alpha": alpha,
         "deepnorm_beta": beta, "device": str(device), "threads": threads, "error": None,
     }
 
@@ -244,7 +249,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     model = GPT(model_config(cfg, corpus.vocab_size)).to(device)
     summary["parameters"] = model.num_parameters()
     optimizer = make_optimizer(model, cfg, device)
-    step_model = torch.compile(model) if cfg.compile else model
+    ddp_model = distributed.wrap(model, device)  # DDP under torchrun; `model` itself otherwise
+    step_model = torch.compile(ddp_model) if cfg.compile else ddp_model
     instruments = Instruments(model, model_update=cfg.log.model_update)
 
     data_gen = torch.Generator().manual_seed(cfg.seed)
@@ -269,13 +275,14 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         else:
             log.info("resume=true but no checkpoint in %s: starting from scratch", run_dir)
     summary["status"] = "running"
-    write_summary(run_dir, summary)
+    if main:
+        write_summary(run_dir, summary)
 
-    writer = tensorboard_writer(run_dir, purge_step)
+    writer = tensorboard_writer(run_dir, purge_step) if main else distributed.NullWriter()
     hparams = {"norm": cfg.norm.name, "placement": cfg.placement.name, "layers": cfg.layers,
                "d_model": cfg.d_model, "warmup": warmup, "lr": cfg.lr, "schedule": cfg.schedule.name,
                "seed": cfg.seed, "steps": cfg.steps, "batch_size": cfg.batch_size, "seq_len": cfg.seq_len,
-               "grad_clip": str(cfg.grad_clip), "data": cfg.data.name, "tokenizer": cfg.tokenizer.name,
+               "grad_clip": str(cfg.grad_clip), "data": data_label(cfg), "tokenizer": cfg.tokenizer.name,
                "deepnorm_alpha": alpha if alpha is not None else 0.0,
                "deepnorm_beta": beta if beta is not None else 0.0}
     if purge_step is None:
@@ -286,7 +293,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     check_every_step = device.type == "cpu"  # .item() is free on CPU; on GPUs only on logged steps
     max_loss = cfg.divergence.max_loss
     last_train_loss = summary.get("final_train_loss")
-    progress = Progress(cfg.log.progress, cfg.steps, start_step)
+    progress = Progress(cfg.log.progress if main else "off", cfg.steps, start_step)
     timer_start, timer_steps, tps = time.perf_counter(), 0, summary.get("tokens_per_second")
     model.train()
 
@@ -296,16 +303,16 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         total = torch.zeros((), device=device)
         with torch.no_grad(), autocast():
             for _ in range(cfg.eval_batches):
-                x, y = get_batch(corpus.val, cfg.batch_size, cfg.seq_len, gen)
+                x, y = (distributed.my_rows(t) for t in get_batch(corpus.val, cfg.batch_size, cfg.seq_len, gen))
                 total += model(x.to(device), y.to(device))[1].float()
         model.train()
-        return (total / cfg.eval_batches).item()
+        return distributed.mean(total / cfg.eval_batches).item()
 
     def forward_backward(x, y, record: bool):
         optimizer.zero_grad(set_to_none=True)
         with autocast():
             if record:
-                _, loss, trace = model(x, y, record=True)
+                _, loss, trace = ddp_model(x, y, record=True)
             else:
                 _, loss = step_model(x, y)
                 trace = None
@@ -313,6 +320,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         return loss, trace
 
     def save(step: int):
+        if not main:
+            return
         ckpt.save(run_dir, {
             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
             "data_generator": data_gen.get_state(), "rng": ckpt.capture_rng(), "best_val": best_val,
@@ -330,7 +339,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
             if v is not None and math.isfinite(v):
                 writer.add_scalar(tag, v, step)
         writer.close()
-        write_summary(run_dir, summary)
+        if main:
+            write_summary(run_dir, summary)
         return summary
 
     step = start_step
@@ -342,13 +352,15 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                 lr = cfg.lr * lr_multiplier(step, cfg.steps, warmup, cfg.schedule)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                x, y = get_batch(corpus.train, cfg.batch_size, cfg.seq_len, data_gen)
+                # every rank draws the same global batch and trains on its own rows of it
+                x, y = (distributed.my_rows(t) for t in get_batch(corpus.train, cfg.batch_size, cfg.seq_len, data_gen))
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 loss, trace = forward_backward(x, y, record)
 
                 collected = {}
                 if record:
-                    collected = {"loss": loss.detach().float(), **instruments.activations(trace), **instruments.gradients()}
+                    collected = {"loss": distributed.mean(loss.detach().float()), **instruments.activations(trace),
+                                 **instruments.gradients()}
                     del trace
                 loss_value = None
                 if record or check_every_step:
@@ -357,11 +369,11 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                         loss_value = values["loss"]
                         grad_ok = math.isfinite(values["grad_norm_global"])
                     else:
-                        loss_value, grad_ok = loss.item(), True
+                        loss_value, grad_ok = distributed.mean(loss.detach()).item(), True
                     if not (math.isfinite(loss_value) and loss_value <= max_loss and grad_ok):
                         if not record:  # redo this step's forward/backward to log every layer
                             loss, trace = forward_backward(x, y, True)
-                            values = Instruments.read({"loss": loss.detach().float(), **instruments.activations(trace),
+                            values = Instruments.read({"loss": distributed.mean(loss.detach().float()), **instruments.activations(trace),
                                                        **instruments.gradients()})
                         for tag, v in scalar_tags(values).items():
                             writer.add_scalar(tag, v, step)
