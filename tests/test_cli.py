@@ -1,0 +1,72 @@
+"""The command line end to end: help, config display, a single run and a full sweep grid."""
+
+import json
+
+import yaml
+from conftest import TINY, run_cli
+
+
+def test_help_lists_commands_and_config_groups(cli_env):
+    top = run_cli(["--help"], cli_env).stdout
+    assert "train" in top
+    groups = run_cli(["train", "--help"], cli_env).stdout
+    for line in ("norm: batch, dyt, layer, none, rms", "placement: deepnorm, mix, peri, post, pre, sandwich",
+                 "schedule: constant, cosine, inverse_sqrt, linear", "tokenizer: bpe, byte"):
+        assert line in groups
+    assert "experiment: depth_stability, norm_types, warmup_sensitivity" in groups
+
+
+def test_cfg_job_shows_the_composed_config_and_runs_nothing(tmp_path, cli_env):
+    proc = run_cli(["train", "--cfg", "job", "placement=deepnorm", "layers=48", "norm=rms"], cli_env, cwd=tmp_path)
+    cfg = yaml.safe_load(proc.stdout)
+    assert cfg["layers"] == 48 and cfg["placement"]["name"] == "deepnorm" and cfg["norm"]["name"] == "rms"
+    assert cfg["deepnorm"] == {"alpha": "auto", "beta": "auto"}
+    assert not (tmp_path / "runs").exists()
+
+
+def test_deepnorm_run_records_the_papers_constants(tmp_path, corpus, cli_env):
+    run = tmp_path / "run"
+    run_cli(["train", "data=text", f"data.files=[{corpus}]", *TINY, "placement=deepnorm", "layers=48",
+             "d_model=16", "steps=2", f"hydra.run.dir={run}"], cli_env)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["layers"] == 48
+    assert abs(summary["deepnorm_alpha"] - 96 ** 0.25) < 1e-9  # (2N)^(1/4) ≈ 3.130
+    assert abs(summary["deepnorm_beta"] - 384 ** -0.25) < 1e-9  # (8N)^(-1/4) ≈ 0.226
+    saved = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
+    assert saved["placement"]["name"] == "deepnorm" and saved["layers"] == 48
+
+
+def test_single_run_writes_the_run_folder_contract(tmp_path, corpus, cli_env):
+    proc = run_cli(["train", "data=text", f"data.files=[{corpus}]", *TINY, "steps=6", "eval_every=3"], cli_env,
+                   cwd=tmp_path)
+    runs = sorted((tmp_path / "runs").glob("*/*/summary.json"))  # runs/<date>/<time>/
+    assert len(runs) == 1, proc.stderr
+    run = runs[0].parent
+    summary = json.loads(runs[0].read_text())
+    required = ("status", "steps_completed", "final_train_loss", "final_val_loss", "best_val_loss",
+                "diverged_at_step", "tokens_per_second", "parameters", "wall_seconds", "norm", "placement",
+                "layers", "d_model", "warmup", "lr", "seed", "deepnorm_alpha", "deepnorm_beta")
+    assert all(k in summary for k in required)
+    assert summary["status"] == "completed" and summary["steps_completed"] == 6
+    assert summary["best_val_loss"] <= summary["final_val_loss"]
+    assert summary["deepnorm_alpha"] is None and summary["deepnorm_beta"] is None
+    assert (run / ".hydra" / "config.yaml").exists() and list(run.glob("events.out.tfevents.*"))
+    # the parameter count is the model's: embeddings + blocks (+ final norm), by hand for 2×32, vocab 256
+    d, L, T = 32, 2, 32
+    per_block = (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d) + 2 * 2 * d
+    assert summary["parameters"] == 256 * d + T * d + L * per_block + 2 * d
+
+
+def test_sweep_grid_writes_one_completed_run_per_combination(tmp_path, corpus, cli_env):
+    sweep = tmp_path / "sweep"
+    run_cli(["train", "-m", "data=text", f"data.files=[{corpus}]", "norm=layer,rms,batch",
+             "placement=pre,post,deepnorm,sandwich", "layers=2", "steps=5", "d_model=32", "heads=2",
+             "seq_len=32", "batch_size=4", "eval_batches=1", "threads=1", f"hydra.sweep.dir={sweep}"], cli_env)
+    summaries = [json.loads(p.read_text()) for p in sweep.glob("*/summary.json")]
+    assert len(summaries) == 12
+    assert {(s["norm"], s["placement"]) for s in summaries} == {
+        (n, p) for n in ("layer", "rms", "batch") for p in ("pre", "post", "deepnorm", "sandwich")}
+    assert all(s["status"] == "completed" and s["steps_completed"] == 5 for s in summaries)
+    # readable run names: the job's overrides sorted by key (paths and thread counts left out)
+    names = {p.name for p in sweep.iterdir() if p.is_dir()}
+    assert "batch_size=4,d_model=32,data=text,eval_batches=1,heads=2,layers=2,norm=rms,placement=post,seq_len=32,steps=5" in names
