@@ -8,7 +8,9 @@ line and exit code 2, not a traceback after a minute of data loading.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -111,28 +113,62 @@ def preflight(args: list[str]) -> None:
             msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
         fail(msg)
     if multirun:
-        return
-    from .validate import ConfigError, validate
+        from .distributed import launcher_problem  # imports torch: only sweeps need it
+        if launcher_problem(cfg.hydra.launcher):
+            fail(launcher_problem(cfg.hydra.launcher))
+    from .validate import ConfigError, check_output_folder, validate
 
-    job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    explicit = {o.key_or_group for o in parsed}
     try:
-        validate(job, {o.key_or_group for o in parsed})
+        if not multirun:  # a sweep checks each job's values in the job, so one bad job fails alone
+            validate(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), explicit)
+        nothing_to_do = check_output_folder(cfg, multirun, explicit)
     except ConfigError as e:
         fail(str(e))
-    explicit_dir = any(o.key_or_group == "hydra.run.dir" for o in parsed)
-    if explicit_dir:
-        run_dir = Path(cfg.hydra.run.dir)
-        from .runfolder import read_summary
+    if nothing_to_do:  # resume=true on a finished run: say so, write nothing
+        typer.echo(f"normexp: {nothing_to_do}", err=True)
+        raise SystemExit(0)
 
-        previous = read_summary(run_dir)
-        if previous is not None and not job.resume:
-            fail(f"hydra.run.dir={run_dir} already holds a run (status {previous.get('status')}); "
-                 "pass resume=true to continue it, or choose another folder")
-        if run_dir.exists() and not os.access(run_dir, os.W_OK):
-            fail(f"hydra.run.dir={run_dir}: the folder is not writable")
-        parent = next((p for p in [run_dir, *run_dir.parents] if p.exists()), None)
-        if parent is not None and not os.access(parent, os.W_OK):
-            fail(f"hydra.run.dir={run_dir}: cannot create it ({parent} is not writable)")
+
+class _StopSignal(BaseException):
+    """SIGINT/SIGTERM outside train()'s step loop. A BaseException, like KeyboardInterrupt,
+    so that no `except Exception` in the data or model code swallows it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def _interrupt_before_training():
+    """SIGINT/SIGTERM while the job loads data or builds the model (before train()'s own
+    SignalGuard takes over, and again after it hands back) stop the job at once."""
+
+    def stop(signum, frame):
+        raise _StopSignal(signum)
+
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            old[s] = signal.signal(s, stop)
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _record_early_interrupt(run_dir: Path, e, log) -> None:
+    """One line saying how to go on, and status "interrupted" unless the run finished."""
+    from .checkpoint import list_checkpoints, resume_command
+    from .distributed import is_main
+    from .runfolder import read_summary, write_summary
+
+    summary = read_summary(run_dir) or {}
+    if is_main() and summary.get("status") in (None, "running"):
+        write_summary(run_dir, {"steps_completed": 0, **summary, "status": "interrupted"})
+    how = "resume" if list_checkpoints(run_dir) else "no checkpoint yet; start again"
+    log.warning("interrupted by %s before training or while saving: %s with: %s", e, how, resume_command(run_dir))
 
 
 def hydra_task(cfg) -> dict | None:
@@ -153,15 +189,26 @@ def hydra_task(cfg) -> dict | None:
     multirun = hc.mode == RunMode.MULTIRUN
 
     def record_failure(message: str) -> None:
+        from .distributed import is_main
+        if not is_main():  # under torchrun only rank 0 writes into the run folder
+            return
         summary = read_summary(run_dir) or {}
         summary.update(status="failed", error=message, norm=cfg.norm.name, placement=cfg.placement.name,
                        layers=cfg.layers, d_model=cfg.d_model, warmup=cfg.warmup, lr=cfg.lr, seed=cfg.seed)
         write_summary(run_dir, summary)
 
     try:
-        validate(cfg, {o.split("=")[0].lstrip("+~") for o in hc.overrides.task})
-        return train(cfg, run_dir)
-    except Interrupted as e:
+        with _interrupt_before_training():
+            validate(cfg, {o.split("=")[0].lstrip("+~") for o in hc.overrides.task})
+            previous = read_summary(run_dir) or {}
+            if cfg.resume and previous.get("status") in ("completed", "diverged"):  # a re-run sweep
+                log.info("%s already finished (status %s): skipped", run_dir, previous["status"])
+                return previous
+            return train(cfg, run_dir)
+    except Interrupted as e:  # train() saved a checkpoint and said how to resume
+        raise SystemExit(128 + e.signum)
+    except _StopSignal as e:  # train() did not get to save and explain
+        _record_early_interrupt(run_dir, e, log)
         raise SystemExit(128 + e.signum)
     except (ConfigError, DataError) as e:
         record_failure(str(e))
@@ -199,7 +246,73 @@ def train(ctx: typer.Context):
     `normexp train --help` lists the config groups and their options."""
     args = list(ctx.args)
     preflight(args)
-    run_hydra(args)
+    from . import distributed
+    if distributed.launched_by_torchrun():  # one run, several processes: see distributed.py
+        if any(a in ("-m", "--multirun") for a in args):
+            fail("torchrun trains one run on several processes; drop -m (start one torchrun per run)")
+        args = distributed.join_run(args)
+    try:
+        run_hydra(args)
+    finally:
+        distributed.cleanup()
+
+
+@app.command()
+def report(
+    path: Path = typer.Argument(..., help="A sweep folder, one run folder, or any folder holding run folders."),
+    out: Path = typer.Option(None, "--out", help="Where to write runs.csv, report.md and the PNGs (default: PATH)."),
+):
+    """Compare runs: a table (also runs.csv and report.md) and figures, read from each run's
+    summary.json, .hydra config and TensorBoard events. Works while runs are still going."""
+    from .report import ReportError, make_report
+
+    try:
+        make_report(path, out)
+    except ReportError as e:
+        fail(str(e))
+
+
+@app.command()
+def probe(
+    placements: str = typer.Option(",".join(("post", "pre", "deepnorm", "sandwich")), help="Comma-separated placements."),
+    depths: str = typer.Option("6,12,24,48", help="Comma-separated block counts."),
+    seeds: int = typer.Option(3, help="Seeds 0..N-1 (a fresh init per seed)."),
+    batches: int = typer.Option(2, help="Batches per model; the values are averaged over them."),
+    norm: str = typer.Option("layer", help="Norm type (layer, rms, batch, dyt, none)."),
+    d_model: int = typer.Option(64, "--d-model"),
+    heads: int = typer.Option(4),
+    seq_len: int = typer.Option(64, "--seq-len"),
+    batch_size: int = typer.Option(8, "--batch-size"),
+    threads: int = typer.Option(1, help="CPU threads (1 is fastest for these small models)."),
+    data_file: Path = typer.Option(None, "--data-file", help="A UTF-8 text file instead of the default corpus."),
+    out: Path = typer.Option(None, "--out", help="Output folder (default: runs/probe/<date>/<time>)."),
+):
+    """Gradient and activation scale per layer at initialisation, without training
+    (Xiong et al. 2020, §3 and Fig. 3): table, probe.json and figures."""
+    import time as _time
+
+    from .probe import ProbeError, ProbeSettings, format_table, parse_list, probe_tokens, run_probe, write_outputs
+
+    try:
+        settings = ProbeSettings(
+            placements=parse_list(placements, str, "--placements"), depths=parse_list(depths, int, "--depths"),
+            seeds=seeds, batches=batches, norm=norm, d_model=d_model, heads=heads, seq_len=seq_len,
+            batch_size=batch_size, threads=threads)
+        settings.check()
+        if data_file is not None and not data_file.is_file():
+            fail(f"--data-file {data_file}: no such file; give a UTF-8 text file")
+        start = _time.perf_counter()
+        tokens, vocab_size, description = probe_tokens(data_file)
+        typer.echo(f"probe: {description}", err=True)
+        records = run_probe(settings, tokens, vocab_size)
+        out_dir = out if out is not None else Path("runs/probe") / _time.strftime("%Y-%m-%d/%H-%M-%S")
+        written = write_outputs(records, out_dir)
+    except ProbeError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"cannot write the probe's outputs ({e.strerror}: {e.filename}); choose another --out")
+    typer.echo(format_table(records))
+    typer.echo(f"\nwrote {', '.join(str(p) for p in written)} ({_time.perf_counter() - start:.1f} s)")
 
 
 def main():

@@ -139,6 +139,16 @@ def tensorboard_writer(run_dir: Path, purge_step: int | None):
 HPARAM_METRICS = ("hparams/final_val_loss", "hparams/best_val_loss", "hparams/final_train_loss", "hparams/diverged")
 
 
+def write_scalars(writer, tags: dict[str, float], step: int) -> None:
+    """All of a step's scalars as one TensorBoard event. Read back exactly like add_scalar's
+    (a simple_value per tag), but one proto and one queue entry instead of one per tag:
+    ~50× cheaper at depth 48, where a logging step writes ~300 tags."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in tags.items()]
+    writer.file_writer.add_summary(Summary(value=values), step)
+
+
 def write_hparams(writer, hparams: dict) -> None:
     """HParams into the run's own event file (add_hparams would open a second run folder)."""
     from torch.utils.tensorboard.summary import hparams as hparams_summary
@@ -279,6 +289,11 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         write_summary(run_dir, summary)
 
     writer = tensorboard_writer(run_dir, purge_step) if main else distributed.NullWriter()
+    if purge_step is not None and start_step % cfg.eval_every == 0 and summary.get("final_val_loss") is not None:
+        # purge_step hides the old file's events from the resume step on, val/loss there included
+        writer.add_scalar("val/loss", summary["final_val_loss"], start_step)
+        if corpus.bytes_per_token != 1.0:
+            writer.add_scalar("val/loss_per_byte", summary["final_val_loss"] / corpus.bytes_per_token, start_step)
     hparams = {"norm": cfg.norm.name, "placement": cfg.placement.name, "layers": cfg.layers,
                "d_model": cfg.d_model, "warmup": warmup, "lr": cfg.lr, "schedule": cfg.schedule.name,
                "seed": cfg.seed, "steps": cfg.steps, "batch_size": cfg.batch_size, "seq_len": cfg.seq_len,
@@ -375,9 +390,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                             loss, trace = forward_backward(x, y, True)
                             values = Instruments.read({"loss": distributed.mean(loss.detach().float()), **instruments.activations(trace),
                                                        **instruments.gradients()})
-                        for tag, v in scalar_tags(values).items():
-                            writer.add_scalar(tag, v, step)
-                        writer.add_scalar("train/loss", values["loss"], step)
+                        write_scalars(writer, {**scalar_tags(values), "train/loss": values["loss"]}, step)
                         why = ("non-finite gradient" if math.isfinite(loss_value) and loss_value <= max_loss
                                else f"loss {loss_value:.4g}" + ("" if not math.isfinite(loss_value) else f" above divergence.max_loss={max_loss}"))
                         writer.add_text("divergence", f"Diverged at step {step}: {why}. "
@@ -398,10 +411,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                 if record:
                     values.update(Instruments.read({**instruments.after_step(), **model_update}))
                     s = step - 1
-                    for tag, v in scalar_tags(values).items():
-                        writer.add_scalar(tag, v, s)
-                    writer.add_scalar("train/loss", values["loss"], s)
-                    writer.add_scalar("train/lr", lr, s)
+                    write_scalars(writer, {**scalar_tags(values), "train/loss": values["loss"], "train/lr": lr}, s)
                     if cfg.log.histograms:
                         for i, t in enumerate(instruments_hist(model, x)):
                             writer.add_histogram(f"act_hist/layer_{i:02d}", t, s)
@@ -439,8 +449,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         summary["steps_completed"] = step
         save(step)
         finish("interrupted", step)
-        log.warning("interrupted by %s at step %d: checkpoint saved; resume with resume=true hydra.run.dir=%s",
-                    e, step, run_dir)
+        log.warning("interrupted by %s at step %d: checkpoint saved; resume with: %s", e, step, ckpt.resume_command(run_dir))
         raise
     progress.close()
     summary["steps_completed"] = step
