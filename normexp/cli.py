@@ -82,6 +82,8 @@ def preflight(args: list[str]) -> None:
     if any(f in _NO_PREFLIGHT for f in flags):
         return
     multirun = "-m" in flags or "--multirun" in flags
+    if multirun and any(f in ("--cfg", "-c") for f in flags):
+        fail("--cfg shows the config of one run: drop -m (or use --cfg with a single value per key)")
     from hydra import compose, initialize_config_module
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -274,7 +276,8 @@ def report(
 
 @app.command()
 def probe(
-    placements: str = typer.Option(",".join(("post", "pre", "deepnorm", "sandwich")), help="Comma-separated placements."),
+    # the defaults repeat probe.DEFAULT_PLACEMENTS/DEPTHS: importing probe here would import torch at start-up
+    placements: str = typer.Option("post,pre,deepnorm,sandwich", help="Comma-separated placements."),
     depths: str = typer.Option("6,12,24,48", help="Comma-separated block counts."),
     seeds: int = typer.Option(3, help="Seeds 0..N-1 (a fresh init per seed)."),
     batches: int = typer.Option(2, help="Batches per model; the values are averaged over them."),
