@@ -74,11 +74,31 @@ def _group_options(group: str) -> list[str]:
 
 GROUPS = ("norm", "placement", "schedule", "data", "tokenizer", "experiment")
 
+_HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p",
+                "--run", "-r", "--multirun", "-m", "--shell-completion", "-sc", "--config-path", "-cp",
+                "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
+
+
+def _check_flags(args: list[str]) -> None:
+    """One line for a flag Hydra does not know (argparse would print its whole usage)."""
+    for i, a in enumerate(args):
+        if not a.startswith("-") or a == "-":
+            continue
+        flag, _, value = a.partition("=")
+        if flag not in _HYDRA_FLAGS:
+            fail(f"unknown option {flag}; overrides are key=value (no dashes), flags are -m/--multirun, "
+                 "--cfg job, --info, --help (see `normexp train --help`)")
+        if flag in ("--cfg", "-c"):
+            value = value or (args[i + 1] if i + 1 < len(args) else "")
+            if value not in ("job", "hydra", "all"):
+                fail(f"{flag} {value}: choose --cfg job, --cfg hydra or --cfg all")
+
 
 def preflight(args: list[str]) -> None:
     """Compose the config as Hydra will and check it. Sweeps are checked for syntax, group
     options and keys only: a bad value in one job must fail that job, not the sweep."""
     flags, overrides = split_hydra_args(args)
+    _check_flags(args)
     if any(f in _NO_PREFLIGHT for f in flags):
         return
     multirun = "-m" in flags or "--multirun" in flags

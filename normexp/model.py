@@ -279,15 +279,18 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, p) for p in placements)
         self.final_norm = NORMS[cfg.norm](cfg.d_model, cfg) if placements[-1].final_norm else nn.Identity()
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
+        self.embed_scale = math.sqrt(cfg.d_model)
         self._init_weights()
 
     def _init_weights(self):
-        """Xavier-normal matrices and zero biases (the setting Xiong et al. analyse);
-        embeddings N(0, 0.02). DeepNorm: gain β for the value, attention-output and both MLP
-        matrices, gain 1 for query and key (Wang et al. 2022, Fig. 2)."""
+        """Xavier-normal matrices and zero biases (the setting Xiong et al. analyse).
+        Embeddings N(0, 1/d), multiplied by √d on the way in (Vaswani et al. 2017), so the
+        stream entering block 0 has unit-scale entries as the analysis assumes, and the tied
+        head starts with unit-scale logits. DeepNorm: gain β for the value, attention-output
+        and both MLP matrices, gain 1 for query and key (Wang et al. 2022, Fig. 2)."""
         beta = self.cfg.deepnorm_beta if self.cfg.placement == "deepnorm" else 1.0
-        nn.init.normal_(self.tok_emb.weight, std=0.02)
-        nn.init.normal_(self.pos_emb.weight, std=0.02)
+        nn.init.normal_(self.tok_emb.weight, std=self.cfg.d_model ** -0.5)
+        nn.init.normal_(self.pos_emb.weight, std=self.cfg.d_model ** -0.5)
         d = self.cfg.d_model
         for block in self.blocks:
             attn, mlp = block.attn.sublayer, block.mlp.sublayer
@@ -303,7 +306,7 @@ class GPT(nn.Module):
     def hidden(self, idx: torch.Tensor, record: bool = False):
         """The final hidden state (B, T, d). With record=True also returns per-block tensors
         for the instruments: the residual stream leaving each block and each sublayer's output."""
-        x = self.tok_emb(idx) + self.pos_emb(self.positions[: idx.shape[1]])
+        x = (self.tok_emb(idx) + self.pos_emb(self.positions[: idx.shape[1]])) * self.embed_scale
         trace = {"embed": x, "block": [], "attn_out": [], "mlp_out": []} if record else None
         for block in self.blocks:
             x, attn_out, mlp_out = block(x)

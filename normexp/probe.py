@@ -1,0 +1,251 @@
+"""`normexp probe`: gradients and activations at initialisation, without training.
+
+The study of Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"
+(§3, Fig. 3): for each placement × depth × seed, build a freshly initialised GPT, run one
+forward/backward per batch of real text, and record per block
+
+    grad_norm_mlp_out  ‖∂L/∂W₂‖_F of the block's second MLP matrix (`mlp.sublayer.fc_out`)
+    hidden_rms         √mean(x²) of the residual stream x leaving the block
+
+averaged over the batches. What the paper predicts at initialisation:
+  * Post-LN: the gradient of W₂ is largest near the output, and the last layer's does not
+    shrink as depth L grows (Theorem 1: O(d·√ln d), independent of L);
+  * Pre-LN: the last layer's gradient shrinks like O(d·√(ln d / L)), i.e. ~1/√L;
+  * Pre-LN: the residual stream's squared norm grows about linearly with the layer index.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .data import get_batch, load_corpus
+from .model import GPT, NORMS, PLACEMENT_NAMES, ModelConfig
+
+DEFAULT_PLACEMENTS = ("post", "pre", "deepnorm", "sandwich")
+DEFAULT_DEPTHS = (6, 12, 24, 48)
+
+
+class ProbeError(Exception):
+    """A user-facing problem with the probe's settings; str(e) is one line."""
+
+
+@dataclass
+class ProbeSettings:
+    placements: tuple[str, ...] = DEFAULT_PLACEMENTS
+    depths: tuple[int, ...] = DEFAULT_DEPTHS
+    seeds: int = 3
+    batches: int = 2
+    norm: str = "layer"
+    d_model: int = 64
+    heads: int = 4
+    seq_len: int = 64
+    batch_size: int = 8
+    # One thread: at width 64 every op is tiny and per-op overhead dominates; a second
+    # thread only adds synchronisation (and thrashes when the cores are shared).
+    threads: int = 1
+
+    def check(self) -> None:
+        for p in self.placements:
+            if p not in PLACEMENT_NAMES:
+                raise ProbeError(f"--placements: unknown placement {p!r}; choose from {', '.join(PLACEMENT_NAMES)}")
+        if not self.placements:
+            raise ProbeError("--placements is empty; give e.g. --placements post,pre")
+        if not self.depths or any(d <= 0 for d in self.depths):
+            raise ProbeError(f"--depths {','.join(map(str, self.depths))}: give positive layer counts, e.g. --depths 6,12")
+        if self.norm not in NORMS:
+            raise ProbeError(f"--norm {self.norm}: unknown norm; choose from {', '.join(sorted(NORMS))}")
+        for name in ("seeds", "batches", "d_model", "heads", "seq_len", "batch_size", "threads"):
+            if getattr(self, name) <= 0:
+                raise ProbeError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be a positive integer")
+        if self.d_model % self.heads:
+            raise ProbeError(f"--heads {self.heads} must divide --d-model {self.d_model}")
+
+
+def parse_list(text: str, kind: type, option: str) -> tuple:
+    """'post,pre' -> ('post', 'pre'); '6,12' -> (6, 12)."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    try:
+        return tuple(kind(t) for t in items)
+    except ValueError:
+        raise ProbeError(f"{option} {text}: expected a comma-separated list of {kind.__name__}s, "
+                         f"e.g. {option} {'6,12' if kind is int else 'post,pre'}") from None
+
+
+# ------------------------------------------------------------------------- corpus
+
+def probe_tokens(data_file: Path | None) -> tuple[np.ndarray, int, str]:
+    """Training tokens, vocabulary size and a description: the default config's corpus and
+    tokenizer (`normexp train` without overrides), or `data_file` as data=text."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from .data import DataError
+
+    overrides = ["data=text"] if data_file is not None else []
+    with initialize_config_module(config_module="normexp.configs", version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    data_cfg = cfg.data
+    if data_file is not None:
+        # set after composing: a path may hold characters the override grammar would parse
+        data_cfg = OmegaConf.merge(data_cfg, {"files": [str(data_file)]})
+    try:
+        corpus = load_corpus(data_cfg, cfg.tokenizer, progress=True)
+    except DataError as e:
+        raise ProbeError(str(e)) from None
+    return np.asarray(corpus.train), corpus.vocab_size, corpus.description
+
+
+# -------------------------------------------------------------------------- probe
+
+def probe_model(placement: str, layers: int, seed: int, tokens: np.ndarray, vocab_size: int,
+                s: ProbeSettings) -> list[dict]:
+    """One record per block of a fresh model: W₂ gradient norm and hidden RMS, averaged
+    over `s.batches` forward/backward passes (the weights never change)."""
+    torch.manual_seed(seed)
+    model = GPT(ModelConfig(vocab_size=vocab_size, seq_len=s.seq_len, layers=layers, d_model=s.d_model,
+                            heads=s.heads, norm=s.norm, placement=placement))
+    model.train()  # BatchNorm uses batch statistics, as in the first training step
+    # The same batches for every placement and depth at a given seed: differences between
+    # rows of the table come from the architecture, not from the sample.
+    batch_gen = torch.Generator().manual_seed(seed)
+    w2 = [block.mlp.sublayer.fc_out.weight for block in model.blocks]
+    grad_sum = torch.zeros(layers, dtype=torch.float64)
+    rms_sum = torch.zeros(layers, dtype=torch.float64)
+    for _ in range(s.batches):
+        x, y = get_batch(tokens, s.batch_size, s.seq_len, batch_gen)
+        model.zero_grad(set_to_none=True)
+        _, loss, trace = model(x, y, record=True)
+        loss.backward()
+        grad_sum += torch.stack([w.grad.detach().norm() for w in w2]).double()
+        rms_sum += torch.stack([h.detach().float().pow(2).mean().sqrt() for h in trace["block"]]).double()
+    grad, rms = (grad_sum / s.batches).tolist(), (rms_sum / s.batches).tolist()
+    return [{"placement": placement, "norm": s.norm, "layers": layers, "layer": i, "seed": seed,
+             "grad_norm_mlp_out": grad[i], "hidden_rms": rms[i]} for i in range(layers)]
+
+
+def run_probe(s: ProbeSettings, tokens: np.ndarray, vocab_size: int, progress: bool = True) -> list[dict]:
+    s.check()
+    if len(tokens) < s.seq_len + 2:
+        raise ProbeError(f"the corpus has only {len(tokens)} tokens; use a smaller --seq-len or a larger corpus")
+    saved_threads = torch.get_num_threads()
+    torch.set_num_threads(s.threads)
+    records = []
+    try:
+        for placement in s.placements:
+            for layers in s.depths:
+                t0 = time.perf_counter()
+                for seed in range(s.seeds):
+                    records += probe_model(placement, layers, seed, tokens, vocab_size, s)
+                if progress:
+                    print(f"probe: {placement:>9} L={layers:<3} {s.seeds} seeds × {s.batches} batches "
+                          f"in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    finally:
+        torch.set_num_threads(saved_threads)
+    return records
+
+
+# ---------------------------------------------------------------------- summaries
+
+def mean_profiles(records: list[dict], key: str) -> dict[tuple[str, int], np.ndarray]:
+    """{(placement, layers): per-layer mean over seeds of `key`}."""
+    groups: dict[tuple[str, int], dict[int, list[float]]] = {}
+    for r in records:
+        groups.setdefault((r["placement"], r["layers"]), {}).setdefault(r["layer"], []).append(r[key])
+    return {k: np.array([np.mean(v[i]) for i in sorted(v)]) for k, v in groups.items()}
+
+
+def format_table(records: list[dict]) -> str:
+    """One row per placement × depth, values averaged over seeds."""
+    grads, rms = mean_profiles(records, "grad_norm_mlp_out"), mean_profiles(records, "hidden_rms")
+    head = ("placement", "layers", "grad first", "grad last", "last/first", "grad max/min", "rms first", "rms last")
+    rows = [head]
+    for (placement, layers), g in grads.items():
+        h = rms[(placement, layers)]
+        rows.append((placement, str(layers), f"{g[0]:.4g}", f"{g[-1]:.4g}", f"{g[-1] / g[0]:.2f}",
+                     f"{g.max() / g.min():.2f}", f"{h[0]:.3g}", f"{h[-1]:.3g}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------ figures
+
+def plot(records: list[dict], out_dir: Path) -> list[Path]:
+    """probe.png (Xiong et al. Fig. 3 style: per-layer W₂ gradient norm and hidden RMS, one
+    column per depth, one line per placement) and probe_last_layer.png (the last layer's
+    gradient against depth, with a 1/√L guide)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grads, rms = mean_profiles(records, "grad_norm_mlp_out"), mean_profiles(records, "hidden_rms")
+    placements = list(dict.fromkeys(p for p, _ in grads))
+    depths = sorted({d for _, d in grads})
+    colors = {p: f"C{i % 10}" for i, p in enumerate(placements)}
+    # Post-LN and DeepNorm both leave the stream at RMS 1: distinct styles keep both visible
+    styles = {p: (["-", "--", "-.", ":"][i % 4], "osD^v"[i % 5]) for i, p in enumerate(placements)}
+    norm = records[0]["norm"]
+
+    fig, axes = plt.subplots(2, len(depths), figsize=(max(3.6 * len(depths), 8.0), 6.6), squeeze=False)
+    for j, depth in enumerate(depths):
+        for row, (profiles, label) in enumerate(((grads, "‖∂L/∂W₂‖ (MLP out)"), (rms, "hidden RMS"))):
+            ax = axes[row][j]
+            for p in placements:
+                if (p, depth) in profiles:
+                    ls, marker = styles[p]
+                    ax.plot(np.arange(depth), profiles[(p, depth)], ls=ls, marker=marker, mfc="none",
+                            ms=max(2.0, 6.0 - placements.index(p)), color=colors[p], label=p, alpha=0.9)
+            ax.set_yscale("log")
+            ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.set_xlabel("layer index")
+            if j == 0:
+                ax.set_ylabel(label)
+            if row == 0:
+                ax.set_title(f"L = {depth}")
+            ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=8)
+    axes[1][0].legend(fontsize=8)
+    fig.suptitle(f"At initialisation ({norm} norm, mean over seeds): gradient of each block's second MLP matrix\n"
+                 "and RMS of the residual stream leaving each block (Xiong et al. 2020, Fig. 3)", fontsize=10)
+    fig.tight_layout()
+    paths = [out_dir / "probe.png"]
+    fig.savefig(paths[0], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5.2, 4))
+    for p in placements:
+        ds = [d for d in depths if (p, d) in grads]
+        ax.plot(ds, [grads[(p, d)][-1] for d in ds], marker="o", color=colors[p], label=p)
+    if "pre" in placements and len(depths) > 1:
+        d0 = depths[0]
+        ref = grads[("pre", d0)][-1]
+        ax.plot(depths, [ref * math.sqrt(d0 / d) for d in depths], ls="--", color="grey", label="∝ 1/√L")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(depths, [str(d) for d in depths])
+    ax.set_xlabel("depth L (blocks)")
+    ax.set_ylabel("last block's ‖∂L/∂W₂‖")
+    ax.set_title("Last layer's gradient against depth (Xiong et al. Thm 1)", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out_dir / "probe_last_layer.png")
+    fig.savefig(paths[1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def write_outputs(records: list[dict], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "probe.json"
+    path.write_text(json.dumps(records, indent=1) + "\n")
+    return [path, *plot(records, out_dir)]
