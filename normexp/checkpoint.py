@@ -1,18 +1,33 @@
-"""Checkpoints: atomic writes, keep-last-k, and RNG capture for exact resume."""
+"""Checkpoints: atomic writes, keep-last-k, and RNG capture for exact resume.
+
+A checkpoint is `<run>/checkpoints/step_XXXXXXXX.pt`. It is first written to a hidden temp
+file in the same folder (`.step_XXXXXXXX.pt.*.tmp`, which the `step_*.pt` pattern never
+matches), fsynced, and then renamed over the final name; the folder is fsynced after the
+rename. A process killed at any moment therefore leaves either the complete new checkpoint
+or none at all, and the previous checkpoints untouched. Old checkpoints are deleted only
+after the new one is in place.
+"""
 
 from __future__ import annotations
 
 import io
 import logging
+import os
 import random
+import shlex
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .runfolder import atomic_write_bytes
-
 log = logging.getLogger("normexp")
+
+# TEST HOOK, not a setting: NORMEXP_TEST_CHECKPOINT_STALL="SECONDS" or "SECONDS@STEP" makes
+# `save` sleep for SECONDS after writing the first half of the temp file (for every
+# checkpoint, or only the one of STEP), so a test can kill the process mid-write.
+STALL_ENV = "NORMEXP_TEST_CHECKPOINT_STALL"
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -39,16 +54,67 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _test_stall_seconds(step: int) -> float:
+    """Seconds the test hook asks `save` to sleep mid-write for this step (0 = no hook)."""
+    spec = os.environ.get(STALL_ENV, "")
+    if not spec:
+        return 0.0
+    seconds, _, only_step = spec.partition("@")
+    if only_step and int(only_step) != step:
+        return 0.0
+    return float(seconds)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename durable (a crash right after os.replace could otherwise lose it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open folders
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, data: bytes, stall: float = 0.0) -> None:
+    """temp file -> fsync -> rename -> fsync the folder. `stall` is the test hook's pause
+    between the two halves of the temp file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            half = len(data) // 2
+            f.write(data[:half])
+            if stall:
+                f.flush()
+                log.warning("%s: test hook stalls %.1f s mid-write of %s", STALL_ENV, stall, path.name)
+                time.sleep(stall)
+            f.write(data[half:])
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; checkpoints are ordinary outputs
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+
+
 def save(run_dir: Path, state: dict, keep: int = 2) -> Path:
-    """Write step_XXXXXXXX.pt atomically, then delete all but the newest `keep`."""
+    """Write step_XXXXXXXX.pt atomically, then delete all but the newest `keep` checkpoints
+    and any temp file a killed process left behind."""
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{state['step']:08d}.pt"
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    _write_atomically(path, buffer.getbuffer(), stall=_test_stall_seconds(state["step"]))
     for old in list_checkpoints(run_dir)[: -max(1, keep)]:
         old.unlink(missing_ok=True)
+    for stale in folder.glob(".step_*.pt.*.tmp"):  # only one process writes into a run folder
+        stale.unlink(missing_ok=True)
     return path
 
 
@@ -57,7 +123,34 @@ def load_latest(run_dir: Path, map_location=None) -> dict | None:
     for path in reversed(list_checkpoints(run_dir)):
         try:
             # our own files: they hold numpy/python RNG states, which weights_only refuses
-            return torch.load(path, map_location=map_location, weights_only=False)
+            state = torch.load(path, map_location=map_location, weights_only=False)
         except Exception as e:  # noqa: BLE001 - a truncated or corrupt file
             log.warning("checkpoint %s does not load (%s); trying an older one", path.name, e)
+            continue
+        if isinstance(state, dict) and "step" in state and "model" in state:
+            return state
+        log.warning("checkpoint %s is not a normexp checkpoint; trying an older one", path.name)
     return None
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that continues this run, shell-quoted so it can be pasted: the job's own
+    overrides plus resume=true and its folder. Inside a sweep, the sweep's command with
+    resume=true and its folder instead (finished jobs are skipped, the others continue)."""
+    overrides, folder_key, folder, flags = [], "hydra.run.dir", str(run_dir), []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        overrides = list(hc.overrides.task)
+        if hc.mode == RunMode.MULTIRUN:
+            from omegaconf import OmegaConf
+
+            sweep = OmegaConf.load(Path(hc.sweep.dir) / "multirun.yaml")  # Hydra writes it first
+            overrides = list(sweep.hydra.overrides.task)
+            folder_key, folder, flags = "hydra.sweep.dir", str(hc.sweep.dir), ["-m"]
+    except Exception:  # noqa: BLE001 - not inside a Hydra job, or no multirun.yaml
+        pass
+    keep = [o for o in overrides if o.split("=")[0].lstrip("+~") not in ("resume", "hydra.run.dir", "hydra.sweep.dir")]
+    return shlex.join(["normexp", "train", *flags, *keep, "resume=true", f"{folder_key}={folder}"])

@@ -1,11 +1,27 @@
 """Up-front checks of a resolved config: every problem is one line naming the key,
-the value, and what is allowed, before any data is loaded or any folder is written."""
+the value, and what is allowed, before any data is loaded or any folder is written.
+
+This module imports neither torch nor the data stack, so `normexp train` answers a typo in
+about a second. The valid norm/placement/data/tokenizer names are read from the shipped
+config groups (`declared_names`; tests/test_bad_input.py checks they equal the registries
+in model.py and data.py).
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from functools import lru_cache
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+CONFIG_MODULE = "normexp.configs"
+
+# Keys that say how to run, not what to compute: a resumed run may change them.
+RESUME_MAY_CHANGE = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints")
+FINISHED = ("completed", "diverged")
 
 
 class ConfigError(Exception):
@@ -13,26 +29,90 @@ class ConfigError(Exception):
 
     def __init__(self, key: str, value, allowed: str):
         self.key, self.value = key, value
-        super().__init__(f"{key}={value}: {allowed}")
+        shown = value if not isinstance(value, (list, ListConfig)) else "[" + ",".join(map(str, value)) + "]"
+        super().__init__(" ".join(f"{key}={shown}: {allowed}".split()))
 
 
-def _positive_int(cfg, key):
-    v = cfg[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ConfigError(key, v, "must be a positive integer")
-
+# ----------------------------------------------------------------- small checks
 
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_UNSET = object()
+
+
+def _raw(cfg, key: str):
+    """The value as written (an interpolation stays `${...}`), or _UNSET."""
+    node = OmegaConf.to_container(cfg, resolve=False)
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _UNSET
+        node = node[part]
+    return node
+
+
+def _positive_int(cfg, key):
+    v = OmegaConf.select(cfg, key, default=_UNSET, throw_on_missing=True)
+    if v is _UNSET:
+        raise ConfigError(key, "<unset>", "every run needs it; see `normexp train --cfg job` for the default")
+    if not _integer(v) or v <= 0:
+        raise ConfigError(key, v, "must be a positive integer")
+
+
+def _boolean(cfg, key):
+    v = OmegaConf.select(cfg, key, default=False)
+    if not isinstance(v, bool):
+        raise ConfigError(key, v, "must be true or false")
+
+
+@lru_cache(maxsize=None)
+def declared_names(group: str) -> tuple[str, ...]:
+    """The names the code accepts for a config group, read from the shipped options: each
+    option's `name:` field, and for model/tokenizer groups also the option's own name
+    (peri.yaml says name: sandwich; "peri" is registered as its alias). Data options are
+    different: wikitext2.yaml is a `name: hub` dataset, so only the `name:` fields count."""
+    from importlib.resources import files
+
+    names = set()
+    for option in (files(CONFIG_MODULE) / group).iterdir():
+        if option.name.endswith(".yaml"):
+            name = OmegaConf.create(option.read_text()).get("name")
+            if name is not None:
+                names.add(str(name))
+            if group != "data":
+                names.add(option.name[: -len(".yaml")])
+    return tuple(sorted(names))
+
+
+def _choice(key: str, value, group: str):
+    valid = declared_names(group)
+    if value not in valid:
+        raise ConfigError(key, value, f"choose from {', '.join(valid)}")
+
+
+# ------------------------------------------------------------------ the checks
+
 def validate(cfg: DictConfig, explicit: frozenset[str] | set[str] = frozenset()) -> None:
     """Raise ConfigError for the first problem found. `explicit` holds the keys the user set
     on the command line: a default warmup longer than a short run is shortened (with a
     warning) rather than refused, but an explicit warmup > steps is an error."""
-    from .data import DATA_NAMES, TOKENIZER_NAMES
-    from .model import NORMS, PLACEMENT_NAMES
-    from .schedules import SCHEDULES
+    try:
+        _validate(cfg, explicit)
+    except OmegaConfBaseException as e:  # a removed key (~layers), a broken ${...}, a ??? left unset
+        key = e.full_key or "config"
+        raw = _raw(cfg, key) if e.full_key else _UNSET
+        reason = str(e).splitlines()[0]
+        raise ConfigError(key, "<unset>" if raw is _UNSET else raw,
+                          f"{reason}; see `normexp train --cfg job` for the keys and their defaults") from None
+
+
+def _validate(cfg: DictConfig, explicit) -> None:
+    from .schedules import SCHEDULES  # pure Python
 
     for key in ("layers", "d_model", "heads", "mlp_ratio", "seq_len", "batch_size", "steps",
                 "log_every", "eval_every", "eval_batches"):
@@ -42,58 +122,205 @@ def validate(cfg: DictConfig, explicit: frozenset[str] | set[str] = frozenset())
     if not _number(cfg.lr) or cfg.lr <= 0:
         raise ConfigError("lr", cfg.lr, "must be a number > 0")
     w = cfg.warmup
-    if isinstance(w, bool) or not isinstance(w, int) or w < 0 or (w > cfg.steps and "warmup" in explicit):
+    if not _integer(w) or w < 0 or (w > cfg.steps and "warmup" in explicit):
         raise ConfigError("warmup", w, f"must be an integer step count from 0 to steps={cfg.steps}")
     if cfg.grad_clip is not None and (not _number(cfg.grad_clip) or cfg.grad_clip <= 0):
         raise ConfigError("grad_clip", cfg.grad_clip, "must be null (off) or a number > 0")
-    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
+    if not _integer(cfg.seed) or cfg.seed < 0:
         raise ConfigError("seed", cfg.seed, "must be a non-negative integer")
-    if cfg.device not in ("auto", "cpu", "cuda", "mps") and not str(cfg.device).startswith("cuda:"):
-        raise ConfigError("device", cfg.device, "choose auto, cpu, cuda, cuda:N or mps")
-    if str(cfg.device).startswith("cuda"):
-        import torch
-        if not torch.cuda.is_available():
-            raise ConfigError("device", cfg.device, "no CUDA device is available here; use device=auto or device=cpu")
+    _optimizer(cfg)
+    _device(cfg.device)
     for key in ("alpha", "beta"):
         v = cfg.deepnorm[key]
         if v != "auto" and (not _number(v) or v <= 0):
             raise ConfigError(f"deepnorm.{key}", v, 'must be "auto" or a number > 0')
-    if cfg.norm.name not in NORMS:
-        raise ConfigError("norm", cfg.norm.name, f"choose from {', '.join(sorted(NORMS))}")
-    if cfg.placement.name not in PLACEMENT_NAMES:
-        raise ConfigError("placement", cfg.placement.name, f"choose from {', '.join(PLACEMENT_NAMES)}")
-    if cfg.placement.name == "mix" and not 0 <= cfg.placement.get("ratio", 0.25) < 1:
-        raise ConfigError("placement.ratio", cfg.placement.ratio, "must be in [0, 1)")
+    _choice("norm", cfg.norm.name, "norm")
+    eps = cfg.norm.get("eps")
+    if eps is not None and (not _number(eps) or eps <= 0):
+        raise ConfigError("norm.eps", eps, "must be a number > 0")
+    _choice("placement", cfg.placement.name, "placement")
+    if cfg.placement.name == "mix":
+        ratio = cfg.placement.get("ratio", 0.25)
+        if not _number(ratio) or not 0 <= ratio < 1:
+            raise ConfigError("placement.ratio", ratio, "must be a number in [0, 1)")
     if cfg.schedule.name not in SCHEDULES:
         raise ConfigError("schedule", cfg.schedule.name, f"choose from {', '.join(sorted(SCHEDULES))}")
     if not _number(cfg.divergence.max_loss) or cfg.divergence.max_loss <= 0:
         raise ConfigError("divergence.max_loss", cfg.divergence.max_loss, "must be a number > 0")
-    if isinstance(cfg.checkpoint_every, bool) or not isinstance(cfg.checkpoint_every, int) or cfg.checkpoint_every < 0:
+    if not _integer(cfg.checkpoint_every) or cfg.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", cfg.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
     _positive_int(cfg, "keep_checkpoints")
+    for key in ("resume", "compile", "log.histograms", "log.model_update"):
+        _boolean(cfg, key)
     if cfg.log.progress not in ("auto", "bar", "lines", "off"):
         raise ConfigError("log.progress", cfg.log.progress, "choose auto, bar, lines or off")
     threads = cfg.get("threads", "auto")
-    if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0):
+    if threads != "auto" and (not _integer(threads) or threads <= 0):
         raise ConfigError("threads", threads, 'must be "auto" or a positive integer')
+    _tokenizer(cfg.tokenizer)
+    _data(cfg.data)
 
-    tok = cfg.tokenizer
-    if tok.name not in TOKENIZER_NAMES:
-        raise ConfigError("tokenizer", tok.name, f"choose from {', '.join(TOKENIZER_NAMES)}")
-    if tok.name == "bpe":
-        v = tok.get("vocab_size")
-        if isinstance(v, bool) or not isinstance(v, int) or not 300 <= v <= 1_000_000:
-            raise ConfigError("tokenizer.vocab_size", v, "must be an integer from 300 (256 bytes + merges) to 1000000")
-    if cfg.data.name not in DATA_NAMES:
-        raise ConfigError("data", cfg.data.name, f"choose from {', '.join(DATA_NAMES)}")
-    if cfg.data.name == "text":
-        files = cfg.data.get("files")
-        if not files or isinstance(files, str):
+
+def _optimizer(cfg) -> None:
+    betas = cfg.optim.betas
+    if not isinstance(betas, (list, ListConfig)) or len(betas) != 2 or not all(_number(b) and 0 <= b < 1 for b in betas):
+        raise ConfigError("optim.betas", betas, "must be two numbers in [0, 1), e.g. optim.betas=[0.9,0.98]")
+    if not _number(cfg.optim.eps) or cfg.optim.eps <= 0:
+        raise ConfigError("optim.eps", cfg.optim.eps, "must be a number > 0")
+    if not _number(cfg.optim.weight_decay) or cfg.optim.weight_decay < 0:
+        raise ConfigError("optim.weight_decay", cfg.optim.weight_decay, "must be a number >= 0")
+
+
+def _device(device) -> None:
+    if device not in ("auto", "cpu", "cuda", "mps") and not str(device).startswith("cuda:"):
+        raise ConfigError("device", device, "choose auto, cpu, cuda, cuda:N or mps")
+    if str(device).startswith("cuda"):
+        import torch  # only for this question: the usual path stays torch-free
+
+        if not torch.cuda.is_available():
+            raise ConfigError("device", device, "no CUDA device is available here; use device=auto or device=cpu")
+
+
+def _tokenizer(tok) -> None:
+    _choice("tokenizer", tok.name, "tokenizer")
+    v = tok.get("vocab_size")
+    if tok.name == "byte" and v != 256:
+        raise ConfigError("tokenizer.vocab_size", v, "the byte tokenizer has exactly 256 symbols; leave it at 256")
+    if tok.name == "bpe" and (not _integer(v) or not 300 <= v <= 1_000_000):
+        raise ConfigError("tokenizer.vocab_size", v, "must be an integer from 300 (256 bytes + merges) to 1000000")
+
+
+def _data(data) -> None:
+    _choice("data", data.name, "data")
+    if data.name == "text":
+        files = data.get("files")
+        if not files or not isinstance(files, (list, ListConfig)):
             raise ConfigError("data.files", files, "give a list of text files, e.g. data.files=[train.txt]")
-        for key in ("files", "val_files"):
-            for f in cfg.data.get(key) or []:
-                p = Path(str(f)).expanduser()
-                if not p.is_file():
-                    raise ConfigError(f"data.{key}", f, "no such file")
-                if p.stat().st_size == 0:
-                    raise ConfigError(f"data.{key}", f, "the file is empty")
+        val_files = data.get("val_files")
+        if val_files is not None and not isinstance(val_files, (list, ListConfig)):
+            raise ConfigError("data.val_files", val_files, "give null or a list of text files, e.g. data.val_files=[val.txt]")
+        for key, paths in (("data.files", files), ("data.val_files", val_files or [])):
+            for f in paths:
+                _text_file(key, f)
+        frac = data.get("val_fraction", 0.1)
+        if not val_files and (not _number(frac) or not 0 < frac < 1):
+            raise ConfigError("data.val_fraction", frac, "must be a number between 0 and 1 (exclusive), "
+                              "or give data.val_files=[...]")
+    elif data.name == "hub":
+        if not data.get("path"):
+            raise ConfigError("data.path", data.get("path"), "give a Hugging Face dataset id, e.g. data.path=Salesforce/wikitext")
+        cap = data.get("max_bytes")
+        if cap is not None and (not _integer(cap) or cap <= 0):
+            raise ConfigError("data.max_bytes", cap, "must be a positive integer or null (no cap)")
+    elif data.name == "shakespeare":
+        works = data.get("val_works")
+        if not works or not isinstance(works, (list, ListConfig)):
+            raise ConfigError("data.val_works", works, "name the works held out for validation, "
+                              "e.g. data.val_works=[hamlet,tempest]")
+
+
+def _text_file(key: str, f) -> None:
+    p = Path(str(f)).expanduser()
+    if p.is_dir():
+        raise ConfigError(key, f, "is a directory; list text files, e.g. data.files=[a.txt,b.txt]")
+    if not p.is_file():
+        raise ConfigError(key, f, "no such file; fix the path (relative paths start from the current folder)")
+    if p.stat().st_size == 0:
+        raise ConfigError(key, f, "the file is empty; remove it from the list")
+    if not os.access(p, os.R_OK):
+        raise ConfigError(key, f, "the file is not readable")
+
+
+# -------------------------------------------------------------- output folders
+
+def _nearest_existing(path: Path) -> Path:
+    return next(p for p in [path, *path.parents] if p.exists())
+
+
+def _check_creatable(key: str, folder: Path) -> None:
+    """The folder exists as a writable folder, or can be created (probed with a temp folder
+    in its nearest existing parent, so nothing is left behind)."""
+    if folder.exists():
+        if not folder.is_dir():
+            raise ConfigError(key, folder, "is a file, not a folder; choose another folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ConfigError(key, folder, "the folder is not writable; choose another folder")
+        return
+    parent = _nearest_existing(folder)
+    if not parent.is_dir():
+        raise ConfigError(key, folder, f"cannot create it: {parent} is a file; choose another folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".normexp-probe-"))
+    except OSError as e:
+        raise ConfigError(key, folder, f"cannot create it in {parent} ({e.strerror}); choose another folder") from None
+
+
+def _flat(cfg) -> dict:
+    """{dotted.key: value} of a job config, for comparing two of them."""
+    out = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            out[prefix[:-1]] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return out
+
+
+def _same_settings(run_dir: Path, job: DictConfig) -> None:
+    """A resumed run must compute what the run it continues computed."""
+    saved = run_dir / ".hydra" / "config.yaml"
+    try:
+        old = _flat(OmegaConf.load(saved))
+    except (OSError, OmegaConfBaseException, ValueError):
+        return  # no readable record of the old settings: the checkpoint decides
+    new = _flat(job)
+    for key in sorted(set(old) | set(new)):
+        if key in RESUME_MAY_CHANGE or key.split(".")[0] in RESUME_MAY_CHANGE:
+            continue
+        if old.get(key) != new.get(key):
+            shown = new.get(key, "<unset>")
+            raise ConfigError(key, shown if not isinstance(shown, list) else "[" + ",".join(map(str, shown)) + "]",
+                              f"differs from the run in {run_dir} ({key}={old.get(key, '<unset>')}); "
+                              "resume with the run's own settings, or train in a new folder")
+
+
+def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | frozenset[str]) -> str | None:
+    """Check where the run (or sweep) will write, before Hydra creates anything. Raises
+    ConfigError; returns a message when there is nothing to do (resume=true on a run that
+    already finished), in which case the caller exits 0 without touching the folder.
+
+    An existing run is never overwritten: without resume=true a folder holding a run is
+    refused; with resume=true the settings must match the run's own."""
+    from .runfolder import find_runs, read_summary
+
+    job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    resume = job.get("resume") is True
+    if multirun:
+        sweep_dir = Path(str(cfg.hydra.sweep.dir))
+        _check_creatable("hydra.sweep.dir", sweep_dir)
+        if "hydra.sweep.dir" in explicit and not resume and sweep_dir.is_dir():
+            held = [r for r in find_runs(sweep_dir) if (r / "summary.json").exists()]
+            if held:
+                raise ConfigError("hydra.sweep.dir", sweep_dir, f"already holds {len(held)} runs; pass resume=true "
+                                  "to continue them (finished jobs are skipped), or choose another folder")
+        return None
+    run_dir = Path(str(cfg.hydra.run.dir))
+    _check_creatable("hydra.run.dir", run_dir)
+    previous = read_summary(run_dir)
+    if previous is None:
+        if (run_dir / "summary.json").exists():
+            raise ConfigError("hydra.run.dir", run_dir, "holds an unreadable summary.json; choose another folder")
+        return None
+    if not resume:
+        raise ConfigError("hydra.run.dir", run_dir, f"already holds a run (status {previous.get('status')}); "
+                          "pass resume=true to continue it, or choose another folder")
+    _same_settings(run_dir, job)
+    if previous.get("status") in FINISHED:
+        return (f"hydra.run.dir={run_dir} already finished (status {previous['status']} at step "
+                f"{previous.get('steps_completed')}); nothing to resume, nothing written")
+    return None
+

@@ -1,0 +1,183 @@
+"""Every bad input gets one line naming the key or file, exit code 2, no traceback, and an
+existing run folder is never touched. Each case goes through the real command line in a
+subprocess; then a 4-job sweep with one impossible and one diverging job."""
+
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import TINY, make_corpus, run_cli
+
+from normexp.runfolder import find_runs, read_summary
+from normexp.validate import declared_names
+
+BASE = [*TINY, "steps=5", "warmup=0", "data=text"]  # + data.files and hydra.run.dir per case
+
+
+def options(group: str) -> list[str]:
+    folder = Path(__file__).resolve().parents[1] / "configs" / group
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+# (id, overrides, text the one-line message must contain). {corpus}, {empty}, {folder},
+# {missing}, {latin1}, {finished} and {file} are filled in with paths made by the fixture.
+CASES = [
+    ("heads-not-dividing", ["heads=3"], "heads=3: must divide d_model=32"),
+    ("zero-layers", ["layers=0"], "layers=0"),
+    ("negative-lr", ["lr=-1"], "lr=-1"),
+    ("warmup-longer-than-steps", ["warmup=10"], "warmup=10"),
+    ("negative-warmup", ["warmup=-1"], "warmup=-1"),
+    ("negative-deepnorm-alpha", ["placement=deepnorm", "deepnorm.alpha=-1"], "deepnorm.alpha=-1"),
+    ("word-deepnorm-alpha", ["deepnorm.alpha=foo"], "deepnorm.alpha=foo"),
+    ("unknown-norm", ["norm=foo"], "norm=foo: unknown option; choose from " + ", ".join(options("norm"))),
+    ("unknown-placement", ["placement=bar"], "placement=bar: unknown option; choose from " + ", ".join(options("placement"))),
+    ("unknown-experiment", ["experiment=nope"], "experiment=nope"),
+    ("missing-data-file", ["data.files=[{missing}]"], "data.files={missing}: no such file"),
+    ("empty-data-file", ["data.files=[{empty}]"], "data.files={empty}: the file is empty"),
+    ("directory-as-data-file", ["data.files=[{folder}]"], "data.files={folder}: is a directory"),
+    ("no-data-files", ["data.files=null"], "data.files"),
+    ("unknown-key", ["foo=1"], "'foo'"),
+    ("malformed-override", ["layers="], "layers="),
+    ("unparsable-list", ["layers=[1,2"], "cannot parse the overrides"),
+    ("sweep-without-m", ["heads=2,4"], "heads=2,4: a sweep needs -m"),
+    ("removed-key", ["~layers"], "layers"),
+    ("broken-interpolation", ["lr=${{nope}}"], "lr"),
+    ("tiny-bpe-vocabulary", ["tokenizer=bpe", "tokenizer.vocab_size=10"], "tokenizer.vocab_size=10"),
+    ("cuda-on-cpu-machine", ["device=cuda"], "device=cuda"),
+    ("negative-grad-clip", ["grad_clip=-1"], "grad_clip=-1"),
+    ("zero-batch", ["batch_size=0"], "batch_size=0"),
+    ("word-steps", ["steps=abc"], "steps=abc"),
+    ("bad-progress-mode", ["log.progress=xyz"], "log.progress=xyz"),
+    ("non-boolean-resume", ["resume=maybe"], "resume=maybe"),
+    ("val-fraction-above-one", ["data.val_fraction=2"], "data.val_fraction=2"),
+    ("unknown-flag", ["--foo"], "unknown option --foo"),
+    ("bad-cfg-choice", ["--cfg", "nope"], "--cfg nope"),
+    ("finished-run-without-resume", [], "hydra.run.dir={finished}: already holds a run (status completed)"),
+    ("resume-with-other-settings", ["resume=true", "layers=3"], "layers=3: differs from the run in {finished} (layers=2)"),
+    ("run-dir-inside-a-file", ["hydra.run.dir={file}/run"], "hydra.run.dir={file}/run: cannot create it"),
+    # found only after loading the data, inside the Hydra job: the job gets its own new folder
+    ("seq-len-longer-than-split", ["seq_len=100000", "hydra.run.dir={fresh}"], "seq_len=100000: the train split has only"),
+    ("non-utf8-file", ["data.files=[{latin1}]", "hydra.run.dir={fresh}"], "data.files: {latin1} is not UTF-8"),
+]
+IN_JOB = {"seq-len-longer-than-split", "non-utf8-file"}
+
+
+def merged(base: list[str], extra: list[str]) -> list[str]:
+    """base overrides with those of `extra` replacing the same key (order kept, flags appended)."""
+    key = lambda o: o.split("=")[0].lstrip("~+")  # noqa: E731
+    replaced = {key(o) for o in extra if not o.startswith("-")}
+    return [o for o in base if key(o) not in replaced] + extra
+
+
+def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
+    """{relative path: (size, mtime_ns)} of every file and folder below `folder`, itself included."""
+    return {str(p.relative_to(folder)): (p.stat().st_size if p.is_file() else -1, p.stat().st_mtime_ns)
+            for p in [folder, *sorted(folder.rglob("*"))]}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Input files, and one finished run (made by the real CLI) that no bad input may touch."""
+    root = tmp_path_factory.mktemp("bad_input")
+    env = {**__import__("os").environ, "NORMEXP_CACHE": str(root / "cache"), "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    paths = {"corpus": make_corpus(root / "corpus.txt", n_bytes=20_000), "empty": root / "empty.txt",
+             "folder": root / "a_folder", "missing": root / "missing.txt", "latin1": root / "latin1.txt",
+             "file": root / "corpus.txt", "finished": root / "finished"}
+    paths["empty"].write_text("")
+    paths["folder"].mkdir()
+    paths["latin1"].write_bytes("Caf\u00e9 cr\u00e8me, na\u00efve fa\u00e7ade.\n".encode("latin-1") * 200)
+    run_cli(["train", *BASE, f"data.files=[{paths['corpus']}]", f"hydra.run.dir={paths['finished']}"], env)
+    assert read_summary(paths["finished"])["status"] == "completed"
+    return root, paths, env
+
+
+def run_case(world, case):
+    """Run one case on its own copy of the finished run; return what the test checks."""
+    root, paths, env = world
+    name, overrides, _ = case
+    case_dir = root / "cases" / name
+    finished = case_dir / "finished"
+    shutil.copytree(paths["finished"], finished)  # copy2 keeps the mtimes
+    fill = {**{k: str(v) for k, v in paths.items()}, "finished": str(finished), "fresh": str(case_dir / "fresh")}
+    args = merged([*BASE, f"data.files=[{paths['corpus']}]", f"hydra.run.dir={finished}"],
+                  [o.format(**fill) for o in overrides])
+    before = folder_state(finished)
+    proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+    return proc, before, folder_state(finished), fill
+
+
+@pytest.fixture(scope="module")
+def results(world):
+    """All cases at once, two at a time (each is a separate process of ~1 s)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip((c[0] for c in CASES), pool.map(lambda c: run_case(world, c), CASES)))
+
+
+def test_table_has_at_least_20_distinct_bad_inputs():
+    assert len({c[0] for c in CASES}) == len(CASES) >= 20
+    assert len({tuple(c[1]) for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_one_line_exit_2_and_touches_no_run(results, case):
+    name, _, expected = case
+    proc, before, after, fill = results[name]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    errors = [line for line in lines if "error" in line.lower()]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0] == lines[-1]  # the error is the last word
+    assert expected.format(**fill) in errors[0]
+    if name not in IN_JOB:  # caught before Hydra starts: nothing but the message
+        assert len(lines) == 1 and lines[0].startswith("normexp: error: "), proc.stderr
+    else:  # the job's own new folder records the failure
+        summary = read_summary(Path(fill["fresh"]))
+        assert summary["status"] == "failed" and expected.format(**fill) in summary["error"]
+    assert after == before, "the existing run folder was written to"
+
+
+def test_valid_names_match_the_registries():
+    """validate.py reads the valid names from the config groups (so it needs no torch):
+    they must be exactly the names the model and data code accept."""
+    from normexp.data import DATA_NAMES, TOKENIZER_NAMES
+    from normexp.model import NORMS, PLACEMENT_NAMES
+
+    assert declared_names("norm") == tuple(sorted(NORMS))
+    assert declared_names("placement") == tuple(sorted(PLACEMENT_NAMES))
+    assert declared_names("data") == tuple(sorted(DATA_NAMES))
+    assert declared_names("tokenizer") == tuple(sorted(TOKENIZER_NAMES))
+
+
+def test_checking_a_config_does_not_import_torch():
+    """The pre-flight path stays light, so a typo costs about a second, not a torch import."""
+    code = ("import sys, normexp.cli, normexp.validate, normexp.runfolder; "
+            "print(sorted(m for m in ('torch', 'datasets', 'tokenizers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_sweep_goes_on_past_a_failed_and_a_diverged_job(world, tmp_path):
+    """4 jobs: lr=-1 is impossible, lr=1e4 without warmup diverges, the other two complete."""
+    _, paths, env = world
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["train", "-m", *BASE, f"data.files=[{paths['corpus']}]", "lr=2e-3,1e-3,1e4,-1",
+                    f"hydra.sweep.dir={sweep}"], env)
+    assert "Traceback" not in proc.stderr
+    runs = {read_summary(r)["lr"]: read_summary(r) for r in find_runs(sweep)}
+    assert sorted(runs) == [-1, 0.001, 0.002, 10000.0]
+    assert runs[0.002]["status"] == runs[0.001]["status"] == "completed"
+    assert runs[0.002]["steps_completed"] == runs[0.001]["steps_completed"] == 5
+    assert runs[10000.0]["status"] == "diverged" and runs[10000.0]["diverged_at_step"] is not None
+    assert runs[-1]["status"] == "failed" and runs[-1]["error"] == "lr=-1: must be a number > 0"
+
+    report = run_cli(["report", str(sweep)], env)
+    assert "4 runs under" in report.stdout
+    for status in ("2 completed", "1 diverged", "1 failed"):
+        assert status in report.stdout, report.stdout
+    assert "lr=-1: must be a number > 0" in report.stdout
