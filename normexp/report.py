@@ -211,14 +211,26 @@ def fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
+def fmt_param(value) -> str:
+    """A hyperparameter value as the user would type it: 0.01, 3e-05, 200."""
+    if value is None:
+        return "-"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def fmt_rate(value) -> str:
+    """Throughput as a whole number with thousands separators."""
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     head = ["#", *map(display_name, keys), *METRIC_COLUMNS]
     rows = []
     for r in runs:
         m = r.metrics()
-        rows.append([str(r.index), *(fmt(r.config.get(k)) for k in keys), r.status, fmt(m.get("steps_completed")),
+        rows.append([str(r.index), *(fmt_param(r.config.get(k)) for k in keys), r.status, fmt(m.get("steps_completed")),
                      fmt(m.get("final_val_loss")), fmt(m.get("best_val_loss")), fmt(m.get("diverged_at_step")),
-                     fmt(m.get("tokens_per_second"))])
+                     fmt_rate(m.get("tokens_per_second"))])
     return head, rows
 
 
@@ -263,7 +275,7 @@ def _pyplot():
 
 
 def _label(r: Run, keys: list[str]) -> str:
-    return ", ".join(f"{display_name(k)}={fmt(r.config.get(k))}" for k in keys) or f"run #{r.index}"
+    return ", ".join(f"{display_name(k)}={fmt_param(r.config.get(k))}" for k in keys) or f"run #{r.index}"
 
 
 def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
@@ -292,7 +304,7 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
             if r.status == "diverged" and finite:  # the cross sits at the divergence step
                 at = r.summary.get("diverged_at_step")
                 ax.plot(at if at is not None else finite[-1][0], finite[-1][1], marker="x", color="red", ms=9, mew=2)
-        ax.set_title(f"{display_name(panel_key)}={fmt(value)}" if panel_key else "validation loss", fontsize=10)
+        ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else "validation loss", fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -356,7 +368,7 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
             if not math.isfinite(v):
                 b.set_hatch("//")
             ax.annotate(t or "no value", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(row_vals)), [fmt(v) for v in row_vals])
+        ax.set_xticks(range(len(row_vals)), [fmt_param(v) for v in row_vals])
         ax.set_xlabel(display_name(row_key))
         ax.set_ylabel("final validation loss")
         ax.set_title("Final validation loss (hatched: diverged or failed)" + subtitle, fontsize=10)
@@ -378,8 +390,8 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
                 ax.text(j, i, texts[i][j] or "–", ha="center", va="center", fontsize=8,
                         color="red" if bad else ("black" if light else "white"),
                         bbox=dict(facecolor="white", edgecolor="none", pad=1.5) if bad and texts[i][j] else None)
-        ax.set_xticks(range(len(col_vals)), [fmt(v) for v in col_vals])
-        ax.set_yticks(range(len(row_vals)), [fmt(v) for v in row_vals])
+        ax.set_xticks(range(len(col_vals)), [fmt_param(v) for v in col_vals])
+        ax.set_yticks(range(len(row_vals)), [fmt_param(v) for v in row_vals])
         ax.set_xlabel(display_name(col_key))
         ax.set_ylabel(display_name(row_key))
         ax.set_title("Final validation loss (hatched red: diverged or failed)" + subtitle, fontsize=10)
