@@ -111,8 +111,23 @@ def make_optimizer(model: GPT, cfg: DictConfig, device: torch.device) -> torch.o
 
 # ------------------------------------------------------------------- TensorBoard
 
+def _import_summary_writer():
+    """torch's SummaryWriter, imported with boto3 hidden: TensorBoard's file layer imports boto3
+    (for s3:// logdirs) whenever it is installed, ~0.2-0.5 s of every run's start-up, and run
+    folders are local paths. Hiding it makes that optional `import boto3` fail as if absent."""
+    hide = "boto3" not in sys.modules
+    if hide:
+        sys.modules["boto3"] = None  # `import boto3` now raises ImportError
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    finally:
+        if hide and sys.modules.get("boto3", 0) is None:
+            del sys.modules["boto3"]  # later imports of boto3 work as usual
+    return SummaryWriter
+
+
 def tensorboard_writer(run_dir: Path, purge_step: int | None):
-    from torch.utils.tensorboard import SummaryWriter
+    SummaryWriter = _import_summary_writer()
     from torch.utils.tensorboard.summary import custom_scalars
 
     writer = SummaryWriter(str(run_dir), purge_step=purge_step, flush_secs=30)
@@ -240,7 +255,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     summary = {
         "status": "running", "steps_completed": 0, "final_train_loss": None, "final_val_loss": None,
         "best_val_loss": None, "diverged_at_step": None, "tokens_per_second": None, "parameters": None,
-        "wall_seconds": None, "norm": cfg.norm.name, "placement": cfg.placement.name,
+        "wall_seconds": None, "initial_loss": None, "norm": cfg.norm.name, "placement": cfg.placement.name,
         "layers": cfg.layers, "d_model": cfg.d_model, "heads": cfg.heads, "warmup": warmup,
         "lr": cfg.lr, "seed": cfg.seed, "steps": cfg.steps, "batch_size": cfg.batch_size,
         "seq_len": cfg.seq_len, "schedule": cfg.schedule.name, "grad_clip": cfg.grad_clip,
@@ -309,6 +324,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     tokens_per_step = cfg.batch_size * cfg.seq_len
     check_every_step = device.type == "cpu"  # .item() is free on CPU; on GPUs only on logged steps
     max_loss = cfg.divergence.max_loss
+    if summary.get("initial_loss") is not None:  # resumed: the ceiling set at step 0
+        max_loss = max(max_loss, 2 * summary["initial_loss"])
     last_train_loss = summary.get("final_train_loss")
     progress = Progress(cfg.log.progress if main else "off", cfg.steps, start_step)
     timer_start, timer_steps, tps = time.perf_counter(), 0, summary.get("tokens_per_second")
@@ -387,6 +404,11 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                         grad_ok = math.isfinite(values["grad_norm_global"])
                     else:
                         loss_value, grad_ok = distributed.mean(loss.detach()).item(), True
+                    if step == 0 and math.isfinite(loss_value):
+                        # a model that starts above the ceiling (e.g. norm=none) has not diverged:
+                        # the ceiling becomes twice its initial loss
+                        summary["initial_loss"] = loss_value
+                        max_loss = max(max_loss, 2 * loss_value)
                     if not (math.isfinite(loss_value) and loss_value <= max_loss and grad_ok):
                         if not record:  # redo this step's forward/backward to log every layer
                             loss, trace = forward_backward(x, y, True)
@@ -394,7 +416,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                                                        **instruments.gradients()})
                         write_scalars(writer, {**scalar_tags(values), "train/loss": values["loss"]}, step)
                         why = ("non-finite gradient" if math.isfinite(loss_value) and loss_value <= max_loss
-                               else f"loss {loss_value:.4g}" + ("" if not math.isfinite(loss_value) else f" above divergence.max_loss={max_loss}"))
+                               else f"loss {loss_value:.4g}" + ("" if not math.isfinite(loss_value) else f" above the ceiling {max_loss:.4g} (divergence.max_loss, or twice the initial loss)"))
                         writer.add_text("divergence", f"Diverged at step {step}: {why}. "
                                         "See the per-layer charts at this step for the layer that blew up first.", step)
                         log.warning("diverged at step %d: %s", step, why)
