@@ -341,6 +341,18 @@ def probe(
     typer.echo(f"\nwrote {', '.join(str(p) for p in written)} ({_time.perf_counter() - start:.1f} s)")
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+def bench(ctx: typer.Context):
+    """Time training steps on this machine: normexp vs a hand-written GPT, MFU, instrument
+    overhead; `--all` adds torch.compile, parallel sweeps and start-up. `normexp bench --help`."""
+    from .bench import run  # imports torch: only when benchmarking
+
+    run(list(ctx.args))
+
+
 def main():
     app()
 
