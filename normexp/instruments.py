@@ -46,17 +46,22 @@ class Instruments:
         self.has_final_norm = any(g == self.layers + 1 for g in groups)
         self.params = params
         self.group_index = torch.tensor(groups, device=params[0].device)
-        self.mlp_out_weights = [b.mlp.sublayer.fc_out.weight for b in model.blocks]
+        mlp_out = {id(b.mlp.sublayer.fc_out.weight) for b in model.blocks}
+        self.mlp_out_index = torch.tensor([i for i, p in enumerate(params) if id(p) in mlp_out], device=params[0].device)
         self.model_update = model_update
+        # only BatchNorm behaves differently in eval mode; switching just those modules
+        # costs nothing, model.eval() walks all ~700 modules of a 48-layer model (~6 ms)
+        self.batch_norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
         self.probe_idx = None
         self.probe_h0 = None
         self._before = None
 
-    def _group_norms(self, tensors: list[torch.Tensor]) -> torch.Tensor:
-        """L2 norm of each parameter group: sqrt of the summed squared per-tensor norms."""
-        sq = torch.stack(torch._foreach_norm(tensors)).float().pow(2)
-        sums = torch.zeros(len(self.group_names), device=sq.device).index_add_(0, self.group_index, sq)
-        return sums.sqrt()
+    def _group_norms(self, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(L2 norm of each parameter group, L2 norm of each tensor): one multi-tensor norm,
+        the groups' norms are the roots of their summed squared tensor norms."""
+        per_tensor = torch.stack(torch._foreach_norm(tensors)).float()
+        sums = torch.zeros(len(self.group_names), device=per_tensor.device).index_add_(0, self.group_index, per_tensor.pow(2))
+        return sums.sqrt(), per_tensor
 
     # ---- activations (from the trace of a forward with record=True)
     def activations(self, trace: dict) -> dict[str, torch.Tensor]:
@@ -70,10 +75,10 @@ class Instruments:
     # ---- gradients (after backward, before clipping and the optimizer step)
     def gradients(self) -> dict[str, torch.Tensor]:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        per_group = self._group_norms(grads)
+        per_group, per_tensor = self._group_norms(grads)
         out = {
             "grad_norm": per_group[: self.layers],
-            "grad_norm_mlp_out": torch.stack(torch._foreach_norm([w.grad for w in self.mlp_out_weights])),
+            "grad_norm_mlp_out": per_tensor[self.mlp_out_index],
             "grad_norm_embedding": per_group[self.layers],
             "grad_norm_global": per_group.pow(2).sum().sqrt(),
         }
@@ -89,12 +94,12 @@ class Instruments:
         if self._before is None:
             self._before = [torch.empty_like(p) for p in self.params]
         torch._foreach_copy_(self._before, self.params)
-        self._before_norms = self._group_norms(self._before)
+        self._before_norms = self._group_norms(self._before)[0]
 
     @torch.no_grad()
     def after_step(self) -> dict[str, torch.Tensor]:
         torch._foreach_sub_(self._before, self.params)  # in place: θ_before − θ_after = −Δθ, same norm
-        ratio = self._group_norms(self._before) / self._before_norms.clamp_min(1e-30)
+        ratio = self._group_norms(self._before)[0] / self._before_norms.clamp_min(1e-30)
         out = {"update_ratio": ratio[: self.layers], "update_ratio_embedding": ratio[self.layers]}
         if self.has_final_norm:
             out["update_ratio_final_norm"] = ratio[self.layers + 1]
@@ -103,11 +108,13 @@ class Instruments:
     # ---- DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖ / ‖f(x;θ_0)‖ on a fixed probe batch
     @torch.no_grad()
     def _probe_hidden(self, autocast) -> torch.Tensor:
-        was_training = self.model.training
-        self.model.eval()  # no BatchNorm running-stat updates from the probe
+        modes = [m.training for m in self.batch_norms]
+        for m in self.batch_norms:  # running statistics, and no running-stat updates from the probe
+            m.training = False
         with autocast():
             h = self.model.hidden(self.probe_idx).float()
-        self.model.train(was_training)
+        for m, mode in zip(self.batch_norms, modes):
+            m.training = mode
         return h
 
     def set_probe(self, idx: torch.Tensor, autocast):

@@ -127,3 +127,48 @@ def test_divergence_inside_a_multirun_ends_only_that_job(tmp_path, corpus, cli_e
     scalars = read_scalars(run_dir)
     assert all(step in scalars[f"act_std/layer_{i:02d}"] for i in range(2))
     assert all(step in scalars[f"grad_norm/layer_{i:02d}"] for i in range(2))
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_model_update_and_std_against_direct_computation(norm):
+    """stability/model_update is ‖h_t − h_0‖/‖h_0‖ of the final hidden state on the probe
+    batch, computed in eval mode (BatchNorm on its running statistics), and the probe leaves
+    the model as it found it: train mode, running statistics untouched."""
+    from normexp.instruments import Instruments, _std
+
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=64, seq_len=16, layers=3, d_model=32, heads=2, norm=norm, placement="post"))
+    model.train()
+    probe = torch.randint(0, 64, (2, 16))
+    instruments = Instruments(model)
+    instruments.set_probe(probe, _nullcontext)
+    model.eval()
+    with torch.no_grad():
+        h0 = model.hidden(probe).clone()
+    model.train()
+    with torch.no_grad():  # a stand-in for training: perturb every weight, move the running statistics
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        model(torch.randint(0, 64, (4, 16)))
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    update = instruments.model_update_size(_nullcontext)["model_update"].item()
+    model.eval()
+    with torch.no_grad():
+        h1 = model.hidden(probe)
+    model.train()
+    assert update == pytest.approx(((h1 - h0).norm() / h0.norm()).item(), rel=1e-5)
+    assert update > 0.01
+    assert all(m.training for m in model.modules())
+    for k, v in model.named_buffers():
+        assert torch.equal(v, buffers[k]), f"the probe changed {k}"
+
+    # the one-pass std against torch's two-pass std, including an offset mean
+    tensors = [torch.randn(4, 16, 32) * s + m for s, m in [(1.0, 0.0), (0.01, 3.0), (50.0, -2.0)]]
+    expected = torch.stack([t.std(correction=0) for t in tensors])
+    assert torch.allclose(_std(tensors), expected, rtol=1e-5)
+
+
+def _nullcontext():
+    import contextlib
+
+    return contextlib.nullcontext()
