@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import run_cli
 
-from normexp.bench import OFF, MinimalGPT, Pool, Shape, step_durations
+from normexp.bench import OFF, MinimalGPT, Pool, Shape, paired_overhead, step_durations
 from normexp.model import GPT, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,12 +68,17 @@ def test_pool_amortises_the_logging_step_and_keeps_the_best_round():
     pool.add([2 * t for t in stamps], rss_mb=1.0)  # a round at half speed (a busy machine)
     pool.add(stamps, rss_mb=1.0)
     assert pool.seconds_per_step() == pytest.approx((3 * 1.0 + 3.0) / 4)
-    assert pool.logged_extra() == pytest.approx(2.0)
+    # extra seconds 4 (busy round) and 2, i.e. twice a plain step in both: medians 3 s and +200 %
+    assert pool.logged_extra() == pytest.approx((3.0, 2.0))
     assert pool.steps_timed == 18
     off = Pool(OFF)  # no logging step: all nine durations are plain, the median ignores the two slow ones
     off.add(stamps, rss_mb=1.0)
     assert off.rounds == [(plain[:1] + [3.0] + plain[1:4] + [3.0] + plain[4:], [])]
     assert off.seconds_per_step() == pytest.approx(1.0)
+    off.add([2 * t for t in stamps], rss_mb=1.0)
+    # pool's rounds: busy 3.0 s then calm 1.5 s; off's: calm 1.0 s then busy 2.0 s → ratios 3.0 and 0.75
+    assert pool.round_seconds() == pytest.approx([3.0, 1.5])
+    assert paired_overhead(pool, off) == pytest.approx((0.875, -0.25, 2.0))
 
 
 def test_bench_runs_end_to_end_on_a_tiny_shape(tmp_path, cli_env):
