@@ -261,6 +261,9 @@ class Block(nn.Module):
 
 # ----------------------------------------------------------------------------- GPT
 
+IGNORE_TARGET = -100  # a target position that adds nothing to the loss
+
+
 class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -305,7 +308,8 @@ class GPT(nn.Module):
 
     def hidden(self, idx: torch.Tensor, record: bool = False):
         """The final hidden state (B, T, d). With record=True also returns per-block tensors
-        for the instruments: the residual stream leaving each block and each sublayer's output."""
+        for the instruments: the residual stream leaving each block, each sublayer's output,
+        and the final hidden state itself."""
         x = (self.tok_emb(idx) + self.pos_emb(self.positions[: idx.shape[1]])) * self.embed_scale
         trace = {"embed": x, "block": [], "attn_out": [], "mlp_out": []} if record else None
         for block in self.blocks:
@@ -315,14 +319,18 @@ class GPT(nn.Module):
                 trace["attn_out"].append(attn_out)
                 trace["mlp_out"].append(mlp_out)
         h = self.final_norm(x)
+        if record:
+            trace["final"] = h
         return (h, trace) if record else h
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, record: bool = False):
-        """Logits through the tied head; with targets, the mean cross-entropy (nats/token)."""
+        """Logits through the tied head; with targets, the mean cross-entropy (nats/token)
+        over the targets that are not IGNORE_TARGET."""
         out = self.hidden(idx, record)
         h, trace = out if record else (out, None)
         logits = h @ self.tok_emb.weight.t()
-        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
+                                                       ignore_index=IGNORE_TARGET)
         return (logits, loss, trace) if record else (logits, loss)
 
     def num_parameters(self) -> int:

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from . import checkpoint as ckpt
 from . import distributed
 from .instruments import LAYOUT_FAMILIES, Instruments, scalar_tags
-from .model import GPT, ModelConfig, deepnorm_constants
+from .model import GPT, IGNORE_TARGET, ModelConfig, deepnorm_constants
 from .runfolder import write_summary
 from .schedules import lr_multiplier
 
@@ -342,8 +342,13 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         model.train()
         return distributed.mean(total / cfg.eval_batches).item()
 
-    def forward_backward(x, y, record: bool):
+    def forward_backward(x, y, record: bool, probe: torch.Tensor | None = None):
+        """Loss and (record=True) the instruments' trace. `probe` rows, if given, ride along
+        in the forward with ignored targets (see Instruments.fused_probe_rows)."""
         optimizer.zero_grad(set_to_none=True)
+        if probe is not None:
+            x = torch.cat([x, probe])
+            y = torch.cat([y, torch.full_like(probe, IGNORE_TARGET)])
         with autocast():
             if record:
                 _, loss, trace = ddp_model(x, y, record=True)
@@ -389,12 +394,14 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                 # every rank draws the same global batch and trains on its own rows of it
                 x, y = (distributed.my_rows(t) for t in get_batch(corpus.train, cfg.batch_size, cfg.seq_len, data_gen))
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                loss, trace = forward_backward(x, y, record)
+                probe = instruments.fused_probe_rows() if record else None
+                loss, trace = forward_backward(x, y, record, probe)
 
                 collected = {}
                 if record:
-                    collected = {"loss": distributed.mean(loss.detach().float()), **instruments.activations(trace),
-                                 **instruments.gradients()}
+                    collected = {"loss": distributed.mean(loss.detach().float()),
+                                 **instruments.activations(trace, rows=len(x)), **instruments.gradients()}
+                    probe_hidden = None if probe is None else trace["final"][len(x):]
                     del trace
                 loss_value = None
                 if record or check_every_step:
@@ -427,7 +434,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                 if cfg.grad_clip is not None:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
                 if record:  # the model update is measured at θ_step, like every other scalar of this step
-                    model_update = instruments.model_update_size(autocast)
+                    model_update = instruments.model_update_size(autocast, probe_hidden)
                     instruments.before_step()
                 optimizer.step()
                 step += 1

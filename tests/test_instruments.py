@@ -55,8 +55,9 @@ def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, place
     run = tmp_path / "run"
     L, d, T, B, seed = 3, 32, 32, 4, 7
     run_cli(["train", f"data.files=[{corpus}]", "data=text", f"layers={L}", f"d_model={d}", "heads=2",
-             f"seq_len={T}", f"batch_size={B}", f"seed={seed}", "steps=1", "warmup=0", "schedule=constant",
+             f"seq_len={T}", f"batch_size={B}", f"seed={seed}", "steps=2", "warmup=0", "schedule=constant",
              "log_every=1", "eval_batches=1", "threads=1", "log.progress=off", f"placement={placement}",
+             "checkpoint_every=1", "keep_checkpoints=2",
              f"hydra.run.dir={run}"], cli_env)
     scalars = read_scalars(run)
 
@@ -98,15 +99,27 @@ def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, place
     total_sq = sum((p.grad.double() ** 2).sum().item() for p in model.parameters())
     assert scalars["train/grad_norm"][0] == pytest.approx(math.sqrt(total_sq), rel=1e-5)
 
-    # update_ratio: ‖θ_1 − θ_0‖/‖θ_0‖ per block, θ_1 from the run's final checkpoint
-    state = torch.load(sorted((run / "checkpoints").glob("*.pt"))[-1], weights_only=False)
-    assert state["step"] == 1
+    # update_ratio: ‖θ_1 − θ_0‖/‖θ_0‖ per block, θ_1 from the run's checkpoint after step 1
+    states = [torch.load(f, weights_only=False) for f in (run / "checkpoints").glob("*.pt")]
+    state = next(st for st in states if st["step"] == 1)
     theta1 = {k: v.double() for k, v in state["model"].items()}
     for i in range(L):
         keys = [k for k in theta0 if k.startswith(f"blocks.{i}.") and "running" not in k and "num_batches" not in k]
         delta = math.sqrt(sum(((theta1[k] - theta0[k]) ** 2).sum().item() for k in keys))
         base = math.sqrt(sum((theta0[k] ** 2).sum().item() for k in keys))
         assert scalars[f"update_ratio/layer_{i:02d}"][0] == pytest.approx(delta / base, rel=1e-4)
+
+    # model update at step 1 (logged before that step's update, i.e. at θ_1): ‖h(θ_1) − h(θ_0)‖/‖h(θ_0)‖
+    # of the final hidden state on the probe batch, one sequence of validation text (seed + 1)
+    val_tokens = np.frombuffer(text[len(train_text):].encode(), dtype=np.uint8)
+    probe, _ = get_batch(val_tokens, 1, T, torch.Generator().manual_seed(seed + 1))
+    model.load_state_dict({k: v.float() for k, v in theta0.items()})
+    with torch.no_grad():
+        h0 = model.hidden(probe).double()
+        model.load_state_dict(state["model"])
+        h1 = model.hidden(probe).double()
+    assert scalars["stability/model_update"][1] == pytest.approx(((h1 - h0).norm() / h0.norm()).item(), rel=1e-4)
+    assert scalars["stability/model_update"][0] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_divergence_inside_a_multirun_ends_only_that_job(tmp_path, corpus, cli_env):
@@ -162,8 +175,8 @@ def test_model_update_and_std_against_direct_computation(norm):
     for k, v in model.named_buffers():
         assert torch.equal(v, buffers[k]), f"the probe changed {k}"
 
-    # the one-pass std against torch's two-pass std, including an offset mean
-    tensors = [torch.randn(4, 16, 32) * s + m for s, m in [(1.0, 0.0), (0.01, 3.0), (50.0, -2.0)]]
+    # the one-pass std against torch's two-pass std, up to a mean of 10 standard deviations
+    tensors = [torch.randn(4, 16, 32) * s + m for s, m in [(1.0, 0.0), (0.3, 3.0), (50.0, -2.0), (1e-3, -1e-2)]]
     expected = torch.stack([t.std(correction=0) for t in tensors])
     assert torch.allclose(_std(tensors), expected, rtol=1e-5)
 
