@@ -299,7 +299,8 @@ def report(
 @app.command()
 def probe(
     # the defaults repeat probe.DEFAULT_PLACEMENTS/DEPTHS: importing probe here would import torch at start-up
-    placements: str = typer.Option("post,pre,deepnorm,sandwich", help="Comma-separated placements."),
+    placements: str = typer.Option(None, help="Comma-separated placements [default: post,pre,deepnorm,sandwich; "
+                                                "with --encoder-decoder post,pre,sandwich]."),
     depths: str = typer.Option("6,12,24,48", help="Comma-separated block counts."),
     # 6 seeds × 1 batch: the spread between seeds is 3-5x that between batches (same cost as 3 × 2)
     seeds: int = typer.Option(6, help="Seeds 0..N-1 (a fresh init per seed)."),
@@ -312,6 +313,10 @@ def probe(
     threads: int = typer.Option(1, help="CPU threads (1 is fastest for these small models)."),
     data_file: Path = typer.Option(None, "--data-file", help="A UTF-8 text file instead of the default corpus."),
     out: Path = typer.Option(None, "--out", help="Output folder (default: runs/probe/<date>/<time>)."),
+    encoder_decoder: bool = typer.Option(
+        False, "--encoder-decoder",
+        help="Probe the decoder of an encoder-decoder Transformer (the model of Xiong et al.'s Fig. 3) "
+             "instead of the decoder-only LM."),
 ):
     """Gradient and activation scale per layer at initialisation, without training
     (Xiong et al. 2020, §3 and Fig. 3): table, probe.json and figures."""
@@ -321,7 +326,9 @@ def probe(
 
     try:
         settings = ProbeSettings(
-            placements=parse_list(placements, str, "--placements"), depths=parse_list(depths, int, "--depths"),
+            placements=parse_list(placements or ("post,pre,sandwich" if encoder_decoder else "post,pre,deepnorm,sandwich"),
+                                  str, "--placements"),
+            depths=parse_list(depths, int, "--depths"), encoder_decoder=encoder_decoder,
             seeds=seeds, batches=batches, norm=norm, d_model=d_model, heads=heads, seq_len=seq_len,
             batch_size=batch_size, threads=threads)
         settings.check()

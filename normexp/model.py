@@ -219,7 +219,10 @@ PLACEMENT_NAMES = sorted([*PLACEMENTS, "mix"])
 # ----------------------------------------------------------------------- sublayers
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with one fused QKV projection."""
+    """Multi-head causal self-attention with one fused QKV projection. (`causal = False`
+    attends both ways: the encoder of `normexp probe --encoder-decoder`.)"""
+
+    causal = True
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -230,7 +233,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 

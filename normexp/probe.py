@@ -22,6 +22,15 @@ Fig. 3's per-layer shapes do not. Pre-LN's gradient falls with the layer index l
 is a multiplicative random walk over layers (per seed, last/first spans ×0.2–×6 at L=16–24),
 flat to ±40 % on average over seeds rather than rising towards the output.
 
+Fig. 3 is measured on an encoder-decoder Transformer, and `--encoder-decoder` (the decoder
+of one: self-attention, cross-attention to the encoder's output, MLP in every block)
+reproduces it: Post-LN's W₂ gradient rises towards the output (last/first ×4.2 at L=6, and
+exponentially with depth: the vanishing gradient of Post-LN decoders that Liu et al. 2020,
+"Understanding the Difficulty of Training Transformers", describe), while its last layer's
+stays flat in depth; Pre-LN's per-layer gradients are about equal (max/min 1.3 at L=6) and
+its last layer's follows 1/√L. Cross-attention is what separates the two: it adds variance
+to the decoder's stream without passing gradient back along it (see `EncoderDecoder`).
+
 The table shows, per placement × depth (means over seeds): the last layer's gradient and
 last·√L (constant for a 1/√L law), last/first and its noise-robust version `fit` (the
 last/first ratio of a least-squares line through log grad against layer index), max/min,
@@ -40,12 +49,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 from .data import get_batch, load_corpus
-from .model import GPT, NORMS, PLACEMENT_NAMES, ModelConfig
+from .model import GPT, NORMS, PLACEMENT_NAMES, PLACEMENTS, ModelConfig
 
 DEFAULT_PLACEMENTS = ("post", "pre", "deepnorm", "sandwich")
 DEFAULT_DEPTHS = (6, 12, 24, 48)
+# DeepNorm's encoder-decoder α, β differ from the decoder-only ones and are not implemented
+ENCODER_DECODER_PLACEMENTS = ("post", "pre", "sandwich", "peri")
 
 
 class ProbeError(Exception):
@@ -68,11 +81,16 @@ class ProbeSettings:
     # One thread: at width 64 every op is tiny and per-op overhead dominates; a second
     # thread only adds synchronisation (and thrashes when the cores are shared).
     threads: int = 1
+    # the decoder of an encoder-decoder Transformer, the model of Xiong et al.'s Fig. 3
+    encoder_decoder: bool = False
 
     def check(self) -> None:
         for p in self.placements:
             if p not in PLACEMENT_NAMES:
                 raise ProbeError(f"--placements: unknown placement {p!r}; choose from {', '.join(PLACEMENT_NAMES)}")
+            if self.encoder_decoder and p not in ENCODER_DECODER_PLACEMENTS:
+                raise ProbeError(f"--encoder-decoder: placement {p} is not supported (DeepNorm's encoder-decoder "
+                                 f"constants are not implemented); use {', '.join(ENCODER_DECODER_PLACEMENTS)}")
         if not self.placements:
             raise ProbeError("--placements is empty; give e.g. --placements post,pre")
         if not self.depths or any(d <= 0 for d in self.depths):
@@ -120,38 +138,121 @@ def probe_tokens(data_file: Path | None) -> tuple[np.ndarray, int, str]:
     return np.asarray(corpus.train), corpus.vocab_size, corpus.description
 
 
+# ------------------------------------------------------------ encoder-decoder model
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from the decoder's stream (queries) to the encoder's output
+    (keys and values). The placement wrappers call sublayers with the stream alone, so the
+    encoder output is handed over through `memory` before each decoder forward."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.heads = cfg.heads
+        self.q = nn.Linear(cfg.d_model, cfg.d_model)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.memory: torch.Tensor | None = None
+
+    def forward(self, x):
+        B, T, C = x.shape
+        S = self.memory.shape[1]
+        q = self.q(x).view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        k, v = self.kv(self.memory).view(B, S, 2, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class EncoderDecoder(nn.Module):
+    """The Transformer of Vaswani et al. 2017, the model Xiong et al. measure in Fig. 3:
+    an encoder (self-attention both ways) reads a source segment; each decoder block runs
+    causal self-attention, cross-attention to the encoder's output, then the MLP, each
+    sublayer wrapped in the same placement. Encoder and decoder are normexp GPTs (same
+    embeddings, blocks and init); the cross-attention matrices get the same Xavier init.
+
+    Why the probe offers it: a decoder-only stack does not show Fig. 3's per-layer shapes
+    (module docstring), this does. Cross-attention adds variance to the decoder's stream
+    but passes no gradient back along it, so under Post-LN every block's norm shrinks the
+    gradient on its way down and the W₂ gradient grows towards the output, while Pre-LN's
+    stream grows faster than its sublayers' Jacobians and its per-layer gradients even out."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.encoder = GPT(cfg)
+        for block in self.encoder.blocks:
+            block.attn.sublayer.causal = False
+        self.decoder = GPT(cfg)
+        placement = PLACEMENTS[cfg.placement]
+        self.cross = nn.ModuleList(placement(CrossAttention(cfg), lambda: NORMS[cfg.norm](cfg.d_model, cfg), cfg)
+                                   for _ in range(cfg.layers))
+        d = cfg.d_model
+        for wrapper in self.cross:
+            attn = wrapper.sublayer
+            k, v = attn.kv.weight.data.split(d)  # views: init each d×d matrix on its own
+            for w in (attn.q.weight, k, v, attn.proj.weight):
+                nn.init.xavier_normal_(w)
+            for lin in (attn.q, attn.kv, attn.proj):
+                nn.init.zeros_(lin.bias)
+
+    def forward(self, src: torch.Tensor, idx: torch.Tensor, targets: torch.Tensor):
+        """(mean cross-entropy of the decoder, the decoder's residual stream leaving each block)."""
+        memory = self.encoder.hidden(src)
+        dec = self.decoder
+        x = (dec.tok_emb(idx) + dec.pos_emb(dec.positions[: idx.shape[1]])) * dec.embed_scale
+        streams = []
+        for block, cross in zip(dec.blocks, self.cross):
+            x, _ = block.attn(x)
+            cross.sublayer.memory = memory
+            x, _ = cross(x)
+            x, _ = block.mlp(x)
+            streams.append(x)
+        logits = dec.final_norm(x) @ dec.tok_emb.weight.t()
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        return loss, streams
+
+
 # -------------------------------------------------------------------------- probe
 
 def probe_model(placement: str, layers: int, seed: int, tokens: np.ndarray, vocab_size: int,
                 s: ProbeSettings) -> list[dict]:
-    """One record per block of a fresh model: W₂ gradient norm and hidden RMS, averaged
-    over `s.batches` forward/backward passes (the weights never change)."""
+    """One record per block of a fresh model (the decoder's blocks for an encoder-decoder):
+    W₂ gradient norm and hidden RMS, averaged over `s.batches` forward/backward passes
+    (the weights never change)."""
     torch.manual_seed(seed)
-    model = GPT(ModelConfig(vocab_size=vocab_size, seq_len=s.seq_len, layers=layers, d_model=s.d_model,
-                            heads=s.heads, norm=s.norm, placement=placement))
+    cfg = ModelConfig(vocab_size=vocab_size, seq_len=s.seq_len, layers=layers, d_model=s.d_model,
+                      heads=s.heads, norm=s.norm, placement=placement)
+    model = EncoderDecoder(cfg) if s.encoder_decoder else GPT(cfg)
+    decoder = model.decoder if s.encoder_decoder else model
     model.train()  # BatchNorm uses batch statistics, as in the first training step
     # The same batches for every placement and depth at a given seed: differences between
     # rows of the table come from the architecture, not from the sample.
     batch_gen = torch.Generator().manual_seed(seed)
-    w2 = [block.mlp.sublayer.fc_out.weight for block in model.blocks]
+    w2 = [block.mlp.sublayer.fc_out.weight for block in decoder.blocks]
     grad_sum = torch.zeros(layers, dtype=torch.float64)
     rms_sum = torch.zeros(layers, dtype=torch.float64)
     for _ in range(s.batches):
-        x, y = get_batch(tokens, s.batch_size, s.seq_len, batch_gen)
         model.zero_grad(set_to_none=True)
-        _, loss, trace = model(x, y, record=True)
+        if s.encoder_decoder:  # source: a segment of text; target: the segment that follows it
+            x2, y2 = get_batch(tokens, s.batch_size, 2 * s.seq_len, batch_gen)
+            loss, streams = model(x2[:, : s.seq_len], x2[:, s.seq_len:], y2[:, s.seq_len:])
+        else:
+            x, y = get_batch(tokens, s.batch_size, s.seq_len, batch_gen)
+            _, loss, trace = model(x, y, record=True)
+            streams = trace["block"]
         loss.backward()
         grad_sum += torch.stack([w.grad.detach().norm() for w in w2]).double()
-        rms_sum += torch.stack([h.detach().float().pow(2).mean().sqrt() for h in trace["block"]]).double()
+        rms_sum += torch.stack([h.detach().float().pow(2).mean().sqrt() for h in streams]).double()
     grad, rms = (grad_sum / s.batches).tolist(), (rms_sum / s.batches).tolist()
-    return [{"placement": placement, "norm": s.norm, "layers": layers, "layer": i, "seed": seed,
+    model_key = {"model": "encoder-decoder"} if s.encoder_decoder else {}
+    return [{"placement": placement, "norm": s.norm, "layers": layers, "layer": i, "seed": seed, **model_key,
              "grad_norm_mlp_out": grad[i], "hidden_rms": rms[i]} for i in range(layers)]
 
 
 def run_probe(s: ProbeSettings, tokens: np.ndarray, vocab_size: int, progress: bool = True) -> list[dict]:
     s.check()
-    if len(tokens) < s.seq_len + 2:
-        raise ProbeError(f"the corpus has only {len(tokens)} tokens; use a smaller --seq-len or a larger corpus")
+    need = (2 if s.encoder_decoder else 1) * s.seq_len + 2
+    if len(tokens) < need:
+        raise ProbeError(f"the corpus has only {len(tokens)} tokens, the probe needs {need}; "
+                         "use a smaller --seq-len or a larger corpus")
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(s.threads)
     records = []
@@ -256,8 +357,10 @@ def plot(records: list[dict], out_dir: Path) -> list[Path]:
             ax.grid(alpha=0.3, which="both")
     axes[0][0].legend(fontsize=8)
     axes[1][0].legend(fontsize=8)
-    fig.suptitle(f"At initialisation ({norm} norm, mean over seeds): gradient of each block's second MLP matrix\n"
-                 "and RMS of the residual stream leaving each block (Xiong et al. 2020, Fig. 3)", fontsize=10)
+    which = ("each decoder block" if records[0].get("model") == "encoder-decoder" else "each block")
+    fig.suptitle(f"At initialisation ({norm} norm, {records[0].get('model', 'decoder-only')}, mean over seeds): "
+                 f"gradient of {which}'s second MLP matrix\n"
+                 "and RMS of the residual stream leaving it (Xiong et al. 2020, Fig. 3)", fontsize=10)
     fig.tight_layout()
     paths = [out_dir / "probe.png"]
     fig.savefig(paths[0], dpi=110)

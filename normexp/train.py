@@ -280,8 +280,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
 
     data_gen = torch.Generator().manual_seed(cfg.seed)
     probe_gen = torch.Generator().manual_seed(cfg.seed + 1)
-    # a sixteenth of the batch (1 to 8 sequences): the probe's forward runs on every logging
-    # step, and at log_every=1 half a batch would cost ~15 % of the step by itself
+    # a sixteenth of the batch (1 to 8 sequences): the probe joins every logging step's
+    # forward and backward, so its size is paid for at every logging step
     probe_x, _ = get_batch(corpus.val, min(8, max(1, cfg.batch_size // 16)), cfg.seq_len, probe_gen)
     instruments.set_probe(probe_x.to(device), autocast)
 

@@ -140,6 +140,121 @@ def test_every_trend_fails_with_post_and_pre_swapped(study, trend):
         trend(study, post="pre", pre="post")
 
 
+# ------------------------------------------- Fig. 3 itself: the encoder-decoder model
+
+# Xiong et al. measure Fig. 3 on an encoder-decoder Transformer. `--encoder-decoder` probes
+# its decoder (self-attention, cross-attention to the encoder's output, MLP per block).
+# Thresholds: 0.5 %-99.5 % quantiles of 400 random 8-seed subsets of 40 seeds on this text.
+ED_DEPTHS = (3, 6, 12)
+ED_STUDY = ProbeSettings(placements=("post", "pre"), depths=ED_DEPTHS, seeds=8, batches=1, d_model=32, heads=2,
+                         seq_len=32, batch_size=8, encoder_decoder=True)
+
+
+@pytest.fixture(scope="module")
+def ed_study(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("probe_ed")
+    corpus = make_corpus(folder / "corpus.txt")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NORMEXP_CACHE", str(folder / "cache"))
+        tokens, vocab, _ = probe_tokens(corpus)
+    records = run_probe(ED_STUDY, tokens, vocab, progress=False)
+    per_seed = {}
+    for r in records:
+        per_seed.setdefault((r["placement"], r["layers"], r["seed"]), {})[r["layer"]] = r["grad_norm_mlp_out"]
+    assert {r["model"] for r in records} == {"encoder-decoder"}
+    return {"grad": mean_profiles(records, "grad_norm_mlp_out"), "rms": mean_profiles(records, "hidden_rms"),
+            "per_seed": per_seed}
+
+
+def test_ed_post_ln_gradient_grows_towards_the_output(ed_study, post="post", pre="pre"):
+    """Fig. 3, Post-LN: W₂'s gradient rises with layer index. Seed-mean last/first 1.4, 4.3,
+    39 at L = 3, 6, 12 (asserted > 1.1, 2.5, 20), and at L = 6 last > first for every seed
+    (the least of 40 seeds: ×1.3)."""
+    g = ed_study["grad"]
+    for depth, least in zip(ED_DEPTHS, (1.1, 2.5, 20.0)):
+        assert g[(post, depth)][-1] / g[(post, depth)][0] > least, (depth, g[(post, depth)])
+    for seed in range(ED_STUDY.seeds):
+        profile = ed_study["per_seed"][(post, 6, seed)]
+        assert profile[5] > profile[0], (seed, profile)
+
+
+def test_ed_post_ln_last_layer_gradient_does_not_shrink_with_depth(ed_study, post="post", pre="pre"):
+    """Theorem 1 in the decoder: Post-LN's last-layer gradient relative to L=3 is 1.14, 1.19
+    at L = 6, 12 (asserted within [0.85, 1.5])."""
+    g = ed_study["grad"]
+    for depth in ED_DEPTHS[1:]:
+        assert 0.85 < g[(post, depth)][-1] / g[(post, ED_DEPTHS[0])][-1] < 1.5, depth
+
+
+def test_ed_pre_ln_gradients_are_roughly_equal_across_layers(ed_study, post="post", pre="pre"):
+    """Fig. 3, Pre-LN: about the same gradient in every layer. max/min over layers 1.2, 1.37,
+    1.58 at L = 3, 6, 12 (asserted < 1.4, 1.7, 2.0), against Post-LN's 1.4, 4.3, 39:
+    Post-LN's spread is > 1.6× Pre-LN's at L = 6 and > 12× at L = 12."""
+    g = ed_study["grad"]
+    spread = {k: v.max() / v.min() for k, v in g.items()}
+    for depth, most in zip(ED_DEPTHS, (1.4, 1.7, 2.0)):
+        assert spread[(pre, depth)] < most, (depth, g[(pre, depth)])
+    assert spread[(post, 6)] > 1.6 * spread[(pre, 6)]
+    assert spread[(post, 12)] > 12 * spread[(pre, 12)]
+
+
+def test_ed_pre_ln_last_layer_shrinks_with_depth(ed_study, post="post", pre="pre"):
+    """Theorem 1, Pre-LN: the last layer's gradient falls with depth; L=12 against L=3 is
+    0.65 (1/√4 = 0.5 asymptotically; asserted < 0.78, and falling at each step)."""
+    last = [ed_study["grad"][(pre, d)][-1] for d in ED_DEPTHS]
+    assert last[0] > last[1] > last[2] and last[2] / last[0] < 0.78, last
+
+
+def test_ed_pre_ln_hidden_rms_grows_with_layer_index(ed_study, post="post", pre="pre"):
+    for depth in ED_DEPTHS:
+        h = ed_study["rms"][(pre, depth)]
+        assert np.all(np.diff(h) > 0) and h[-1] / h[0] > 1.2, (depth, h)
+
+
+ED_TREND_TESTS = [test_ed_post_ln_gradient_grows_towards_the_output,
+                  test_ed_post_ln_last_layer_gradient_does_not_shrink_with_depth,
+                  test_ed_pre_ln_gradients_are_roughly_equal_across_layers,
+                  test_ed_pre_ln_last_layer_shrinks_with_depth,
+                  test_ed_pre_ln_hidden_rms_grows_with_layer_index]
+
+
+@pytest.mark.parametrize("trend", ED_TREND_TESTS, ids=lambda t: t.__name__.removeprefix("test_"))
+def test_every_ed_trend_fails_with_post_and_pre_swapped(ed_study, trend):
+    with pytest.raises(AssertionError):
+        trend(ed_study, post="pre", pre="post")
+
+
+def test_encoder_decoder_model_is_the_sum_of_its_parts():
+    """The probe's encoder-decoder against a by-hand forward: the encoder attends both ways
+    (its output at position 0 depends on later source tokens), the decoder's loss equals
+    one computed here from the same modules with explicit cross-attention."""
+    from normexp.probe import EncoderDecoder
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=50, seq_len=8, layers=2, d_model=16, heads=2, placement="post")
+    model = EncoderDecoder(cfg)
+    src, x, y = (torch.randint(0, 50, (3, 8)) for _ in range(3))
+    with torch.no_grad():
+        memory = model.encoder.hidden(src)
+        changed = src.clone()
+        changed[:, -1] = (changed[:, -1] + 1) % 50
+        assert not torch.allclose(model.encoder.hidden(changed)[:, 0], memory[:, 0])  # not causal
+        loss, streams = model(src, x, y)
+        dec = model.decoder
+        h = (dec.tok_emb(x) + dec.pos_emb(torch.arange(8))) * math.sqrt(16)
+        for block, cross in zip(dec.blocks, model.cross):
+            h, _ = block.attn(h)
+            ca = cross.sublayer
+            q = ca.q(h).view(3, 8, 2, 8).transpose(1, 2)
+            k, v = ca.kv(memory).view(3, 8, 2, 2, 8).permute(2, 0, 3, 1, 4)
+            att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8), dim=-1)
+            h = cross.norm(h + ca.proj((att @ v).transpose(1, 2).reshape(3, 8, 16)))  # Post-LN
+            h, _ = block.mlp(h)
+        expected = torch.nn.functional.cross_entropy((h @ dec.tok_emb.weight.t()).reshape(-1, 50), y.reshape(-1))
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert torch.allclose(streams[-1], h, atol=1e-5)
+
+
 # ----------------------------------------------------------------------- the summaries
 
 def test_fitted_ratio_is_last_over_first_for_a_geometric_profile():
@@ -212,12 +327,27 @@ def test_probe_cli_writes_table_json_and_figures(tmp_path, cli_env):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_probe_cli_encoder_decoder(tmp_path, cli_env):
+    """--encoder-decoder: default placements post, pre, sandwich; records say which model."""
+    corpus = make_corpus(tmp_path / "corpus.txt")
+    out = tmp_path / "out"
+    proc = run_cli(["probe", "--encoder-decoder", "--depths", "2", "--seeds", "1", "--data-file", str(corpus),
+                    "--out", str(out)], cli_env, timeout=120)
+    records = json.loads((out / "probe.json").read_text())
+    assert [(r["placement"], r["layer"]) for r in records] == [(p, i) for p in ("post", "pre", "sandwich") for i in (0, 1)]
+    assert all(r["model"] == "encoder-decoder" for r in records)
+    rows = [ln.split()[0] for ln in proc.stdout.splitlines() if ln.split()[:1] in (["post"], ["pre"], ["sandwich"])]
+    assert rows == ["post", "pre", "sandwich"]
+    assert (out / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.parametrize("settings, message", [
     (dict(placements=("post", "nope")), "unknown placement 'nope'"),
     (dict(depths=(4, 0)), "--depths 4,0: give positive layer counts"),
     (dict(d_model=30, heads=4), "--heads 4 must divide --d-model 30"),
     (dict(norm="group"), "--norm group: unknown norm"),
     (dict(seeds=0), "--seeds 0: must be a positive integer"),
+    (dict(placements=("post", "deepnorm"), encoder_decoder=True), "--encoder-decoder: placement deepnorm is not supported"),
 ])
 def test_probe_settings_are_checked(settings, message):
     with pytest.raises(ProbeError, match=re.escape(message)):
