@@ -34,15 +34,20 @@ STUDY = ProbeSettings(placements=("post", "pre"), depths=DEPTHS, seeds=12, batch
                       d_model=32, heads=2, seq_len=32, batch_size=8)
 
 
-@pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    """{"grad": {(placement, layers): per-layer W₂ gradient}, "rms": ... hidden RMS}, seed means."""
+def run_study(tmp_path_factory, settings: ProbeSettings) -> list[dict]:
+    """The probe's records for `settings` on the make_corpus text."""
     folder = tmp_path_factory.mktemp("probe")
     corpus = make_corpus(folder / "corpus.txt")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NORMEXP_CACHE", str(folder / "cache"))
         tokens, vocab, _ = probe_tokens(corpus)
-    records = run_probe(STUDY, tokens, vocab, progress=False)
+    return run_probe(settings, tokens, vocab, progress=False)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """{"grad": {(placement, layers): per-layer W₂ gradient}, "rms": ... hidden RMS}, seed means."""
+    records = run_study(tmp_path_factory, STUDY)
     return {"grad": mean_profiles(records, "grad_norm_mlp_out"), "rms": mean_profiles(records, "hidden_rms")}
 
 
@@ -133,13 +138,6 @@ TREND_TESTS = [test_post_ln_last_layer_gradient_does_not_shrink_with_depth,
                test_post_ln_profile_leans_towards_the_output_more_than_pre_ln]
 
 
-@pytest.mark.parametrize("trend", TREND_TESTS, ids=lambda t: t.__name__.removeprefix("test_"))
-def test_every_trend_fails_with_post_and_pre_swapped(study, trend):
-    """Each trend separates the placements: with their roles exchanged it must fail."""
-    with pytest.raises(AssertionError):
-        trend(study, post="pre", pre="post")
-
-
 # ------------------------------------------- Fig. 3 itself: the encoder-decoder model
 
 # Xiong et al. measure Fig. 3 on an encoder-decoder Transformer. `--encoder-decoder` probes
@@ -152,12 +150,7 @@ ED_STUDY = ProbeSettings(placements=("post", "pre"), depths=ED_DEPTHS, seeds=8, 
 
 @pytest.fixture(scope="module")
 def ed_study(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("probe_ed")
-    corpus = make_corpus(folder / "corpus.txt")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NORMEXP_CACHE", str(folder / "cache"))
-        tokens, vocab, _ = probe_tokens(corpus)
-    records = run_probe(ED_STUDY, tokens, vocab, progress=False)
+    records = run_study(tmp_path_factory, ED_STUDY)
     per_seed = {}
     for r in records:
         per_seed.setdefault((r["placement"], r["layers"], r["seed"]), {})[r["layer"]] = r["grad_norm_mlp_out"]
@@ -218,10 +211,12 @@ ED_TREND_TESTS = [test_ed_post_ln_gradient_grows_towards_the_output,
                   test_ed_pre_ln_hidden_rms_grows_with_layer_index]
 
 
-@pytest.mark.parametrize("trend", ED_TREND_TESTS, ids=lambda t: t.__name__.removeprefix("test_"))
-def test_every_ed_trend_fails_with_post_and_pre_swapped(ed_study, trend):
+@pytest.mark.parametrize("trend", TREND_TESTS + ED_TREND_TESTS, ids=lambda t: t.__name__.removeprefix("test_"))
+def test_every_trend_fails_with_post_and_pre_swapped(request, trend):
+    """Each trend separates the placements: with their roles exchanged it must fail."""
+    data = request.getfixturevalue("ed_study" if trend in ED_TREND_TESTS else "study")
     with pytest.raises(AssertionError):
-        trend(ed_study, post="pre", pre="post")
+        trend(data, post="pre", pre="post")
 
 
 def test_encoder_decoder_model_is_the_sum_of_its_parts():
