@@ -8,7 +8,8 @@ re-computed by training:
     .hydra/overrides.yaml   the "varied keys", ordered as the user typed them in the sweep
     events.out.tfevents.*   val/loss curves and the per-layer instruments
 
-A run still going has "running" in summary.json and no final numbers yet: its values come
+A run still going has "running" in summary.json and no final numbers yet (a run that says
+"running" but whose process is gone from this host is shown as "killed"): its values come
 from its event file, as far as TensorBoard has flushed it (every 30 s). A run that failed
 before training has summary.json but no events; it is listed with its error.
 """
@@ -16,7 +17,10 @@ before training has summary.json but no events; it is listed with its error.
 from __future__ import annotations
 
 import csv
+import logging
 import math
+import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +54,13 @@ class Run:
 
     @property
     def status(self) -> str:
-        return self.summary.get("status") or "unknown"
+        """summary.json's status, except "killed" for a run that says "running" but whose
+        process is gone (SIGKILL, out of memory, a lost node): checked when the run was
+        started on this host; elsewhere there is no telling, and it stays "running"."""
+        status = self.summary.get("status") or "unknown"
+        if status == "running" and not process_alive(self.summary):
+            return "killed"
+        return status
 
     def last(self, tag: str) -> float | None:
         points = self.scalars.get(tag)
@@ -60,7 +70,7 @@ class Run:
         """Summary values; for a run without final numbers yet (running, or no summary),
         the latest values in its event file."""
         s = dict(self.summary)
-        if self.status in ("running", "unknown"):
+        if self.status in ("running", "unknown", "killed"):
             val = [v for _, v in self.scalars.get("val/loss", [])]
             steps = [st + 1 for st, _ in self.scalars.get("train/loss", [])]
             steps += [st for st, _ in self.scalars.get("val/loss", [])]
@@ -79,6 +89,20 @@ class Run:
 
 
 # ------------------------------------------------------------------------ reading
+
+def process_alive(summary: dict) -> bool:
+    """False only when the run's process is known to be gone: same host, no such pid."""
+    pid, host = summary.get("pid"), summary.get("host")
+    if not isinstance(pid, int) or host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, but belongs to someone else
+        return True
+    return True
+
 
 def flatten(node, prefix: str = "") -> dict:
     """{"optim": {"lr": 1}} -> {"optim.lr": 1}; lists become their string form."""
@@ -122,10 +146,17 @@ def load_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     # 0 keeps every scalar point; the other kinds are not needed, so keep one of each.
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 1, "images": 1,
                                                         "audio": 1, "tensors": 1, "compressedHistograms": 1})
+    # a resumed run's events restart at its checkpoint (purge_step); TensorBoard's reader
+    # warns "Purging ... expired events" for that, which is expected here, not news
+    tb_log = logging.getLogger("tensorboard")
+    level = tb_log.level
+    tb_log.setLevel(logging.ERROR)
     try:
         acc.Reload()
     except Exception:  # noqa: BLE001 - a file being written can end mid-record
         pass
+    finally:
+        tb_log.setLevel(level)
     out = {}
     for tag in acc.Tags().get("scalars", []):
         by_step = {e.step: e.value for e in acc.Scalars(tag)}  # a resumed run may repeat steps
@@ -298,8 +329,8 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
                 continue
             steps, vals = zip(*r.scalars["val/loss"])
             lab = _label(r, line_keys)
-            ax.plot(steps, vals, color=colors[lab], ls="--" if r.status == "running" else "-", marker=".",
-                    label=lab + (" (running)" if r.status == "running" else ""))
+            ax.plot(steps, vals, color=colors[lab], ls="--" if r.status in ("running", "killed") else "-", marker=".",
+                    label=lab + (f" ({r.status})" if r.status in ("running", "killed") else ""))
             finite = [(st, v) for st, v in zip(steps, vals) if math.isfinite(v)]
             if r.status == "diverged" and finite:  # the cross sits at the divergence step
                 at = r.summary.get("diverged_at_step")
@@ -330,8 +361,8 @@ def _cell_text(members: list[Run]) -> tuple[float, str]:
             notes.append("failed")
         elif v is not None and math.isfinite(v):
             finite.append(v)
-            if r.status == "running":
-                notes.append("running")
+            if r.status in ("running", "killed"):
+                notes.append(r.status)
     mean = sum(finite) / len(finite) if finite else math.nan
     text = [f"{mean:.3f}"] if finite else []
     if len(finite) > 1:
@@ -455,7 +486,7 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
     for r in drawn:
         last = max(profiles[r.index])
         v = np.array(profiles[r.index][last], dtype=float)
-        tail = f" @{last}" + (" diverged" if r.status == "diverged" else "") + (" running" if r.status == "running" else "")
+        tail = f" @{last}" + (f" {r.status}" if r.status in ("diverged", "running", "killed") else "")
         axes[1].plot(np.arange(len(v)), clean(v), marker="o", ms=3, color=colour_of(r), ls=style_of(r),
                      label=_label(r, keys) + tail)
     axes[1].set_title("last logged step of each run", fontsize=10)
@@ -529,6 +560,10 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     for r in runs:
         if r.status == "failed":
             notes.append(f"run #{r.index} failed: {r.summary.get('error') or 'no error recorded'} ({r.rel})")
+        elif r.status == "killed":
+            notes.append(f"run #{r.index} was killed (its process {r.summary.get('pid')} is gone) before it could "
+                         f"write a final status: its values are read from its event file; `normexp train ... "
+                         f"resume=true hydra.run.dir={r.rel}` continues it from its last checkpoint")
         elif r.status in ("running", "unknown"):
             what = "is still running" if r.status == "running" else "has no summary.json yet"
             notes.append(f"run #{r.index} {what}: its values are read from its event file, "

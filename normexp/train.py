@@ -14,6 +14,7 @@ import math
 import os
 import random
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -301,7 +302,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
             log.info("resumed from step %d", start_step)
         else:
             log.info("resume=true but no checkpoint in %s: starting from scratch", run_dir)
-    summary["status"] = "running"
+    # who is running it: lets `normexp report` tell a live run from one killed without a word
+    summary.update(status="running", pid=os.getpid(), host=socket.gethostname())
     if main:
         write_summary(run_dir, summary)
 

@@ -2,6 +2,7 @@
 the previous checkpoint, SIGTERM/SIGINT save and exit 143/130, and resuming a finished run
 writes nothing. Every run goes through the real command line in a subprocess."""
 
+import logging
 import os
 import queue
 import signal
@@ -120,7 +121,7 @@ def finished_reference(shared) -> Path:
     return shared[2]
 
 
-def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corpus, cli_env):
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corpus, cli_env, caplog):
     killed_dir = tmp_path / "killed"
     victim = Job(train_cmd(corpus, killed_dir, "checkpoint_every=10"), cli_env)
     victim.wait_for("step 15 ")  # the step-10 checkpoint is written before step 10 starts
@@ -128,6 +129,13 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corp
     code, _ = victim.finish()
     assert code == -signal.SIGKILL
     assert read_summary(killed_dir)["status"] == "running"  # no chance to say goodbye
+    from normexp.report import load_runs, make_report
+
+    (run,) = load_runs(killed_dir)  # but its process is gone: report calls it killed
+    assert run.summary["pid"] == victim.proc.pid and run.status == "killed"
+    lines = []
+    make_report(killed_dir, tmp_path / "report", echo=lines.append)
+    assert any("was killed" in ln and "resume=true" in ln for ln in "\n".join(map(str, lines)).splitlines()), lines
     resume_step = newest_checkpoint_step(killed_dir)
     assert 10 <= resume_step < STEPS
 
@@ -148,6 +156,15 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corp
     summary, reference_summary = read_summary(killed_dir), read_summary(reference_dir)
     assert summary["status"] == "completed" and summary["steps_completed"] == STEPS
     assert summary["final_val_loss"] == pytest.approx(reference_summary["final_val_loss"], abs=1e-6)
+
+    # normexp report reads the resumed run like TensorBoard does, without TensorBoard's
+    # "Purging expired events" warning (expected after a resume, so not shown)
+    from normexp.report import load_scalars
+
+    with caplog.at_level(logging.WARNING):
+        scalars = load_scalars(killed_dir)
+    assert [s for s, _ in scalars["train/loss"]] == list(range(STEPS))
+    assert not [r for r in caplog.records if "Purging" in r.getMessage()]
 
 
 def test_kill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path, corpus, cli_env):
@@ -248,3 +265,21 @@ def test_rng_capture_restores_every_generator(tmp_path):
 def test_resume_command_quotes_what_the_shell_would_expand(tmp_path):
     command = ckpt.resume_command(tmp_path / "my run")
     assert command == f"normexp train resume=true 'hydra.run.dir={tmp_path / 'my run'}'"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path, umask, mode):
+    """summary.json is written through a private temp file; the result must still be readable
+    as the umask allows, like any file the user writes (others on a cluster read reports)."""
+    from normexp.runfolder import atomic_write_bytes
+
+    old = os.umask(umask)
+    try:
+        atomic_write_bytes(tmp_path / "summary.json", b"{}\n")
+        (tmp_path / "plain.json").write_bytes(b"{}\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "summary.json").stat().st_mode & 0o777 == mode
+    assert (tmp_path / "plain.json").stat().st_mode & 0o777 == mode
+    assert (tmp_path / "summary.json").read_bytes() == b"{}\n"
