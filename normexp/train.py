@@ -396,7 +396,12 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                 # every rank draws the same global batch and trains on its own rows of it
                 x, y = (distributed.my_rows(t) for t in get_batch(corpus.train, cfg.batch_size, cfg.seq_len, data_gen))
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                probe = instruments.fused_probe_rows() if record else None
+                # the model update: on the logging steps whose last log_every steps hold a multiple
+                # of log.model_update_every (all of them when log_every >= it), and the last step;
+                # a rule of the step alone, so a resumed run measures where the original would
+                every = cfg.log.model_update_every
+                measure_update = record and (step == cfg.steps - 1 or step // every > (step - cfg.log_every) // every)
+                probe = instruments.fused_probe_rows() if measure_update else None
                 loss, trace = forward_backward(x, y, record, probe)
 
                 collected = {}
@@ -436,7 +441,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                 if cfg.grad_clip is not None:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
                 if record:  # the model update is measured at θ_step, like every other scalar of this step
-                    model_update = instruments.model_update_size(autocast, probe_hidden)
+                    model_update = instruments.model_update_size(autocast, probe_hidden) if measure_update else {}
                     instruments.before_step()
                 optimizer.step()
                 step += 1

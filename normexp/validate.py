@@ -150,6 +150,7 @@ def _validate(cfg: DictConfig, explicit) -> None:
     if not _integer(cfg.checkpoint_every) or cfg.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", cfg.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
     _positive_int(cfg, "keep_checkpoints")
+    _positive_int(cfg, "log.model_update_every")
     for key in ("resume", "compile", "log.histograms", "log.model_update"):
         _boolean(cfg, key)
     if cfg.log.progress not in ("auto", "bar", "lines", "off"):

@@ -51,6 +51,7 @@ CASES = [
     ("zero-batch", ["batch_size=0"], "batch_size=0"),
     ("word-steps", ["steps=abc"], "steps=abc"),
     ("bad-progress-mode", ["log.progress=xyz"], "log.progress=xyz"),
+    ("bad-model-update-cadence", ["log.model_update_every=0"], "log.model_update_every=0"),
     ("non-boolean-resume", ["resume=maybe"], "resume=maybe"),
     ("val-fraction-above-one", ["data.val_fraction=2"], "data.val_fraction=2"),
     ("unknown-flag", ["--foo"], "unknown option --foo"),

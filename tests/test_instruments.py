@@ -49,6 +49,19 @@ def test_every_tag_for_every_block_at_every_logged_step(tmp_path, corpus, cli_en
     assert scalars["stability/model_update"][29] > 0
 
 
+def test_model_update_cadence_at_log_every_1(tmp_path, corpus, cli_env):
+    """At log_every=1 every step logs the per-layer scalars, but the model update only on
+    steps 0, 10, 20 (log.model_update_every=10) and the last; log_every=3 puts it on the
+    first logging step of each 10-step window: 0, 12, 21 and the last."""
+    for log_every, expected in ((1, [0, 10, 20, 24]), (3, [0, 12, 21, 24])):
+        run = tmp_path / f"run{log_every}"
+        run_cli(["train", f"data.files=[{corpus}]", "data=text", *TINY, "layers=2", "steps=25",
+                 f"log_every={log_every}", "eval_every=25", f"hydra.run.dir={run}"], cli_env)
+        scalars = read_scalars(run)
+        assert sorted(scalars["stability/model_update"]) == expected
+        assert sorted(scalars["act_std/layer_01"]) == sorted({*range(0, 25, log_every), 24})
+
+
 @pytest.mark.parametrize("placement", ["post", "pre", "deepnorm"])
 def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, placement):
     """Step 0 of a real run against the same model rebuilt here, measured with forward hooks."""
