@@ -15,12 +15,13 @@ import logging
 import os
 import random
 import shlex
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from .runfolder import atomic_write_bytes
 
 log = logging.getLogger("normexp")
 
@@ -65,41 +66,14 @@ def _test_stall_seconds(step: int) -> float:
     return float(seconds)
 
 
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename durable (a crash right after os.replace could otherwise lose it)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open folders
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _write_atomically(path: Path, data: bytes, stall: float = 0.0) -> None:
-    """temp file -> fsync -> rename -> fsync the folder. `stall` is the test hook's pause
-    between the two halves of the temp file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            half = len(data) // 2
-            f.write(data[:half])
-            if stall:
-                f.flush()
-                log.warning("%s: test hook stalls %.1f s mid-write of %s", STALL_ENV, stall, path.name)
-                time.sleep(stall)
-            f.write(data[half:])
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; checkpoints are ordinary outputs
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_folder(path.parent)
+    """runfolder.atomic_write_bytes; `stall` is the test hook's pause between the two halves
+    of the temp file."""
+    def pause():
+        log.warning("%s: test hook stalls %.1f s mid-write of %s", STALL_ENV, stall, path.name)
+        time.sleep(stall)
+
+    atomic_write_bytes(path, data, mid_write=pause if stall else None)
 
 
 def save(run_dir: Path, state: dict, keep: int = 2) -> Path:

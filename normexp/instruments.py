@@ -33,7 +33,7 @@ class Instruments:
     Parameter groups: `layer_XX` for each block, `embedding` (token + position tables,
     including the tied head) and `final_norm` where the placement has one."""
 
-    def __init__(self, model: GPT, model_update: bool = True):
+    def __init__(self, model: GPT, model_update: bool = True, model_update_every: int = 1):
         self.model = model
         self.layers = len(model.blocks)
         self.group_names = [f"layer_{i:02d}" for i in range(self.layers)] + ["embedding", "final_norm"]
@@ -54,6 +54,7 @@ class Instruments:
         mlp_out = {id(b.mlp.sublayer.fc_out.weight) for b in model.blocks}
         self.mlp_out_index = torch.tensor([i for i, p in enumerate(params) if id(p) in mlp_out], device=params[0].device)
         self.model_update = model_update
+        self.model_update_every = model_update_every
         # only BatchNorm behaves differently in eval mode; switching just those modules
         # costs nothing, model.eval() walks all ~700 modules of a 48-layer model (~6 ms)
         self.batch_norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
@@ -72,12 +73,12 @@ class Instruments:
     def activations(self, trace: dict, rows: int | None = None) -> dict[str, torch.Tensor]:
         """Stats of the first `rows` batch rows (all by default): the rows after them are the
         model-update probe when it rides along in the training forward (`fused_probe_rows`)."""
-        cut = (lambda ts: [t[:rows] for t in ts]) if rows is not None else (lambda ts: ts)
+        rows = slice(rows)  # slice(None): all rows
         return {
-            "act_std": _std(cut(trace["block"])),
-            "attn_out_std": _std(cut(trace["attn_out"])),
-            "mlp_out_std": _std(cut(trace["mlp_out"])),
-            "embedding_std": cut([trace["embed"]])[0].detach().float().std(correction=0),
+            "act_std": _std([t[rows] for t in trace["block"]]),
+            "attn_out_std": _std([t[rows] for t in trace["attn_out"]]),
+            "mlp_out_std": _std([t[rows] for t in trace["mlp_out"]]),
+            "embedding_std": trace["embed"][rows].detach().float().std(correction=0),
         }
 
     # ---- gradients (after backward, before clipping and the optimizer step)
@@ -129,6 +130,14 @@ class Instruments:
         if self.model_update:
             self.probe_idx = idx
             self.probe_h0 = self._probe_hidden(autocast)
+
+    def model_update_due(self, step: int, log_every: int, last_step: int) -> bool:
+        """Whether logging step `step` measures the model update: when its last log_every
+        steps hold a multiple of model_update_every (every logging step when log_every is at
+        least that), and at the last step. A rule of the step alone, so a resumed run
+        measures where the uninterrupted one would."""
+        every = self.model_update_every
+        return self.probe_h0 is not None and (step == last_step or step // every > (step - log_every) // every)
 
     def fused_probe_rows(self) -> torch.Tensor | None:
         """The probe batch, to append to a logging step's training batch, or None.

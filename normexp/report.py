@@ -62,6 +62,11 @@ class Run:
             return "killed"
         return status
 
+    @property
+    def unfinished(self) -> bool:
+        """Started but without final numbers: still running, or killed mid-run."""
+        return self.status in ("running", "killed")
+
     def last(self, tag: str) -> float | None:
         points = self.scalars.get(tag)
         return points[-1][1] if points else None
@@ -70,7 +75,7 @@ class Run:
         """Summary values; for a run without final numbers yet (running, or no summary),
         the latest values in its event file."""
         s = dict(self.summary)
-        if self.status in ("running", "unknown", "killed"):
+        if self.unfinished or self.status == "unknown":
             val = [v for _, v in self.scalars.get("val/loss", [])]
             steps = [st + 1 for st, _ in self.scalars.get("train/loss", [])]
             steps += [st for st, _ in self.scalars.get("val/loss", [])]
@@ -329,8 +334,8 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
                 continue
             steps, vals = zip(*r.scalars["val/loss"])
             lab = _label(r, line_keys)
-            ax.plot(steps, vals, color=colors[lab], ls="--" if r.status in ("running", "killed") else "-", marker=".",
-                    label=lab + (f" ({r.status})" if r.status in ("running", "killed") else ""))
+            ax.plot(steps, vals, color=colors[lab], ls="--" if r.unfinished else "-", marker=".",
+                    label=lab + (f" ({r.status})" if r.unfinished else ""))
             finite = [(st, v) for st, v in zip(steps, vals) if math.isfinite(v)]
             if r.status == "diverged" and finite:  # the cross sits at the divergence step
                 at = r.summary.get("diverged_at_step")
@@ -361,7 +366,7 @@ def _cell_text(members: list[Run]) -> tuple[float, str]:
             notes.append("failed")
         elif v is not None and math.isfinite(v):
             finite.append(v)
-            if r.status in ("running", "killed"):
+            if r.unfinished:
                 notes.append(r.status)
     mean = sum(finite) / len(finite) if finite else math.nan
     text = [f"{mean:.3f}"] if finite else []
@@ -486,7 +491,7 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
     for r in drawn:
         last = max(profiles[r.index])
         v = np.array(profiles[r.index][last], dtype=float)
-        tail = f" @{last}" + (f" {r.status}" if r.status in ("diverged", "running", "killed") else "")
+        tail = f" @{last}" + (f" {r.status}" if r.unfinished or r.status == "diverged" else "")
         axes[1].plot(np.arange(len(v)), clean(v), marker="o", ms=3, color=colour_of(r), ls=style_of(r),
                      label=_label(r, keys) + tail)
     axes[1].set_title("last logged step of each run", fontsize=10)

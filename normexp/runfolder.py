@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 STATUSES = ("running", "completed", "diverged", "failed", "interrupted")
 
@@ -28,31 +29,44 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over `path`: a reader (or
-    a kill mid-write) sees either the old file or the new one, never half of one. The file
-    gets the permissions of a plain `open(path, "w")` (temp files are private, 0600), so
-    others on a shared cluster can read the run's summary; the folder is fsynced too, so
-    the rename itself survives a crash."""
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename durable (a crash right after os.replace could otherwise lose it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open folders
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mid_write: Callable[[], None] | None = None) -> None:
+    """Write to a temp file in the same folder, fsync, rename over `path`, fsync the folder:
+    a reader (or a kill at any moment) sees either the old file or the new one, never half
+    of one. The file gets the permissions of a plain `open(path, "w")` (mkstemp's temp
+    files are private, 0600), so others on a shared cluster can read a run's outputs.
+    `mid_write`, if given, runs between the two halves of the data (a test hook)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            half = len(data) // 2 if mid_write else len(data)
+            f.write(data[:half])
+            if mid_write:
+                f.flush()
+                mid_write()
+            f.write(data[half:])
             f.flush()
-            if hasattr(os, "fchmod"):  # POSIX
-                os.fchmod(f.fileno(), 0o666 & ~_umask())
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    if os.name == "posix":
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    _fsync_folder(path.parent)
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:

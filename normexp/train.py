@@ -277,7 +277,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     optimizer = make_optimizer(model, cfg, device)
     ddp_model = distributed.wrap(model, device)  # DDP under torchrun; `model` itself otherwise
     step_model = torch.compile(ddp_model) if cfg.compile else ddp_model
-    instruments = Instruments(model, model_update=cfg.log.model_update)
+    instruments = Instruments(model, model_update=cfg.log.model_update, model_update_every=cfg.log.model_update_every)
 
     data_gen = torch.Generator().manual_seed(cfg.seed)
     probe_gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -396,11 +396,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                 # every rank draws the same global batch and trains on its own rows of it
                 x, y = (distributed.my_rows(t) for t in get_batch(corpus.train, cfg.batch_size, cfg.seq_len, data_gen))
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                # the model update: on the logging steps whose last log_every steps hold a multiple
-                # of log.model_update_every (all of them when log_every >= it), and the last step;
-                # a rule of the step alone, so a resumed run measures where the original would
-                every = cfg.log.model_update_every
-                measure_update = record and (step == cfg.steps - 1 or step // every > (step - cfg.log_every) // every)
+                measure_update = record and instruments.model_update_due(step, cfg.log_every, cfg.steps - 1)
                 probe = instruments.fused_probe_rows() if measure_update else None
                 loss, trace = forward_backward(x, y, record, probe)
 
