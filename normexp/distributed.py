@@ -123,32 +123,19 @@ def cleanup() -> None:
         dist.destroy_process_group()
 
 
-def _compose(overrides: list[str]):
-    """The config as Hydra will compose it, with the hydra node (for hydra.run.dir)."""
-    from hydra import compose, initialize_config_module
-
-    with initialize_config_module(config_module="normexp.configs", version_base="1.3"):
-        return compose(config_name="train", overrides=overrides, return_hydra_config=True)
-
-
 def join_run(args: list[str]) -> list[str]:
     """Join torchrun's process group and return the Hydra arguments for this rank.
 
-    Each rank would otherwise resolve `runs/<date>/<time>` on its own clock and may land in
+    Raises ConfigError (the caller says it in one line) when the batch does not split over
+    the ranks. Each rank would otherwise resolve `runs/<date>/<time>` on its own clock and may land in
     another second, so rank 0 resolves the folder and sends it to the others. Ranks other
     than 0 keep Hydra from writing there: no `.hydra/` copy and no logging (no train.log)."""
-    from .cli import EXIT_BAD_INPUT, fail, split_hydra_args
-    from .validate import ConfigError
+    from .compose import compose_config, split_hydra_args
 
     init_from_env()
     _, overrides = split_hydra_args(args)
-    cfg = _compose(overrides)
-    try:
-        local_batch_size(cfg.batch_size)  # before Hydra makes a run folder
-    except ConfigError as e:
-        if is_main():
-            fail(str(e))
-        raise SystemExit(EXIT_BAD_INPUT)
+    cfg = compose_config(overrides, hydra=True)
+    local_batch_size(cfg.batch_size)  # raises ConfigError before Hydra makes a run folder
     args = list(args)
     if not any(o.split("=", 1)[0] == "hydra.run.dir" for o in overrides):
         run_dir = [str(Path(cfg.hydra.run.dir)) if is_main() else None]  # `${now:...}` on rank 0's clock

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from . import distributed
 from .model import GPT
 
 
@@ -51,7 +52,7 @@ class Instruments:
         self.has_final_norm = any(g == self.layers + 1 for g in groups)
         self.params = params
         self.group_index = torch.tensor(groups, device=params[0].device)
-        mlp_out = {id(b.mlp.sublayer.fc_out.weight) for b in model.blocks}
+        mlp_out = {id(b.mlp_output_matrix) for b in model.blocks}
         self.mlp_out_index = torch.tensor([i for i, p in enumerate(params) if id(p) in mlp_out], device=params[0].device)
         self.model_update = model_update
         self.model_update_every = model_update_every
@@ -68,6 +69,11 @@ class Instruments:
         per_tensor = torch.stack(torch._foreach_norm(tensors)).float()
         sums = torch.zeros(len(self.group_names), device=per_tensor.device).index_add_(0, self.group_index, per_tensor.pow(2))
         return sums.sqrt(), per_tensor
+
+    def collect(self, loss: torch.Tensor, trace: dict, rows: int | None = None) -> dict[str, torch.Tensor]:
+        """A logging step's scalars as device tensors (loss, activations of the first `rows`
+        rows, gradients); `read` turns them into numbers with one sync."""
+        return {"loss": distributed.mean(loss.detach().float()), **self.activations(trace, rows), **self.gradients()}
 
     # ---- activations (from the trace of a forward with record=True)
     def activations(self, trace: dict, rows: int | None = None) -> dict[str, torch.Tensor]:

@@ -1,48 +1,45 @@
 """A small decoder-only Transformer whose normalization type and placement are swappable.
 
 Read top to bottom: norms (what normalizes), placements (where it sits around each
-sublayer), the two sublayers (attention, MLP), the block, and the GPT itself.
-One `ModelConfig` drives everything; norms and placements are picked by name from
-the registries `NORMS` and `PLACEMENTS`.
+sublayer), the sublayers (attention, cross-attention, MLP), the block, and the GPT itself.
+One `ModelConfig` drives everything. A norm or a placement is a small class picked by name
+from `NORMS` or `PLACEMENTS`; its settings are the keys of its own config file
+(configs/norm/<name>.yaml, configs/placement/<name>.yaml), passed to its constructor:
+
+    NORMS[name](d_model, **settings)
+    PLACEMENTS[name](sublayer, make_norm, index=block, depth=layers, **settings)
+
+A new variant is one class here and one yaml file there.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .validate import ConfigError
+
 
 @dataclass
 class ModelConfig:
+    """The model's shape, and which norm and placement it uses. `norm` and `placement` are a
+    registry name or the config node `{"name": ..., **settings}` (settings are the variant's
+    own: eps, momentum, alpha, ratio, ...)."""
+
     vocab_size: int = 256
     seq_len: int = 128
     layers: int = 6
     d_model: int = 128
     heads: int = 4
     mlp_ratio: int = 4
-    norm: str = "layer"          # a key of NORMS
-    norm_eps: float = 1e-5
-    bn_momentum: float = 0.1     # BatchNorm only
-    dyt_init_alpha: float = 0.5  # DyT only
-    placement: str = "pre"       # a key of PLACEMENTS
-    mix_ratio: float = 0.25      # Mix-LN only: fraction of blocks that are Post-LN
-    deepnorm_alpha: float | None = None  # None = (2N)^(1/4)
-    deepnorm_beta: float | None = None   # None = (8N)^(-1/4)
-
-
-def deepnorm_constants(layers: int) -> tuple[float, float]:
-    """DeepNorm's α = (2N)^(1/4) and β = (8N)^(-1/4) for a decoder-only stack of N blocks
-    (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers", Table 1)."""
-    return (2 * layers) ** 0.25, (8 * layers) ** -0.25
-
-
-# --------------------------------------------------------------------------- norms
-
-NORMS: dict[str, type[nn.Module]] = {}
+    norm: str | Mapping = "layer"
+    placement: str | Mapping = "pre"
 
 
 def register(registry: dict, *names: str):
@@ -53,18 +50,52 @@ def register(registry: dict, *names: str):
     return add
 
 
+def variant(registry: dict, group: str, spec: str | Mapping) -> tuple[type, dict]:
+    """(class, settings) for a spec: a name, or {"name": ..., **settings}. Settings the class
+    does not take are a ConfigError naming the key."""
+    spec = {"name": spec} if isinstance(spec, str) else dict(spec)
+    name = spec.pop("name")
+    if name not in registry:
+        raise ConfigError(group, name, f"choose from {', '.join(sorted(registry))}")
+    cls = registry[name]
+    names = {p.name for p in inspect.signature(cls.__init__).parameters.values() if p.default is not p.empty}
+    for key, value in spec.items():
+        if key not in names:
+            raise ConfigError(f"{group}.{key}", value, f"{group} {name} takes {', '.join(sorted(names)) or 'no settings'}")
+    return cls, spec
+
+
+def _check(ok: bool, key: str, value, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(key, value, allowed)
+
+
+def _positive_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+# --------------------------------------------------------------------------- norms
+# Each norm: NORMS[name](d, **settings); `resolved()` gives the settings it was built with.
+
+NORMS: dict[str, type[nn.Module]] = {}
+
+
 @register(NORMS, "layer")
 class LayerNorm(nn.Module):
     """LayerNorm (Ba et al. 2016): y = γ·(x−μ)/√(σ²+ε) + β, μ and biased σ² over the feature dim."""
 
-    def __init__(self, d: int, cfg: ModelConfig):
+    def __init__(self, d: int, eps: float = 1e-5):
         super().__init__()
-        self.eps = cfg.norm_eps
+        _check(_positive_number(eps), "norm.eps", eps, "must be a number > 0")
+        self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
         self.bias = nn.Parameter(torch.zeros(d))
 
     def forward(self, x):
         return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+
+    def resolved(self) -> dict:
+        return {"eps": self.eps}
 
 
 @register(NORMS, "rms")
@@ -73,15 +104,19 @@ class RMSNorm(nn.Module):
 
     Computed in float32 and cast back, so bf16 activations do not lose the statistic."""
 
-    def __init__(self, d: int, cfg: ModelConfig):
+    def __init__(self, d: int, eps: float = 1e-5):
         super().__init__()
-        self.eps = cfg.norm_eps
+        _check(_positive_number(eps), "norm.eps", eps, "must be a number > 0")
+        self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x):
         x32 = x.float()
         y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return y.type_as(x) * self.weight
+
+    def resolved(self) -> dict:
+        return {"eps": self.eps}
 
 
 @register(NORMS, "batch")
@@ -93,140 +128,216 @@ class BatchNorm(nn.Module):
     samples during training (a token "sees" the future through μ_B, σ²_B). It is kept as a
     study option (Shen et al. 2020, "PowerNorm", discuss why it fails in Transformers)."""
 
-    def __init__(self, d: int, cfg: ModelConfig):
+    def __init__(self, d: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
-        self.bn = nn.BatchNorm1d(d, eps=cfg.norm_eps, momentum=cfg.bn_momentum)
+        _check(_positive_number(eps), "norm.eps", eps, "must be a number > 0")
+        _check(_positive_number(momentum) and momentum <= 1, "norm.momentum", momentum, "must be a number in (0, 1]")
+        self.bn = nn.BatchNorm1d(d, eps=eps, momentum=momentum)
 
     def forward(self, x):
         return self.bn(x.reshape(-1, x.shape[-1])).view_as(x)
+
+    def resolved(self) -> dict:
+        return {"eps": self.bn.eps, "momentum": self.bn.momentum}
 
 
 @register(NORMS, "dyt")
 class DynamicTanh(nn.Module):
     """DyT (Zhu et al. 2025, "Transformers without Normalization"): y = γ·tanh(a·x) + β,
-    with one learnable scalar a (initialised to 0.5) and per-feature γ, β."""
+    with one learnable scalar a (initialised to init_alpha, 0.5 in the paper) and per-feature γ, β."""
 
-    def __init__(self, d: int, cfg: ModelConfig):
+    def __init__(self, d: int, init_alpha: float = 0.5):
         super().__init__()
-        self.alpha = nn.Parameter(torch.tensor(float(cfg.dyt_init_alpha)))
+        _check(_positive_number(init_alpha), "norm.init_alpha", init_alpha, "must be a number > 0")
+        self.init_alpha = init_alpha
+        self.alpha = nn.Parameter(torch.tensor(float(init_alpha)))
         self.weight = nn.Parameter(torch.ones(d))
         self.bias = nn.Parameter(torch.zeros(d))
 
     def forward(self, x):
         return torch.tanh(self.alpha * x) * self.weight + self.bias
 
+    def resolved(self) -> dict:
+        return {"init_alpha": self.init_alpha}
+
 
 @register(NORMS, "none")
 class NoNorm(nn.Identity):
     """No normalization (identity): the control."""
 
-    def __init__(self, d: int, cfg: ModelConfig):
+    def __init__(self, d: int):
         super().__init__()
+
+    def resolved(self) -> dict:
+        return {}
 
 
 # ---------------------------------------------------------------------- placements
-# Each placement wraps one sublayer F (attention or MLP) and the residual stream x.
-# forward returns (new residual stream, the sublayer's contribution before it joins the
-# residual); the second value feeds the `attn_out_std` / `mlp_out_std` instruments.
 
-PLACEMENTS: dict[str, type[nn.Module]] = {}
+PLACEMENTS: dict[str, type[Placement]] = {}
+
+
+class Placement(nn.Module):
+    """Where the norm sits around one sublayer F (attention, cross-attention or MLP): the
+    contract every placement keeps.
+
+        x ──┬── norms and F, as the placement says ──> contribution ──(+)──> new x
+            └──────────────── residual (maybe scaled, maybe normed after) ──┘
+
+    * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F,
+      `make_norm()` makes a fresh norm of the run's type, `index` is the block's position
+      (0 = nearest the input) and `depth` the number of blocks; `settings` are the keys of
+      configs/placement/<name>.yaml.
+    * `forward(x, *context)` returns (new residual stream, contribution): the contribution is
+      F's output as it joins the stream (the attn_out_std / mlp_out_std instruments read it);
+      `context` (the encoder output, for cross-attention) goes to F unchanged.
+    * `final_norm`: whether the stream leaving this sublayer is unnormalized, so that the
+      model must add a Norm after the last block (Pre-LN does, Post-LN does not).
+    * `init_gain`: the Xavier gain the placement wants for F's value, output and MLP
+      matrices (query and key keep gain 1); DeepNorm's β.
+    * `resolved()`: the numbers it actually uses ("auto" worked out), for summary.json.
+    """
+
+    final_norm = True
+    init_gain = 1.0
+
+    def resolved(self) -> dict:
+        return {}
 
 
 @register(PLACEMENTS, "post")
-class PostNorm(nn.Module):
+class PostNorm(Placement):
     """Post-LN (Vaswani et al. 2017): x ← Norm(x + F(x)). No final norm is needed."""
 
     final_norm = False
 
-    def __init__(self, sublayer: nn.Module, make_norm, cfg: ModelConfig):
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
         super().__init__()
         self.sublayer = sublayer
         self.norm = make_norm()
 
-    def forward(self, x):
-        out = self.sublayer(x)
+    def forward(self, x, *context):
+        out = self.sublayer(x, *context)
         return self.norm(x + out), out
 
 
 @register(PLACEMENTS, "pre")
-class PreNorm(nn.Module):
+class PreNorm(Placement):
     """Pre-LN (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"):
     x ← x + F(Norm(x)); the model adds one final Norm after the last block."""
 
-    final_norm = True
-
-    def __init__(self, sublayer: nn.Module, make_norm, cfg: ModelConfig):
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
         super().__init__()
         self.norm = make_norm()
         self.sublayer = sublayer
 
-    def forward(self, x):
-        out = self.sublayer(self.norm(x))
+    def forward(self, x, *context):
+        out = self.sublayer(self.norm(x), *context)
         return x + out, out
 
 
-@register(PLACEMENTS, "deepnorm")
-class DeepNorm(nn.Module):
-    """DeepNorm (Wang et al. 2022, "DeepNet"): x ← Norm(α·x + F(x)).
+def deepnorm_constants(layers: int) -> tuple[float, float]:
+    """DeepNorm's α = (2N)^(1/4) and β = (8N)^(-1/4) for a decoder-only stack of N blocks
+    (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers", Table 1)."""
+    return (2 * layers) ** 0.25, (8 * layers) ** -0.25
 
-    α up-weights the residual (not F(x)); with α = (2N)^(1/4) and the β-scaled init of
-    the value, output and MLP matrices (see `GPT._init_weights`) the model update stays
-    bounded as depth N grows. No final norm: the stream leaves every block normalized."""
+
+@register(PLACEMENTS, "deepnorm")
+class DeepNorm(Placement):
+    """DeepNorm (Wang et al. 2022, "DeepNet"): x ← Norm(α·x + F(x)), with F's value, output
+    and MLP matrices initialised Xavier-normal with gain β (query and key with gain 1).
+
+    α up-weights the residual (not F(x)); with α = (2N)^(1/4), β = (8N)^(-1/4) for N blocks
+    ("auto") the model update stays bounded as depth grows. Either may be a number instead.
+    No final norm: the stream leaves every block normalized."""
 
     final_norm = False
 
-    def __init__(self, sublayer: nn.Module, make_norm, cfg: ModelConfig):
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int, alpha="auto", beta="auto"):
         super().__init__()
         self.sublayer = sublayer
+        for key, value in (("alpha", alpha), ("beta", beta)):
+            _check(value == "auto" or _positive_number(value), f"placement.{key}", value, 'must be "auto" or a number > 0')
+        auto_alpha, auto_beta = deepnorm_constants(depth)
+        self.alpha = auto_alpha if alpha == "auto" else float(alpha)
+        self.init_gain = auto_beta if beta == "auto" else float(beta)
         self.norm = make_norm()
-        self.alpha = cfg.deepnorm_alpha
 
-    def forward(self, x):
-        out = self.sublayer(x)
+    def forward(self, x, *context):
+        out = self.sublayer(x, *context)
         return self.norm(self.alpha * x + out), out
+
+    def resolved(self) -> dict:
+        return {"alpha": self.alpha, "beta": self.init_gain}
 
 
 @register(PLACEMENTS, "sandwich", "peri")
-class SandwichNorm(nn.Module):
+class SandwichNorm(Placement):
     """Sandwich-LN (Ding et al. 2021, CogView) / Peri-LN (Kim et al. 2025):
     x ← x + Norm_out(F(Norm_in(x))); the model adds a final Norm as Pre-LN does."""
 
-    final_norm = True
-
-    def __init__(self, sublayer: nn.Module, make_norm, cfg: ModelConfig):
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
         super().__init__()
         self.norm_in = make_norm()
         self.sublayer = sublayer
         self.norm_out = make_norm()
 
-    def forward(self, x):
-        out = self.norm_out(self.sublayer(self.norm_in(x)))
+    def forward(self, x, *context):
+        out = self.norm_out(self.sublayer(self.norm_in(x), *context))
         return x + out, out
 
 
-def block_placements(cfg: ModelConfig) -> list[type[nn.Module]]:
-    """The placement class of each block. "mix" is Mix-LN (Li et al. 2024): Post-LN for the
-    first ⌊ρ·L⌋ blocks, Pre-LN for the rest (ρ = cfg.mix_ratio)."""
-    if cfg.placement == "mix":
-        n_post = math.floor(cfg.mix_ratio * cfg.layers)
-        return [PostNorm] * n_post + [PreNorm] * (cfg.layers - n_post)
-    return [PLACEMENTS[cfg.placement]] * cfg.layers
+@register(PLACEMENTS, "mix")
+class MixNorm(Placement):
+    """Mix-LN (Li et al. 2024, "Mix-LN: Unleashing the Power of Deeper Layers by Combining
+    Pre-LN and Post-LN"): Post-LN, x ← Norm(x + F(x)), in the first ⌊ρ·L⌋ blocks; Pre-LN,
+    x ← x + F(Norm(x)), in the rest (ρ = ratio, 0.25 in the paper). The last block is
+    Pre-LN for any ρ < 1, so the model has a final norm."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int, ratio: float = 0.25):
+        super().__init__()
+        _check(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 <= ratio < 1,
+               "placement.ratio", ratio, "must be a number in [0, 1)")
+        self.ratio, self.post_blocks = ratio, math.floor(ratio * depth)
+        self.post = index < self.post_blocks
+        self.final_norm = not self.post
+        self.sublayer = sublayer
+        self.norm = make_norm()
+
+    def forward(self, x, *context):
+        if self.post:
+            out = self.sublayer(x, *context)
+            return self.norm(x + out), out
+        out = self.sublayer(self.norm(x), *context)
+        return x + out, out
+
+    def resolved(self) -> dict:
+        return {"ratio": self.ratio, "post_blocks": self.post_blocks}
 
 
-PLACEMENT_NAMES = sorted([*PLACEMENTS, "mix"])
+def check_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -> None:
+    """Build the norm, and the placement around a stand-in sublayer, once: a bad setting
+    raises ConfigError naming its key, before any data is loaded."""
+    norm_cls, norm_settings = variant(NORMS, "norm", norm)
+    placement_cls, placement_settings = variant(PLACEMENTS, "placement", placement)
+    placement_cls(nn.Identity(), lambda: norm_cls(8, **norm_settings), index=0, depth=layers, **placement_settings)
 
 
 # ----------------------------------------------------------------------- sublayers
+# Each sublayer's `init_weights(gain)`: Xavier-normal matrices, zero biases; `gain` scales
+# the value, output and MLP matrices (the placement's init_gain), queries and keys keep 1.
+
+def _xavier(w: torch.Tensor, gain: float) -> None:
+    nn.init.xavier_normal_(w, gain=gain)
+
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with one fused QKV projection. (`causal = False`
-    attends both ways: the encoder of `normexp probe --encoder-decoder`.)"""
+    """Multi-head self-attention with one fused QKV projection; causal unless built with
+    causal=False (the encoder of `normexp probe --encoder-decoder`)."""
 
-    causal = True
-
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, causal: bool = True):
         super().__init__()
-        self.heads = cfg.heads
+        self.heads, self.causal = cfg.heads, causal
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
@@ -235,6 +346,40 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def init_weights(self, gain: float) -> None:
+        q, k, v = self.qkv.weight.data.split(self.qkv.in_features)  # views: each d×d matrix on its own
+        for w, g in ((q, 1.0), (k, 1.0), (v, gain), (self.proj.weight, gain)):
+            _xavier(w, g)
+        for lin in (self.qkv, self.proj):
+            nn.init.zeros_(lin.bias)
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from the decoder's stream (queries) to the encoder's output
+    `memory` (keys and values), the middle sublayer of an encoder-decoder block."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.heads = cfg.heads
+        self.q = nn.Linear(cfg.d_model, cfg.d_model)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x, memory):
+        B, T, C = x.shape
+        S = memory.shape[1]
+        q = self.q(x).view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        k, v = self.kv(memory).view(B, S, 2, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def init_weights(self, gain: float) -> None:
+        k, v = self.kv.weight.data.split(self.q.in_features)
+        for w, g in ((self.q.weight, 1.0), (k, 1.0), (v, gain), (self.proj.weight, gain)):
+            _xavier(w, g)
+        for lin in (self.q, self.kv, self.proj):
+            nn.init.zeros_(lin.bias)
 
 
 class MLP(nn.Module):
@@ -248,18 +393,39 @@ class MLP(nn.Module):
     def forward(self, x):
         return self.fc_out(F.gelu(self.fc_in(x)))
 
+    def init_weights(self, gain: float) -> None:
+        for lin in (self.fc_in, self.fc_out):
+            _xavier(lin.weight, gain)
+            nn.init.zeros_(lin.bias)
+
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, placement: type[nn.Module]):
-        super().__init__()
-        make_norm = lambda: NORMS[cfg.norm](cfg.d_model, cfg)  # noqa: E731
-        self.attn = placement(CausalSelfAttention(cfg), make_norm, cfg)
-        self.mlp = placement(MLP(cfg), make_norm, cfg)
+    """One Transformer block, every sublayer wrapped in the run's placement:
 
-    def forward(self, x):
+        x ─> placement(self-attention) ─> [placement(cross-attention to memory)] ─> placement(MLP) ─> x
+
+    forward returns the stream and the two contributions the instruments read."""
+
+    def __init__(self, cfg: ModelConfig, wrap, causal: bool = True, cross_attention: bool = False):
+        super().__init__()
+        self.attn = wrap(CausalSelfAttention(cfg, causal))
+        self.cross = wrap(CrossAttention(cfg)) if cross_attention else None
+        self.mlp = wrap(MLP(cfg))
+
+    def forward(self, x, memory=None):
         x, attn_out = self.attn(x)
+        if self.cross is not None:
+            x, _ = self.cross(x, memory)
         x, mlp_out = self.mlp(x)
         return x, attn_out, mlp_out
+
+    def sublayers(self) -> list[Placement]:
+        return [p for p in (self.attn, self.cross, self.mlp) if p is not None]
+
+    @property
+    def mlp_output_matrix(self) -> torch.Tensor:
+        """W₂, the MLP's second matrix: Xiong et al.'s Fig. 3 plots its gradient."""
+        return self.mlp.sublayer.fc_out.weight
 
 
 # ----------------------------------------------------------------------------- GPT
@@ -268,55 +434,53 @@ IGNORE_TARGET = -100  # a target position that adds nothing to the loss
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    """Token + position embeddings (scaled by √d), `layers` blocks, the final norm where the
+    placement needs one, and a head tied to the token embedding. `causal=False` and
+    `cross_attention=True` build the encoder and the decoder of an encoder-decoder model."""
+
+    def __init__(self, cfg: ModelConfig, causal: bool = True, cross_attention: bool = False):
         super().__init__()
-        if cfg.norm not in NORMS:
-            raise ValueError(f"unknown norm {cfg.norm!r}; choose from {sorted(NORMS)}")
-        if cfg.placement not in PLACEMENT_NAMES:
-            raise ValueError(f"unknown placement {cfg.placement!r}; choose from {PLACEMENT_NAMES}")
-        if cfg.placement == "deepnorm":
-            alpha, beta = deepnorm_constants(cfg.layers)
-            cfg.deepnorm_alpha = alpha if cfg.deepnorm_alpha is None else float(cfg.deepnorm_alpha)
-            cfg.deepnorm_beta = beta if cfg.deepnorm_beta is None else float(cfg.deepnorm_beta)
+        norm_cls, norm_settings = variant(NORMS, "norm", cfg.norm)
+        placement_cls, placement_settings = variant(PLACEMENTS, "placement", cfg.placement)
+        make_norm = lambda: norm_cls(cfg.d_model, **norm_settings)  # noqa: E731
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
-        placements = block_placements(cfg)
-        self.blocks = nn.ModuleList(Block(cfg, p) for p in placements)
-        self.final_norm = NORMS[cfg.norm](cfg.d_model, cfg) if placements[-1].final_norm else nn.Identity()
+        self.blocks = nn.ModuleList(
+            Block(cfg, lambda f, i=i: placement_cls(f, make_norm, index=i, depth=cfg.layers, **placement_settings),
+                  causal, cross_attention)
+            for i in range(cfg.layers))
+        self.final_norm = make_norm() if self.blocks[-1].mlp.final_norm else nn.Identity()
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         self.embed_scale = math.sqrt(cfg.d_model)
         self._init_weights()
 
     def _init_weights(self):
-        """Xavier-normal matrices and zero biases (the setting Xiong et al. analyse).
-        Embeddings N(0, 1/d), multiplied by √d on the way in (Vaswani et al. 2017), so the
-        stream entering block 0 has unit-scale entries as the analysis assumes, and the tied
-        head starts with unit-scale logits. DeepNorm: gain β for the value, attention-output
-        and both MLP matrices, gain 1 for query and key (Wang et al. 2022, Fig. 2)."""
-        beta = self.cfg.deepnorm_beta if self.cfg.placement == "deepnorm" else 1.0
+        """Embeddings N(0, 1/d), multiplied by √d on the way in (Vaswani et al. 2017), so the
+        stream entering block 0 has unit-scale entries as Xiong et al.'s analysis assumes, and
+        the tied head starts with unit-scale logits. Each sublayer: Xavier-normal matrices,
+        zero biases, with its placement's gain on value, output and MLP matrices."""
         nn.init.normal_(self.tok_emb.weight, std=self.cfg.d_model ** -0.5)
         nn.init.normal_(self.pos_emb.weight, std=self.cfg.d_model ** -0.5)
-        d = self.cfg.d_model
         for block in self.blocks:
-            attn, mlp = block.attn.sublayer, block.mlp.sublayer
-            q, k, v = attn.qkv.weight.data.split(d)  # views: init each d×d matrix on its own
-            nn.init.xavier_normal_(q, gain=1.0)
-            nn.init.xavier_normal_(k, gain=1.0)
-            nn.init.xavier_normal_(v, gain=beta)
-            for w in (attn.proj.weight, mlp.fc_in.weight, mlp.fc_out.weight):
-                nn.init.xavier_normal_(w, gain=beta)
-            for lin in (attn.qkv, attn.proj, mlp.fc_in, mlp.fc_out):
-                nn.init.zeros_(lin.bias)
+            for wrapper in block.sublayers():
+                wrapper.sublayer.init_weights(wrapper.init_gain)
 
-    def hidden(self, idx: torch.Tensor, record: bool = False):
+    def settings(self) -> dict:
+        """The norm's and the placement's settings as built ("auto" resolved), read from the
+        modules themselves: {"norm": {...}, "placement": {...}}."""
+        first = self.blocks[0].mlp
+        norms = [m for m in self.modules() if type(m) in NORMS.values()]
+        return {"norm": norms[0].resolved() if norms else {}, "placement": first.resolved()}
+
+    def hidden(self, idx: torch.Tensor, record: bool = False, memory: torch.Tensor | None = None):
         """The final hidden state (B, T, d). With record=True also returns per-block tensors
         for the instruments: the residual stream leaving each block, each sublayer's output,
-        and the final hidden state itself."""
+        and the final hidden state itself. `memory`: the encoder output, for cross-attention."""
         x = (self.tok_emb(idx) + self.pos_emb(self.positions[: idx.shape[1]])) * self.embed_scale
         trace = {"embed": x, "block": [], "attn_out": [], "mlp_out": []} if record else None
         for block in self.blocks:
-            x, attn_out, mlp_out = block(x)
+            x, attn_out, mlp_out = block(x, memory)
             if record:
                 trace["block"].append(x)
                 trace["attn_out"].append(attn_out)
@@ -326,10 +490,11 @@ class GPT(nn.Module):
             trace["final"] = h
         return (h, trace) if record else h
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, record: bool = False):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, record: bool = False,
+                memory: torch.Tensor | None = None):
         """Logits through the tied head; with targets, the mean cross-entropy (nats/token)
         over the targets that are not IGNORE_TARGET."""
-        out = self.hidden(idx, record)
+        out = self.hidden(idx, record, memory)
         h, trace = out if record else (out, None)
         logits = h @ self.tok_emb.weight.t()
         loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),

@@ -2,7 +2,7 @@
 
     <run>/.hydra/config.yaml     the resolved config (Hydra)
     <run>/events.out.tfevents.*  TensorBoard scalars
-    <run>/summary.json           status and final numbers (see SUMMARY_KEYS)
+    <run>/summary.json           status and final numbers (see summary_record)
     <run>/checkpoints/step_XXXXXXXX.pt
 """
 
@@ -14,13 +14,63 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+# The statuses a run can have, the ones that end it for good, and the ones a run holds
+# while it may still go on ("killed": the report's word for a run whose process is gone).
 STATUSES = ("running", "completed", "diverged", "failed", "interrupted")
+FINISHED = ("completed", "diverged")
 
-SUMMARY_KEYS = (
-    "status", "steps_completed", "final_train_loss", "final_val_loss", "best_val_loss",
-    "diverged_at_step", "tokens_per_second", "parameters", "wall_seconds", "norm", "placement",
-    "layers", "d_model", "warmup", "lr", "seed", "deepnorm_alpha", "deepnorm_beta", "pid", "host",
-)
+# Keys that say how to run, not what to compute: a resumed run may change them, the report
+# never calls them "varied", and run names leave them out (train.yaml's exclude_keys holds
+# them too, with the path keys; tests/test_cli.py checks the two agree).
+RUN_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints")
+
+# The hyperparameters every summary records (and TensorBoard's HParams shows), most often
+# varied first; a variant's own settings follow as placement.<key> / norm.<key>.
+HPARAMS = ("placement", "norm", "layers", "warmup", "lr", "seed", "d_model", "heads", "steps", "batch_size",
+           "seq_len", "schedule", "grad_clip", "data", "tokenizer")
+
+
+def cache_root() -> Path:
+    """Where downloaded corpora and token caches live: $NORMEXP_CACHE, else
+    $XDG_CACHE_HOME/normexp, else ~/.cache/normexp."""
+    if os.environ.get("NORMEXP_CACHE"):
+        return Path(os.environ["NORMEXP_CACHE"]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "normexp"
+    return Path.home() / ".cache" / "normexp"
+
+
+def data_label(cfg) -> str:
+    """A readable corpus name: the Hub config or path for Hub presets, else the group name."""
+    return str(cfg.data.get("config") or cfg.data.get("path") or cfg.data.name)
+
+
+def summary_record(cfg, **facts) -> dict:
+    """The one summary record: summary.json, the TensorBoard HParams row and the report all
+    read it. Starts from the config's hyperparameters (the warmup as run: at most `steps`);
+    `facts` add or replace fields (the model's resolved settings, the outcome)."""
+    record = {
+        "status": "running", "steps_completed": 0, "final_train_loss": None, "final_val_loss": None,
+        "best_val_loss": None, "diverged_at_step": None, "initial_loss": None, "tokens_per_second": None,
+        "parameters": None, "wall_seconds": None, "error": None,
+        "placement": cfg.placement.name, "norm": cfg.norm.name, "layers": cfg.layers,
+        "warmup": min(cfg.warmup, cfg.steps) if isinstance(cfg.warmup, int) and isinstance(cfg.steps, int) else cfg.warmup,
+        "lr": cfg.lr, "seed": cfg.seed, "d_model": cfg.d_model, "heads": cfg.heads, "steps": cfg.steps,
+        "batch_size": cfg.batch_size, "seq_len": cfg.seq_len, "schedule": cfg.schedule.name,
+        "grad_clip": cfg.grad_clip, "data": data_label(cfg), "tokenizer": cfg.tokenizer.name,
+        "placement_settings": {}, "norm_settings": {},
+    }
+    record.update(facts)
+    return record
+
+
+def hparams_row(summary: dict) -> dict:
+    """The HParams row of a run: HPARAMS in order, then the variant settings the run used
+    (a placement without settings adds none, rather than a 0 that reads as a value)."""
+    row = {k: summary.get(k) for k in HPARAMS}
+    row.update({f"placement.{k}": v for k, v in (summary.get("placement_settings") or {}).items()})
+    row.update({f"norm.{k}": v for k, v in (summary.get("norm_settings") or {}).items()})
+    return row
 
 
 def _umask() -> int:

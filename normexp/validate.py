@@ -2,26 +2,26 @@
 the value, and what is allowed, before any data is loaded or any folder is written.
 
 This module imports neither torch nor the data stack, so `normexp train` answers a typo in
-about a second. The valid norm/placement/data/tokenizer names are read from the shipped
-config groups (`declared_names`; tests/test_bad_input.py checks they equal the registries
-in model.py and data.py).
+about a second. Every rule lives here once: data.py calls `check_data`/`check_tokenizer`
+for callers that skip the command line. The valid norm/placement/data/tokenizer names are
+read from the shipped config groups (`compose.declared_names`). A norm's or placement's own
+settings (eps, alpha, ratio, ...) are checked by its class in model.py, which owns them.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-CONFIG_MODULE = "normexp.configs"
+from .compose import declared_names
+from .runfolder import FINISHED, RUN_SETTINGS, cache_root
 
-# Keys that say how to run, not what to compute: a resumed run may change them.
-RESUME_MAY_CHANGE = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints")
-FINISHED = ("completed", "diverged")
+# Keys that moved, and where to: the old key gets one line naming the new one.
+MOVED_KEYS = {"deepnorm.alpha": "placement.alpha", "deepnorm.beta": "placement.beta", "deepnorm": "placement.alpha"}
 
 
 class ConfigError(Exception):
@@ -70,25 +70,6 @@ def _boolean(cfg, key):
         raise ConfigError(key, v, "must be true or false")
 
 
-@lru_cache(maxsize=None)
-def declared_names(group: str) -> tuple[str, ...]:
-    """The names the code accepts for a config group, read from the shipped options: each
-    option's `name:` field, and for model/tokenizer groups also the option's own name
-    (peri.yaml says name: sandwich; "peri" is registered as its alias). Data options are
-    different: wikitext2.yaml is a `name: hub` dataset, so only the `name:` fields count."""
-    from importlib.resources import files
-
-    names = set()
-    for option in (files(CONFIG_MODULE) / group).iterdir():
-        if option.name.endswith(".yaml"):
-            name = OmegaConf.create(option.read_text()).get("name")
-            if name is not None:
-                names.add(str(name))
-            if group != "data":
-                names.add(option.name[: -len(".yaml")])
-    return tuple(sorted(names))
-
-
 def _choice(key: str, value, group: str):
     valid = declared_names(group)
     if value not in valid:
@@ -130,19 +111,8 @@ def _validate(cfg: DictConfig, explicit) -> None:
         raise ConfigError("seed", cfg.seed, "must be a non-negative integer")
     _optimizer(cfg)
     _device(cfg.device)
-    for key in ("alpha", "beta"):
-        v = cfg.deepnorm[key]
-        if v != "auto" and (not _number(v) or v <= 0):
-            raise ConfigError(f"deepnorm.{key}", v, 'must be "auto" or a number > 0')
     _choice("norm", cfg.norm.name, "norm")
-    eps = cfg.norm.get("eps")
-    if eps is not None and (not _number(eps) or eps <= 0):
-        raise ConfigError("norm.eps", eps, "must be a number > 0")
     _choice("placement", cfg.placement.name, "placement")
-    if cfg.placement.name == "mix":
-        ratio = cfg.placement.get("ratio", 0.25)
-        if not _number(ratio) or not 0 <= ratio < 1:
-            raise ConfigError("placement.ratio", ratio, "must be a number in [0, 1)")
     if cfg.schedule.name not in SCHEDULES:
         raise ConfigError("schedule", cfg.schedule.name, f"choose from {', '.join(sorted(SCHEDULES))}")
     if not _number(cfg.divergence.max_loss) or cfg.divergence.max_loss <= 0:
@@ -158,8 +128,21 @@ def _validate(cfg: DictConfig, explicit) -> None:
     threads = cfg.get("threads", "auto")
     if threads != "auto" and (not _integer(threads) or threads <= 0):
         raise ConfigError("threads", threads, 'must be "auto" or a positive integer')
-    _tokenizer(cfg.tokenizer)
-    _data(cfg.data)
+    check_tokenizer(cfg.tokenizer)
+    check_data(cfg.data)
+
+
+def moved_key(key: str, value) -> None:
+    """A key that moved (deepnorm.alpha → placement.alpha): one line naming the new key."""
+    key = key.lstrip("+~")
+    if key in MOVED_KEYS:
+        raise ConfigError(key, value, f"DeepNorm's constants are settings of the placement now: "
+                          f"placement=deepnorm {MOVED_KEYS[key]}={value}")
+
+
+def check_cache() -> None:
+    """The cache folder ($NORMEXP_CACHE or its default) must be a writable folder or creatable."""
+    _check_creatable("NORMEXP_CACHE" if os.environ.get("NORMEXP_CACHE") else "cache folder", cache_root())
 
 
 def _optimizer(cfg) -> None:
@@ -182,7 +165,7 @@ def _device(device) -> None:
             raise ConfigError("device", device, "no CUDA device is available here; use device=auto or device=cpu")
 
 
-def _tokenizer(tok) -> None:
+def check_tokenizer(tok) -> None:
     _choice("tokenizer", tok.name, "tokenizer")
     v = tok.get("vocab_size")
     if tok.name == "byte" and v != 256:
@@ -191,10 +174,10 @@ def _tokenizer(tok) -> None:
         raise ConfigError("tokenizer.vocab_size", v, "must be an integer from 300 (256 bytes + merges) to 1000000")
 
 
-def _data(data) -> None:
-    _choice("data", data.name, "data")
+def check_data(data) -> None:
+    _choice("data", data.get("name"), "data")
     if data.name == "text":
-        files = data.get("files")
+        files = None if OmegaConf.is_missing(data, "files") else data.get("files")
         if not files or not isinstance(files, (list, ListConfig)):
             raise ConfigError("data.files", files, "give a list of text files, e.g. data.files=[train.txt]")
         val_files = data.get("val_files")
@@ -280,7 +263,7 @@ def _same_settings(run_dir: Path, job: DictConfig) -> None:
         return  # no readable record of the old settings: the checkpoint decides
     new = _flat(job)
     for key in sorted(set(old) | set(new)):
-        if key in RESUME_MAY_CHANGE or key.split(".")[0] in RESUME_MAY_CHANGE:
+        if key in RUN_SETTINGS or key.split(".")[0] in RUN_SETTINGS:
             continue
         if old.get(key) != new.get(key):
             shown = new.get(key, "<unset>")

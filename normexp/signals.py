@@ -1,0 +1,134 @@
+"""Stopping a job on SIGINT/SIGTERM: the one mechanism, for loading, training and saving.
+
+* While training (`StopSignals.deferred()`), the first signal asks the loop to stop at the
+  next step boundary: `check()` raises `Interrupted`, the loop saves a checkpoint, writes
+  status "interrupted" and the job exits 130 (SIGINT) or 143 (SIGTERM).
+* Anywhere else (loading data, building the model), the first signal raises `Interrupted`
+  at once.
+* A second signal, or a first one that the job has not acted on within `grace` seconds
+  (a step that runs for minutes, a long C call that holds the main thread), ends the process
+  right away: `on_hard_stop(signum)` records status "interrupted" (the last checkpoint stays
+  as it was) and the process exits with the same code.
+
+Python runs signal handlers only between bytecodes of the main thread, so a main thread
+stuck in one long torch op cannot be reached by a handler. The C-level handler does write
+every signal to the wakeup fd (`signal.set_wakeup_fd`) at once; a watchdog thread waits on
+it and keeps the deadline. Torch ops release the GIL, so the watchdog runs meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+from typing import Callable
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+GRACE_SECONDS = 5.0
+
+
+class Interrupted(BaseException):
+    """The job was asked to stop. A BaseException, like KeyboardInterrupt, so that no
+    `except Exception` in data or model code swallows it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class StopSignals:
+    """Install with `with StopSignals(on_hard_stop) as stop:`; see the module docstring."""
+
+    def __init__(self, on_hard_stop: Callable[[int], None] | None = None, grace: float = GRACE_SECONDS):
+        self.on_hard_stop = on_hard_stop
+        self.grace = grace
+        self.signum = 0            # the first signal received, 0 = none
+        self._deferred = False
+        self._acted = threading.Event()  # the main thread has begun to stop
+        self._old: dict = {}
+        self._old_wakeup = -1
+        self._pair = None
+
+    # ---- set-up
+    def __enter__(self):
+        try:
+            for s in SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
+        except ValueError:  # not the main thread (a launcher's worker thread): leave signals alone
+            return self
+        self._pair = socket.socketpair()
+        self._pair[0].setblocking(False)
+        self._old_wakeup = signal.set_wakeup_fd(self._pair[0].fileno(), warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, args=(self._pair[1],), daemon=True, name="normexp-stop-watchdog").start()
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        if self._pair is not None:
+            signal.set_wakeup_fd(self._old_wakeup)
+            self._pair[0].close()  # the watchdog's recv returns b"" and it ends
+            self._pair = None
+        return False
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """While inside, a first signal waits for the next `check()` (a step boundary)."""
+        self._deferred = True
+        try:
+            yield self
+        finally:
+            self._deferred = False
+
+    def check(self) -> None:
+        """At a step boundary: raise Interrupted if a signal came. (Under torchrun the ranks
+        agree first, so that all stop at the same step.)"""
+        from . import distributed
+
+        signum = distributed.agree_max(self.signum)
+        if signum:
+            self._acted.set()
+            raise Interrupted(signum)
+
+    # ---- the handler (main thread, between bytecodes) and the watchdog (its own thread)
+    def _handle(self, signum, frame):
+        if self.signum:  # a second signal: the watchdog sees it too and ends the process
+            return
+        self.signum = signum
+        if not self._deferred:
+            self._acted.set()
+            raise Interrupted(signum)
+
+    def _watch(self, sock) -> None:
+        first = None
+        while True:
+            try:
+                data = sock.recv(16)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum not in SIGNALS:
+                    continue
+                if first is not None:  # a second signal: no more waiting
+                    self._hard_stop(first)
+                first = signum
+                threading.Thread(target=self._deadline, args=(signum,), daemon=True).start()
+
+    def _deadline(self, signum: int) -> None:
+        if not self._acted.wait(self.grace):
+            self._hard_stop(signum)
+
+    def _hard_stop(self, signum: int) -> None:
+        try:
+            if self.on_hard_stop is not None:
+                self.on_hard_stop(signum)
+        finally:
+            os._exit(128 + signum)
