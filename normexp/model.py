@@ -298,7 +298,8 @@ class MixNorm(Placement):
         super().__init__()
         _check(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 <= ratio < 1,
                "placement.ratio", ratio, "must be a number in [0, 1)")
-        self.ratio, self.post_blocks = ratio, math.floor(ratio * depth)
+        # ⌊ρ·L⌋ of the decimal the user wrote: 0.58·50 is 28.999999999999996 in floating point, 29 blocks
+        self.ratio, self.post_blocks = ratio, math.floor(round(ratio * depth, 9))
         self.post = index < self.post_blocks
         self.final_norm = not self.post
         self.sublayer = sublayer
