@@ -55,6 +55,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .compose import compose_config
+
 
 class BenchError(Exception):
     """Bad bench arguments; str(e) is one line naming the problem and the fix."""
@@ -201,42 +203,21 @@ def minimal_step_times(shape: Shape, tokens: torch.Tensor, steps: int, seed: int
 
 # ------------------------------------------------------------------ normexp's loop
 
-def compose_config(overrides: list[str]):
-    from hydra import compose, initialize_config_module
-
-    with initialize_config_module(config_module="normexp.configs", version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
-
-
 def normexp_step_times(shape: Shape, corpus: Path, steps: int, log_every: int, threads: int,
                        compile: bool = False, extra: tuple[str, ...] = ()) -> list[float]:
     """End-of-step timestamps of normexp's own training loop (`train.train`) on `shape`.
 
-    The loop reports every finished step to its `Progress`; a stand-in records the time
-    instead of drawing a bar. Nothing else is changed: same model, optimizer, instruments,
-    TensorBoard writer, data sampler."""
-    from . import train as train_module
+    The loop's `on_step` hook records the time at the end of every step. Nothing else is
+    changed: same model, optimizer, instruments, TensorBoard writer, data sampler."""
+    from .train import Hooks, train
 
     stamps: list[float] = []
-
-    class StepClock(train_module.Progress):
-        def __init__(self, mode, total, initial):
-            super().__init__("off", total, initial)
-
-        def update(self, step, fields, line):
-            stamps.append(time.perf_counter())
-
     cfg = compose_config([
         *shape.overrides(), "data=text", f"data.files=[{corpus}]", f"steps={steps}", f"log_every={log_every}",
         f"eval_every={OFF}", "eval_batches=1", "checkpoint_every=0", "keep_checkpoints=1",
         "log.progress=off", f"threads={threads}", f"compile={str(compile).lower()}", "device=cpu", *extra])
-    real = train_module.Progress
-    train_module.Progress = StepClock
-    try:
-        with tempfile.TemporaryDirectory(prefix="normexp-bench-") as run_dir:
-            train_module.train(cfg, Path(run_dir))
-    finally:
-        train_module.Progress = real
+    with tempfile.TemporaryDirectory(prefix="normexp-bench-") as run_dir:
+        train(cfg, Path(run_dir), hooks=Hooks(on_step=lambda step: stamps.append(time.perf_counter())))
     if len(stamps) != steps:
         raise RuntimeError(f"normexp's loop reported {len(stamps)} of {steps} steps")
     return stamps
@@ -507,30 +488,20 @@ def pool_of(stamps: list[float], log_every: int = 10) -> Pool:
     return pool
 
 
-# `normexp train` exactly as the user runs it, plus one hook: when the trainer writes the run's
-# hyperparameters (the last thing before step 0) it notes the wall clock and the CPU seconds
-# used so far. CPU seconds do not depend on what else the machine is doing.
+# `normexp train` exactly as the user runs it (`cli.run_train`), with the loop's `on_start`
+# hook: when set-up is done (step 0 next) it notes the wall clock and the CPU seconds used so
+# far. CPU seconds do not depend on what else the machine is doing.
 _STARTUP_CHILD = """
-import functools, json, resource, sys, time
-import normexp.cli as cli
-real_task = cli.hydra_task
-stamp_path = sys.argv[1]
+import json, resource, sys, time
+from normexp.cli import run_train
+from normexp.train import Hooks
 
-@functools.wraps(real_task)
-def task(cfg):
-    from normexp import train
-    real_write = train.write_hparams
-    def write_and_stamp(writer, hparams):
-        real_write(writer, hparams)
-        use = resource.getrusage(resource.RUSAGE_SELF)
-        with open(stamp_path, "w") as f:
-            json.dump({"wall": time.time(), "cpu": use.ru_utime + use.ru_stime}, f)
-    train.write_hparams = write_and_stamp
-    return real_task(cfg)
+def stamp():
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    with open(sys.argv[1], "w") as f:
+        json.dump({"wall": time.time(), "cpu": use.ru_utime + use.ru_stime}, f)
 
-cli.hydra_task = task
-sys.argv = ["normexp", *sys.argv[2:]]
-cli.main()
+run_train(sys.argv[3:], hooks=Hooks(on_start=stamp))
 """
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from .compose import CONFIG_MODULE, CONFIG_NAME, compose_config, config_groups, group_options, split_hydra_args
+from .signals import GRACE_SECONDS
 
 app = typer.Typer(
     help="Study where and how Transformers normalize: train, instrument, compare.",
@@ -133,18 +134,26 @@ def preflight(args: list[str]) -> None:
         raise SystemExit(0)
 
 
-def _mark_interrupted(run_dir: Path) -> None:
+def _mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None) -> None:
     """Status "interrupted" in summary.json (unless the run had finished), steps_completed the
     newest checkpoint's: what a stop that could not wait for a step boundary leaves behind."""
-    from .checkpoint import list_checkpoints
+    import logging
+    import signal
+
+    from .checkpoint import list_checkpoints, resume_command
     from .distributed import is_main
     from .runfolder import FINISHED, read_summary, write_summary
 
     summary = read_summary(run_dir) or {}
+    saved = list_checkpoints(run_dir)
+    kept = int(saved[-1].stem.split("_")[1]) if saved else 0
     if is_main() and summary.get("status") not in FINISHED:
-        saved = list_checkpoints(run_dir)
-        kept = int(saved[-1].stem.split("_")[1]) if saved else 0
         write_summary(run_dir, {**summary, "status": "interrupted", "steps_completed": kept})
+    if hard_stop_signum is not None:
+        logging.getLogger("normexp").warning(
+            "interrupted by %s: stopped at once (a second signal, or no step boundary within %.0f s); "
+            "%s; resume with: %s", signal.Signals(hard_stop_signum).name, GRACE_SECONDS,
+            f"the checkpoint of step {kept} is kept" if saved else "no checkpoint yet", resume_command(run_dir))
 
 
 def hydra_task(cfg, hooks=None) -> dict | None:
@@ -164,7 +173,7 @@ def hydra_task(cfg, hooks=None) -> dict | None:
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
     try:
-        with StopSignals(on_hard_stop=lambda signum: _mark_interrupted(run_dir)) as stop:
+        with StopSignals(on_hard_stop=lambda signum: _mark_interrupted(run_dir, signum)) as stop:
             validate(cfg, {o.split("=")[0].lstrip("+~") for o in hc.overrides.task})
             previous = read_summary(run_dir) or {}
             if cfg.resume and previous.get("status") in FINISHED:  # a re-run sweep

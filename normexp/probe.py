@@ -4,7 +4,7 @@ The study of Xiong et al. 2020, "On Layer Normalization in the Transformer Archi
 (§3, Fig. 3): for each placement × depth × seed, build a freshly initialised GPT, run one
 forward/backward per batch of real text, and record per block
 
-    grad_norm_mlp_out  ‖∂L/∂W₂‖_F of the block's second MLP matrix (`mlp.sublayer.fc_out`)
+    grad_norm_mlp_out  ‖∂L/∂W₂‖_F of the block's second MLP matrix (`Block.mlp_output_matrix`)
     hidden_rms         √mean(x²) of the residual stream x leaving the block
 
 averaged over the batches. What the paper predicts at initialisation:
@@ -15,20 +15,18 @@ averaged over the batches. What the paper predicts at initialisation:
     so Post-LN's last layer exceeds Pre-LN's by a factor growing like √L;
   * Pre-LN (Fig. 3): about the same gradient in every layer.
 
-What this decoder-only model shows (tests/test_probe.py pins it): Theorem 1 and Lemma 2 hold
-(Pre-LN's last layer shrinks as L^-0.3 … L^-0.5, a bit slower than 1/√L at these depths);
-Fig. 3's per-layer shapes do not. Pre-LN's gradient falls with the layer index like 1/‖x_l‖
+What this decoder-only model shows (tests/test_probe.py pins the trends; README Results has
+the measured numbers): Theorem 1 and Lemma 2 hold; Fig. 3's per-layer shapes do not. Pre-LN's gradient falls with the layer index like 1/‖x_l‖
 (grad × hidden RMS is flat): Theorem 1's mechanism applied layer by layer. Post-LN's profile
-is a multiplicative random walk over layers (per seed, last/first spans ×0.2–×6 at L=16–24),
-flat to ±40 % on average over seeds rather than rising towards the output.
+is a multiplicative random walk over layers, flat on average over seeds rather than rising
+towards the output.
 
 Fig. 3 is measured on an encoder-decoder Transformer, and `--encoder-decoder` (the decoder
 of one: self-attention, cross-attention to the encoder's output, MLP in every block)
-reproduces it: Post-LN's W₂ gradient rises towards the output (last/first ×4.2 at L=6, and
-exponentially with depth: the vanishing gradient of Post-LN decoders that Liu et al. 2020,
+reproduces it: Post-LN's W₂ gradient rises towards the output (exponentially with depth: the vanishing gradient of Post-LN decoders that Liu et al. 2020,
 "Understanding the Difficulty of Training Transformers", describe), while its last layer's
-stays flat in depth; Pre-LN's per-layer gradients are about equal (max/min 1.3 at L=6) and
-its last layer's follows 1/√L. Cross-attention is what separates the two: it adds variance
+stays flat in depth; Pre-LN's per-layer gradients are about equal and its last layer's
+follows 1/√L. Cross-attention is what separates the two: it adds variance
 to the decoder's stream without passing gradient back along it (see `EncoderDecoder`).
 
 The table shows, per placement × depth (means over seeds): the last layer's gradient and
@@ -53,7 +51,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .data import get_batch, load_corpus
-from .model import GPT, NORMS, PLACEMENT_NAMES, PLACEMENTS, ModelConfig
+from .model import GPT, NORMS, PLACEMENTS, ModelConfig
 
 DEFAULT_PLACEMENTS = ("post", "pre", "deepnorm", "sandwich")
 DEFAULT_DEPTHS = (6, 12, 24, 48)
@@ -86,8 +84,8 @@ class ProbeSettings:
 
     def check(self) -> None:
         for p in self.placements:
-            if p not in PLACEMENT_NAMES:
-                raise ProbeError(f"--placements: unknown placement {p!r}; choose from {', '.join(PLACEMENT_NAMES)}")
+            if p not in PLACEMENTS:
+                raise ProbeError(f"--placements: unknown placement {p!r}; choose from {', '.join(sorted(PLACEMENTS))}")
             if self.encoder_decoder and p not in ENCODER_DECODER_PLACEMENTS:
                 raise ProbeError(f"--encoder-decoder: placement {p} is not supported (DeepNorm's encoder-decoder "
                                  f"constants are not implemented); use {', '.join(ENCODER_DECODER_PLACEMENTS)}")
@@ -119,14 +117,12 @@ def parse_list(text: str, kind: type, option: str) -> tuple:
 def probe_tokens(data_file: Path | None) -> tuple[np.ndarray, int, str]:
     """Training tokens, vocabulary size and a description: the default config's corpus and
     tokenizer (`normexp train` without overrides), or `data_file` as data=text."""
-    from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
+    from .compose import compose_config
     from .data import DataError
 
-    overrides = ["data=text"] if data_file is not None else []
-    with initialize_config_module(config_module="normexp.configs", version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
+    cfg = compose_config(["data=text"] if data_file is not None else [])
     data_cfg = cfg.data
     if data_file is not None:
         # set after composing: a path may hold characters the override grammar would parse
@@ -139,28 +135,6 @@ def probe_tokens(data_file: Path | None) -> tuple[np.ndarray, int, str]:
 
 
 # ------------------------------------------------------------ encoder-decoder model
-
-class CrossAttention(nn.Module):
-    """Multi-head attention from the decoder's stream (queries) to the encoder's output
-    (keys and values). The placement wrappers call sublayers with the stream alone, so the
-    encoder output is handed over through `memory` before each decoder forward."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.heads = cfg.heads
-        self.q = nn.Linear(cfg.d_model, cfg.d_model)
-        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.memory: torch.Tensor | None = None
-
-    def forward(self, x):
-        B, T, C = x.shape
-        S = self.memory.shape[1]
-        q = self.q(x).view(B, T, self.heads, C // self.heads).transpose(1, 2)
-        k, v = self.kv(self.memory).view(B, S, 2, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
-
 
 class EncoderDecoder(nn.Module):
     """The Transformer of Vaswani et al. 2017, the model Xiong et al. measure in Fig. 3:
@@ -177,37 +151,13 @@ class EncoderDecoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.encoder = GPT(cfg)
-        for block in self.encoder.blocks:
-            block.attn.sublayer.causal = False
-        self.decoder = GPT(cfg)
-        placement = PLACEMENTS[cfg.placement]
-        self.cross = nn.ModuleList(placement(CrossAttention(cfg), lambda: NORMS[cfg.norm](cfg.d_model, cfg), cfg)
-                                   for _ in range(cfg.layers))
-        d = cfg.d_model
-        for wrapper in self.cross:
-            attn = wrapper.sublayer
-            k, v = attn.kv.weight.data.split(d)  # views: init each d×d matrix on its own
-            for w in (attn.q.weight, k, v, attn.proj.weight):
-                nn.init.xavier_normal_(w)
-            for lin in (attn.q, attn.kv, attn.proj):
-                nn.init.zeros_(lin.bias)
+        self.encoder = GPT(cfg, causal=False)
+        self.decoder = GPT(cfg, cross_attention=True)  # self-attention, cross-attention, MLP per block
 
     def forward(self, src: torch.Tensor, idx: torch.Tensor, targets: torch.Tensor):
         """(mean cross-entropy of the decoder, the decoder's residual stream leaving each block)."""
-        memory = self.encoder.hidden(src)
-        dec = self.decoder
-        x = (dec.tok_emb(idx) + dec.pos_emb(dec.positions[: idx.shape[1]])) * dec.embed_scale
-        streams = []
-        for block, cross in zip(dec.blocks, self.cross):
-            x, _ = block.attn(x)
-            cross.sublayer.memory = memory
-            x, _ = cross(x)
-            x, _ = block.mlp(x)
-            streams.append(x)
-        logits = dec.final_norm(x) @ dec.tok_emb.weight.t()
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-        return loss, streams
+        _, loss, trace = self.decoder(idx, targets, record=True, memory=self.encoder.hidden(src))
+        return loss, trace["block"]
 
 
 # -------------------------------------------------------------------------- probe
@@ -226,7 +176,7 @@ def probe_model(placement: str, layers: int, seed: int, tokens: np.ndarray, voca
     # The same batches for every placement and depth at a given seed: differences between
     # rows of the table come from the architecture, not from the sample.
     batch_gen = torch.Generator().manual_seed(seed)
-    w2 = [block.mlp.sublayer.fc_out.weight for block in decoder.blocks]
+    w2 = [block.mlp_output_matrix for block in decoder.blocks]
     grad_sum = torch.zeros(layers, dtype=torch.float64)
     rms_sum = torch.zeros(layers, dtype=torch.float64)
     for _ in range(s.batches):

@@ -30,8 +30,12 @@ CASES = [
     ("negative-lr", ["lr=-1"], "lr=-1"),
     ("warmup-longer-than-steps", ["warmup=10"], "warmup=10"),
     ("negative-warmup", ["warmup=-1"], "warmup=-1"),
-    ("negative-deepnorm-alpha", ["placement=deepnorm", "deepnorm.alpha=-1"], "deepnorm.alpha=-1"),
-    ("word-deepnorm-alpha", ["deepnorm.alpha=foo"], "deepnorm.alpha=foo"),
+    ("negative-deepnorm-alpha", ["placement=deepnorm", "placement.alpha=-1"], "placement.alpha=-1"),
+    ("word-deepnorm-alpha", ["placement=deepnorm", "placement.beta=foo"], "placement.beta=foo"),
+    ("moved-deepnorm-key", ["deepnorm.alpha=2"], "deepnorm.alpha=2: DeepNorm's constants are settings of the placement now: placement=deepnorm placement.alpha=2"),
+    ("mix-ratio-out-of-range", ["placement=mix", "placement.ratio=1.5"], "placement.ratio=1.5: must be a number in [0, 1)"),
+    ("negative-norm-eps", ["norm=rms", "norm.eps=-1"], "norm.eps=-1"),
+    ("setting-of-another-placement", ["placement=pre", "+placement.alpha=2"], "placement.alpha=2: placement pre takes no settings"),
     ("unknown-norm", ["norm=foo"], "norm=foo: unknown option; choose from " + ", ".join(options("norm"))),
     ("unknown-placement", ["placement=bar"], "placement=bar: unknown option; choose from " + ", ".join(options("placement"))),
     ("unknown-experiment", ["experiment=nope"], "experiment=nope"),
@@ -147,10 +151,10 @@ def test_valid_names_match_the_registries():
     """validate.py reads the valid names from the config groups (so it needs no torch):
     they must be exactly the names the model and data code accept."""
     from normexp.data import DATA_NAMES, TOKENIZER_NAMES
-    from normexp.model import NORMS, PLACEMENT_NAMES
+    from normexp.model import NORMS, PLACEMENTS
 
     assert declared_names("norm") == tuple(sorted(NORMS))
-    assert declared_names("placement") == tuple(sorted(PLACEMENT_NAMES))
+    assert declared_names("placement") == tuple(sorted(PLACEMENTS))
     assert declared_names("data") == tuple(sorted(DATA_NAMES))
     assert declared_names("tokenizer") == tuple(sorted(TOKENIZER_NAMES))
 

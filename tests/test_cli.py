@@ -20,7 +20,8 @@ def test_cfg_job_shows_the_composed_config_and_runs_nothing(tmp_path, cli_env):
     proc = run_cli(["train", "--cfg", "job", "placement=deepnorm", "layers=48", "norm=rms"], cli_env, cwd=tmp_path)
     cfg = yaml.safe_load(proc.stdout)
     assert cfg["layers"] == 48 and cfg["placement"]["name"] == "deepnorm" and cfg["norm"]["name"] == "rms"
-    assert cfg["deepnorm"] == {"alpha": "auto", "beta": "auto"}
+    assert cfg["placement"] == {"name": "deepnorm", "alpha": "auto", "beta": "auto"}
+    assert "deepnorm" not in cfg  # DeepNorm's constants are the placement's own settings
     assert not (tmp_path / "runs").exists()
 
 
@@ -30,8 +31,8 @@ def test_deepnorm_run_records_the_papers_constants(tmp_path, corpus, cli_env):
              "d_model=16", "steps=2", f"hydra.run.dir={run}"], cli_env)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["layers"] == 48
-    assert abs(summary["deepnorm_alpha"] - 96 ** 0.25) < 1e-9  # (2N)^(1/4) ≈ 3.130
-    assert abs(summary["deepnorm_beta"] - 384 ** -0.25) < 1e-9  # (8N)^(-1/4) ≈ 0.226
+    assert abs(summary["placement_settings"]["alpha"] - 96 ** 0.25) < 1e-9  # (2N)^(1/4) ≈ 3.130
+    assert abs(summary["placement_settings"]["beta"] - 384 ** -0.25) < 1e-9  # (8N)^(-1/4) ≈ 0.226
     saved = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
     assert saved["placement"]["name"] == "deepnorm" and saved["layers"] == 48
 
@@ -45,11 +46,12 @@ def test_single_run_writes_the_run_folder_contract(tmp_path, corpus, cli_env):
     summary = json.loads(runs[0].read_text())
     required = ("status", "steps_completed", "final_train_loss", "final_val_loss", "best_val_loss",
                 "diverged_at_step", "tokens_per_second", "parameters", "wall_seconds", "norm", "placement",
-                "layers", "d_model", "warmup", "lr", "seed", "deepnorm_alpha", "deepnorm_beta")
+                "layers", "d_model", "warmup", "lr", "seed", "placement_settings", "norm_settings")
     assert all(k in summary for k in required)
     assert summary["status"] == "completed" and summary["steps_completed"] == 6
     assert summary["best_val_loss"] <= summary["final_val_loss"]
-    assert summary["deepnorm_alpha"] is None and summary["deepnorm_beta"] is None
+    assert summary["placement_settings"] == {}  # pre has no settings: nothing written, not a 0
+    assert summary["norm_settings"] == {"eps": 1e-5}
     assert (run / ".hydra" / "config.yaml").exists() and list(run.glob("events.out.tfevents.*"))
     # the parameter count is the model's: embeddings + blocks (+ final norm), by hand for 2×32, vocab 256
     d, L, T = 32, 2, 32

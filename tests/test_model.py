@@ -8,8 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normexp.model import (GPT, NORMS, PLACEMENTS, DeepNorm, ModelConfig, PostNorm, PreNorm,
-                           SandwichNorm, block_placements, deepnorm_constants)
+from normexp.model import GPT, NORMS, PLACEMENTS, DeepNorm, ModelConfig, deepnorm_constants
 
 torch.manual_seed(0)
 D = 16
@@ -24,7 +23,7 @@ def randomize(module):
 
 
 def test_layernorm_matches_torch():
-    ours = randomize(NORMS["layer"](D, ModelConfig(norm_eps=1e-5)))
+    ours = randomize(NORMS["layer"](D, eps=1e-5))
     ref = nn.LayerNorm(D, eps=1e-5)
     ref.load_state_dict({"weight": ours.weight.data, "bias": ours.bias.data})
     x = torch.randn(4, 7, D) * 3 + 1
@@ -35,7 +34,7 @@ def test_layernorm_matches_torch():
 
 
 def test_rmsnorm_matches_torch():
-    ours = randomize(NORMS["rms"](D, ModelConfig(norm_eps=1e-6)))
+    ours = randomize(NORMS["rms"](D, eps=1e-6))
     ref = nn.RMSNorm(D, eps=1e-6)
     ref.load_state_dict({"weight": ours.weight.data})
     x = torch.randn(4, 7, D) * 3
@@ -48,8 +47,7 @@ def test_rmsnorm_matches_torch():
 
 
 def test_batchnorm_matches_batchnorm1d_over_all_tokens():
-    cfg = ModelConfig(norm_eps=1e-5, bn_momentum=0.1)
-    ours = randomize(NORMS["batch"](D, cfg))
+    ours = randomize(NORMS["batch"](D, eps=1e-5, momentum=0.1))
     ref = nn.BatchNorm1d(D, eps=1e-5, momentum=0.1)
     ref.load_state_dict(ours.bn.state_dict())
     x = torch.randn(4, 7, D) * 2 + 0.5
@@ -69,11 +67,11 @@ def test_batchnorm_matches_batchnorm1d_over_all_tokens():
 
 
 def test_dyt_and_none_follow_their_formulas():
-    dyt = randomize(NORMS["dyt"](D, ModelConfig(dyt_init_alpha=0.5)))
+    dyt = randomize(NORMS["dyt"](D, init_alpha=0.5))
     x = torch.randn(3, 5, D)
     torch.testing.assert_close(dyt(x), dyt.weight * torch.tanh(dyt.alpha * x) + dyt.bias, atol=1e-6, rtol=1e-6)
-    assert NORMS["dyt"](D, ModelConfig(dyt_init_alpha=0.5)).alpha.item() == 0.5
-    assert torch.equal(NORMS["none"](D, ModelConfig())(x), x)
+    assert NORMS["dyt"](D, init_alpha=0.5).alpha.item() == 0.5
+    assert torch.equal(NORMS["none"](D)(x), x)
 
 
 class StandIn(nn.Module):
@@ -91,11 +89,11 @@ def by_hand_norm(x):
     return F.layer_norm(x, (D,), eps=1e-5)
 
 
-@pytest.mark.parametrize("name", sorted(PLACEMENTS))
+@pytest.mark.parametrize("name", sorted(set(PLACEMENTS) - {"mix"}))
 def test_placement_block_matches_formula(name):
-    cfg = ModelConfig(d_model=D, deepnorm_alpha=2.5)
     f = StandIn()
-    layer = PLACEMENTS[name](f, lambda: NORMS["layer"](D, cfg), cfg)
+    settings = {"alpha": 2.5} if name == "deepnorm" else {}
+    layer = PLACEMENTS[name](f, lambda: NORMS["layer"](D), index=0, depth=6, **settings)
     x = torch.randn(2, 5, D) * 3
     y, out = layer(x)
     expected = {
@@ -116,9 +114,17 @@ def test_final_norm_only_where_the_stream_is_not_normalized():
 
 
 def test_mix_is_post_then_pre():
-    kinds = block_placements(ModelConfig(layers=12, placement="mix", mix_ratio=0.25))
-    assert kinds == [PostNorm] * 3 + [PreNorm] * 9  # ⌊0.25·12⌋ = 3 Post-LN blocks
-    assert block_placements(ModelConfig(layers=6, placement="sandwich")) == [SandwichNorm] * 6
+    model = GPT(ModelConfig(layers=12, d_model=D, heads=2, seq_len=4, placement={"name": "mix", "ratio": 0.25}))
+    kinds = [(b.attn.post, b.mlp.post) for b in model.blocks]
+    assert kinds == [(True, True)] * 3 + [(False, False)] * 9  # ⌊0.25·12⌋ = 3 Post-LN blocks
+    # and each block computes its formula: Post-LN in block 0, Pre-LN in block 3
+    f = StandIn()
+    for index, formula in ((0, lambda x: (by_hand_norm(x + f(x)), f(x))),
+                           (3, lambda x: (x + f(by_hand_norm(x)), f(by_hand_norm(x))))):
+        layer = PLACEMENTS["mix"](f, lambda: NORMS["layer"](D), index=index, depth=12, ratio=0.25)
+        x = torch.randn(2, 5, D) * 3
+        for got, want in zip(layer(x), formula(x)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 # The DeepNet paper's formulas evaluated by hand for N = 6, 12, 24, 48.
@@ -127,14 +133,13 @@ def test_deepnorm_constants_table(n, alpha, beta):
     a, b = deepnorm_constants(n)
     assert a == pytest.approx(alpha, abs=6e-4) and b == pytest.approx(beta, abs=6e-4)
     model = GPT(ModelConfig(layers=n, d_model=8, heads=2, seq_len=4, placement="deepnorm"))
-    assert model.cfg.deepnorm_alpha == pytest.approx(alpha, abs=6e-4)
+    assert model.settings()["placement"]["alpha"] == pytest.approx(alpha, abs=6e-4)
     assert model.blocks[0].attn.alpha == pytest.approx(alpha, abs=6e-4)
 
 
 def test_deepnorm_alpha_multiplies_the_residual_not_the_sublayer():
-    cfg = ModelConfig(d_model=D, deepnorm_alpha=3.0, norm="none")
     f = StandIn()
-    layer = DeepNorm(f, lambda: NORMS["none"](D, cfg), cfg)
+    layer = DeepNorm(f, lambda: NORMS["none"](D), index=0, depth=6, alpha=3.0)
     x = torch.randn(2, 3, D)
     torch.testing.assert_close(layer(x)[0], 3.0 * x + f(x))
 
@@ -156,9 +161,9 @@ def test_deepnorm_init_std_is_beta_scaled_xavier():
 
 
 def test_custom_deepnorm_constants_are_used():
-    model = GPT(ModelConfig(layers=6, d_model=D, heads=2, seq_len=4, placement="deepnorm",
-                            deepnorm_alpha=1.5, deepnorm_beta=0.5))
-    assert model.blocks[3].mlp.alpha == 1.5 and model.cfg.deepnorm_beta == 0.5
+    model = GPT(ModelConfig(layers=6, d_model=D, heads=2, seq_len=4,
+                            placement={"name": "deepnorm", "alpha": 1.5, "beta": 0.5}))
+    assert model.blocks[3].mlp.alpha == 1.5 and model.settings()["placement"]["beta"] == 0.5
 
 
 def test_tied_head_and_causality():

@@ -237,7 +237,8 @@ def test_encoder_decoder_model_is_the_sum_of_its_parts():
         loss, streams = model(src, x, y)
         dec = model.decoder
         h = (dec.tok_emb(x) + dec.pos_emb(torch.arange(8))) * math.sqrt(16)
-        for block, cross in zip(dec.blocks, model.cross):
+        for block in dec.blocks:
+            cross = block.cross
             h, _ = block.attn(h)
             ca = cross.sublayer
             q = ca.q(h).view(3, 8, 2, 8).transpose(1, 2)

@@ -1,0 +1,87 @@
+"""Stopping: a run whose single step takes minutes still ends promptly on SIGTERM, with
+status "interrupted" and its folder readable; a bad cache folder is one line, exit 2."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import make_corpus
+
+from normexp.signals import GRACE_SECONDS
+
+# One step of this model takes minutes on a 2-core CPU (attention over 60,000 positions,
+# forward and backward): the signal arrives mid-step, never at a step boundary.
+SLOW_STEP = ["layers=2", "d_model=64", "heads=2", "seq_len=60000", "batch_size=2", "steps=3", "warmup=0",
+             "log_every=1", "eval_batches=1", "log.progress=lines", "threads=1", "checkpoint_every=0"]
+
+
+def test_sigterm_during_a_step_of_minutes_ends_within_seconds(tmp_path, cli_env):
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=700_000)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "normexp.cli", "train", "data=text", f"data.files=[{corpus}]",
+                             *SLOW_STEP, f"hydra.run.dir={run}"], env=cli_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # set-up done: the summary says running, step 0 has begun
+            summary = run / "summary.json"
+            if summary.exists() and json.loads(summary.read_text()).get("status") == "running":
+                break
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            time.sleep(0.2)
+        time.sleep(3)
+        assert proc.poll() is None, "the step ended too soon to test a stop in the middle of one"
+        sent = time.time()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        took = time.time() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert took < GRACE_SECONDS + 10, f"{took:.1f} s after SIGTERM"
+    assert "step 0 " not in err  # it did not wait for the step to finish
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps_completed"] == 0
+    assert (run / ".hydra" / "config.yaml").exists() and list(run.glob("events.out.tfevents.*"))
+
+
+def _one_line_exit_2(env, tmp_path, expected):
+    proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "steps=1"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("normexp: error: NORMEXP_CACHE="), proc.stderr
+    assert expected in lines[0] and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_cache_folder_that_cannot_be_created_is_one_line(tmp_path, cli_env):
+    _one_line_exit_2({**cli_env, "NORMEXP_CACHE": "/proc/nope"}, tmp_path, "/proc/nope: cannot create it")
+
+
+def test_a_cache_path_that_is_a_file_is_one_line(tmp_path, cli_env):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    _one_line_exit_2({**cli_env, "NORMEXP_CACHE": str(a_file)}, tmp_path, "is a file, not a folder")
+
+
+def test_the_watchdog_does_not_fire_when_the_loop_stops_in_time():
+    """A first signal that the loop acts on within the grace period: no hard stop."""
+    code = ("import os, signal, time\n"
+            "from normexp.signals import StopSignals, Interrupted\n"
+            "hard = []\n"
+            "with StopSignals(on_hard_stop=hard.append, grace=2.0) as stop:\n"
+            "    with stop.deferred():\n"
+            "        os.kill(os.getpid(), signal.SIGTERM)\n"
+            "        time.sleep(0.5)\n"
+            "        try:\n"
+            "            stop.check()\n"
+            "        except Interrupted as e:\n"
+            "            time.sleep(3)  # saving takes longer than the grace period: still no hard stop\n"
+            "            print('stopped', e.exit_code, hard)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "stopped 143 []", out.stderr
