@@ -184,8 +184,8 @@ class Placement(nn.Module):
         x ──┬── norms and F, as the placement says ──> contribution ──(+)──> new x
             └──────────────── residual (maybe scaled, maybe normed after) ──┘
 
-    * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F,
-      `make_norm()` makes a fresh norm of the run's type, `index` is the block's position
+    * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F
+      (it maps width `F.d_model` to itself), `make_norm()` makes a fresh norm of the run's type, `index` is the block's position
       (0 = nearest the input) and `depth` the number of blocks; `settings` are the keys of
       configs/placement/<name>.yaml.
     * `forward(x, *context)` returns (new residual stream, contribution): the contribution is
@@ -338,7 +338,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, cfg: ModelConfig, causal: bool = True):
         super().__init__()
-        self.heads, self.causal = cfg.heads, causal
+        self.d_model, self.heads, self.causal = cfg.d_model, cfg.heads, causal
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
@@ -362,7 +362,7 @@ class CrossAttention(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.heads = cfg.heads
+        self.d_model, self.heads = cfg.d_model, cfg.heads
         self.q = nn.Linear(cfg.d_model, cfg.d_model)
         self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
@@ -388,6 +388,7 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        self.d_model = cfg.d_model
         self.fc_in = nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model)
         self.fc_out = nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model)
 
