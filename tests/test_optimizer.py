@@ -1,0 +1,112 @@
+"""The optimizer: which parameters get weight decay (listed by hand), and one real training
+step with grad_clip and weight decay against AdamW's first step worked out by hand.
+
+AdamW's first update (Loshchilov & Hutter 2019, PyTorch's bias-corrected form), for a
+gradient g: m̂ = g, v̂ = g², so
+
+    θ₁ = θ₀·(1 − lr·wd) − lr · g / (|g| + eps)
+
+with wd the group's weight decay. With grad_clip = c and a global gradient norm ‖g‖ > c,
+g is first scaled by c/‖g‖. A large `optim.eps` keeps the update proportional to g (not
+just its sign), so the clipping shows in θ₁.
+"""
+
+import math
+
+import pytest
+import torch
+from conftest import TINY, make_corpus
+
+from normexp.compose import compose_config
+from normexp.model import GPT
+from normexp.train import Hooks, Trainer, make_optimizer, model_config
+
+# One block of each kind, by hand: the four matrices of a block decay; norms, biases,
+# DyT's scalar and the embeddings (the tied head) do not.
+MATRICES = ["blocks.0.attn.sublayer.qkv.weight", "blocks.0.attn.sublayer.proj.weight",
+            "blocks.0.mlp.sublayer.fc_in.weight", "blocks.0.mlp.sublayer.fc_out.weight"]
+BIASES = ["blocks.0.attn.sublayer.qkv.bias", "blocks.0.attn.sublayer.proj.bias",
+          "blocks.0.mlp.sublayer.fc_in.bias", "blocks.0.mlp.sublayer.fc_out.bias"]
+EMBEDDINGS = ["tok_emb.weight", "pos_emb.weight"]
+
+NO_DECAY = {
+    ("layer", "pre"): ["blocks.0.attn.norm.weight", "blocks.0.attn.norm.bias", "blocks.0.mlp.norm.weight",
+                       "blocks.0.mlp.norm.bias", "final_norm.weight", "final_norm.bias"],
+    ("rms", "post"): ["blocks.0.attn.norm.weight", "blocks.0.mlp.norm.weight"],
+    ("batch", "deepnorm"): ["blocks.0.attn.norm.bn.weight", "blocks.0.attn.norm.bn.bias",
+                            "blocks.0.mlp.norm.bn.weight", "blocks.0.mlp.norm.bn.bias"],
+    ("dyt", "sandwich"): [f"blocks.0.{s}.{n}.{p}" for s in ("attn", "mlp") for n in ("norm_in", "norm_out")
+                          for p in ("alpha", "weight", "bias")] + ["final_norm.alpha", "final_norm.weight",
+                                                                   "final_norm.bias"],
+    ("none", "pre"): [],
+}
+
+
+@pytest.mark.parametrize("norm, placement", sorted(NO_DECAY))
+def test_decay_and_no_decay_groups_by_hand(norm, placement):
+    cfg = compose_config(["layers=1", "d_model=8", "heads=2", "seq_len=4", f"norm={norm}",
+                          f"placement={placement}", "optim.weight_decay=0.3", "lr=0.007"])
+    model = GPT(model_config(cfg, 256))
+    names = {id(p): n for n, p in model.named_parameters()}
+    opt = make_optimizer(model, cfg)
+    assert len(opt.param_groups) == 2
+    decay, no_decay = ([names[id(p)] for p in g["params"]] for g in opt.param_groups)
+    assert opt.param_groups[0]["weight_decay"] == 0.3 and opt.param_groups[1]["weight_decay"] == 0.0
+    assert sorted(decay) == sorted(MATRICES)
+    assert sorted(no_decay) == sorted(BIASES + EMBEDDINGS + NO_DECAY[(norm, placement)])
+    for g in opt.param_groups:
+        assert g["lr"] == 0.007 and g["betas"] == (0.9, 0.98) and g["eps"] == 1e-8
+
+
+def test_one_step_with_grad_clip_and_weight_decay_by_hand(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
+    lr, wd, eps, clip = 0.01, 0.5, 1e-3, 0.05
+    tiny = [o for o in TINY if not o.startswith("layers=")]
+    cfg = compose_config([*tiny, "data=text", f"data.files=[{corpus}]", "steps=3", "warmup=0",
+                          "schedule=constant", f"lr={lr}", f"grad_clip={clip}", f"optim.eps={eps}",
+                          f"optim.weight_decay={wd}", "log.model_update=false", "log.progress=off",
+                          "checkpoint_every=0", "layers=1"])
+    threads = torch.get_num_threads()
+    (tmp_path / "run").mkdir()
+    trainer = Trainer(cfg, tmp_path / "run", Hooks())
+    try:
+        from normexp.data import get_batch
+
+        theta0 = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        gen = torch.Generator()
+        gen.set_state(trainer.data_gen.get_state())
+        x, y = get_batch(trainer.corpus.train, cfg.batch_size, cfg.seq_len, gen)  # the batch of step 0
+        assert trainer.train_step() is None
+        theta1 = {n: p.detach().clone().double() for n, p in trainer.model.named_parameters()}
+    finally:
+        trainer.writer.close()
+        trainer.progress.close()
+        torch.set_num_threads(threads)
+
+    # the same model at θ₀ and the same batch: the gradient by hand
+    model = GPT(model_config(cfg, trainer.corpus.vocab_size))
+    model.load_state_dict(theta0, strict=False)
+    loss = torch.nn.functional.cross_entropy(model(x)[0].reshape(-1, 256), y.reshape(-1))
+    loss.backward()
+    grads = {n: p.grad.double() for n, p in model.named_parameters()}
+    norm = math.sqrt(sum((g ** 2).sum().item() for g in grads.values()))
+    assert norm > 4 * clip  # the premise: this step is clipped, and by a lot
+    decays = set(MATRICES)
+
+    def first_adamw_step(scale):
+        out = {}
+        for n, g in grads.items():
+            g = g * scale
+            out[n] = theta0[n].double() * (1 - lr * (wd if n in decays else 0.0)) - lr * g / (g.abs() + eps)
+        return out
+
+    clipped = first_adamw_step(clip / (norm + 1e-6))  # clip_grad_norm_'s coefficient
+    for n in grads:
+        torch.testing.assert_close(theta1[n], clipped[n], atol=2e-6, rtol=1e-5, msg=n)
+    # and the test can tell: without clipping, or with decay on every tensor, θ₁ would differ
+    unclipped = first_adamw_step(1.0)
+    assert max((theta1[n] - unclipped[n]).abs().max().item() for n in grads) > 1e-3
+    decays = set(grads)
+    all_decay = first_adamw_step(clip / (norm + 1e-6))
+    assert max((theta1[n] - all_decay[n]).abs().max().item() for n in grads) > 1e-3
