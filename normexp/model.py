@@ -324,6 +324,31 @@ def check_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -
     placement_cls(nn.Identity(), lambda: norm_cls(8, **norm_settings), index=0, depth=layers, **placement_settings)
 
 
+@register(PLACEMENTS, "layerscale")
+class LayerScale(Placement):
+    """LayerScale (Touvron et al. 2021, "Going deeper with Image Transformers", CaiT):
+    x ← x + diag(λ)·F(Norm(x)), a learnable per-channel scale λ initialised to ε, so every
+    block starts close to the identity; the model adds a final Norm as Pre-LN does.
+    init_scale "auto" is CaiT's rule for the depth: ε = 0.1 up to 18 blocks, 1e-5 up to 24,
+    1e-6 deeper; or a number."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_scale="auto"):
+        super().__init__()
+        _check(init_scale == "auto" or _positive_number(init_scale), "placement.init_scale", init_scale,
+               'must be "auto" or a number > 0')
+        self.init_scale = (0.1 if depth <= 18 else 1e-5 if depth <= 24 else 1e-6) if init_scale == "auto" else float(init_scale)
+        self.norm = make_norm()
+        self.sublayer = sublayer
+        self.scale = nn.Parameter(torch.full((sublayer.d_model,), self.init_scale))
+
+    def forward(self, x, *context):
+        out = self.scale * self.sublayer(self.norm(x), *context)
+        return x + out, out
+
+    def resolved(self) -> dict:
+        return {"init_scale": self.init_scale}
+
+
 # ----------------------------------------------------------------------- sublayers
 # Each sublayer's `init_weights(gain)`: Xavier-normal matrices, zero biases; `gain` scales
 # the value, output and MLP matrices (the placement's init_gain), queries and keys keep 1.
