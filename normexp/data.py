@@ -69,6 +69,28 @@ class TokenizedCorpus:
     vocab_size: int
     bytes_per_token: float  # UTF-8 bytes per token of the val split
     description: str
+    baseline_loss: float | None = None  # unigram entropy of the val split, nats/token (see unigram_entropy)
+
+
+def unigram_entropy(tokens: np.ndarray) -> float:
+    """H = -sum_v p(v) log p(v) of the token frequencies, in nats: the cross-entropy of the
+    best model that ignores context, evaluated on the same tokens (np.bincount: ~10 ms for
+    a million tokens)."""
+    counts = np.bincount(np.asarray(tokens, dtype=np.int64))
+    p = counts[counts > 0] / len(tokens)
+    return float(-(p * np.log(p)).sum())
+
+
+def _with_baseline(entry: Path, meta: dict, val: np.ndarray) -> dict:
+    """meta.json's baseline_loss; an entry built before it existed gets it computed from the
+    val memmap and written back (atomically; a read-only cache just recomputes next time)."""
+    if meta.get("baseline_loss") is None:
+        from .runfolder import atomic_write_bytes
+
+        meta = {**meta, "baseline_loss": unigram_entropy(val)}
+        with contextlib.suppress(OSError):
+            atomic_write_bytes(entry / "meta.json", json.dumps(meta, indent=1).encode())
+    return meta
 
 
 def get_batch(
@@ -116,11 +138,13 @@ def load_corpus(
         dtype = np.dtype(meta["dtype"])
         train = np.memmap(entry / "train.bin", dtype=dtype, mode="r", shape=(meta["train_tokens"],))
         val = np.memmap(entry / "val.bin", dtype=dtype, mode="r", shape=(meta["val_tokens"],))
+        meta = _with_baseline(entry, meta, val)
     except (OSError, ValueError, KeyError) as e:  # only if someone edited the cache by hand
         raise DataError(f"the token cache {entry} is damaged ({_short(e)}); delete that folder and rerun") from None
     if not built:
         log.info("data: cached tokens %s (train %s, val %s tokens)", key[:8], _count(len(train)), _count(len(val)))
-    return TokenizedCorpus(train, val, meta["vocab_size"], meta["bytes_per_token"], meta["description"])
+    return TokenizedCorpus(train, val, meta["vocab_size"], meta["bytes_per_token"], meta["description"],
+                           meta["baseline_loss"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,6 +167,7 @@ def _build_entry(entry: Path, identity: dict, source: "_Source", tok_name: str, 
         meta = {
             "train_tokens": len(train), "val_tokens": len(val), "dtype": np.dtype(dtype).name,
             "vocab_size": vocab_size, "bytes_per_token": len(val_text.encode("utf-8")) / len(val),
+            "baseline_loss": unigram_entropy(val),
             "description": f"{description}, {tok_text}", "identity": identity,
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))

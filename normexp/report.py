@@ -17,18 +17,13 @@ before training has summary.json but no events; it is listed with its error.
 from __future__ import annotations
 
 import csv
-import logging
 import math
-import os
-import socket
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .runfolder import find_runs, read_summary
-
-GROUPS = ("norm", "placement", "schedule", "data", "tokenizer")
-# Keys that do not change what a run computes: never reported as "varied".
-NOISE_KEYS = {"log.progress", "threads", "device", "resume"}
+from .compose import config_groups
+from .runfolder import RUN_SETTINGS
+from . import study
+from .runs import Run, flatten, load_config, load_overrides, load_scalars, process_alive, read_runs  # noqa: F401
 # Tie-break order for varied keys the overrides do not mention (e.g. set by an experiment file).
 PRIORITY = ("placement.name", "norm.name", "layers", "warmup", "lr", "d_model", "schedule.name", "seed")
 LAYER_FAMILIES = {"grad_norm": "gradient norm of each block's parameters",
@@ -42,140 +37,7 @@ class ReportError(Exception):
     """A user-facing problem; str(e) is one line naming the problem and the fix."""
 
 
-@dataclass
-class Run:
-    path: Path
-    rel: str                       # path relative to the report's root
-    config: dict                   # flattened .hydra/config.yaml
-    overrides: list[str]
-    summary: dict                  # {} if there is no summary.json yet
-    scalars: dict = field(default_factory=dict)  # tag -> [(step, value)], sorted by step
-    index: int = 0
-
-    @property
-    def status(self) -> str:
-        """summary.json's status, except "killed" for a run that says "running" but whose
-        process is gone (SIGKILL, out of memory, a lost node): checked when the run was
-        started on this host; elsewhere there is no telling, and it stays "running"."""
-        status = self.summary.get("status") or "unknown"
-        if status == "running" and not process_alive(self.summary):
-            return "killed"
-        return status
-
-    @property
-    def unfinished(self) -> bool:
-        """Started but without final numbers: still running, or killed mid-run."""
-        return self.status in ("running", "killed")
-
-    def last(self, tag: str) -> float | None:
-        points = self.scalars.get(tag)
-        return points[-1][1] if points else None
-
-    def metrics(self) -> dict:
-        """Summary values; for a run without final numbers yet (running, or no summary),
-        the latest values in its event file."""
-        s = dict(self.summary)
-        if self.unfinished or self.status == "unknown":
-            val = [v for _, v in self.scalars.get("val/loss", [])]
-            steps = [st + 1 for st, _ in self.scalars.get("train/loss", [])]
-            steps += [st for st, _ in self.scalars.get("val/loss", [])]
-            s.setdefault("final_val_loss", None)
-            if s.get("final_val_loss") is None and val:
-                s["final_val_loss"] = val[-1]
-            if s.get("best_val_loss") is None and val:
-                s["best_val_loss"] = min(val)
-            if s.get("final_train_loss") is None:
-                s["final_train_loss"] = self.last("train/loss")
-            if s.get("tokens_per_second") is None:
-                s["tokens_per_second"] = self.last("perf/tokens_per_second")
-            if steps:
-                s["steps_completed"] = max(steps)
-        return s
-
-
-# ------------------------------------------------------------------------ reading
-
-def process_alive(summary: dict) -> bool:
-    """False only when the run's process is known to be gone: same host, no such pid."""
-    pid, host = summary.get("pid"), summary.get("host")
-    if not isinstance(pid, int) or host != socket.gethostname():
-        return True
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, but belongs to someone else
-        return True
-    return True
-
-
-def flatten(node, prefix: str = "") -> dict:
-    """{"optim": {"lr": 1}} -> {"optim.lr": 1}; lists become their string form."""
-    out = {}
-    if isinstance(node, dict):
-        for k, v in node.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    out[prefix[:-1]] = str(node) if isinstance(node, list) else node
-    return out
-
-
-def load_config(run_dir: Path) -> dict:
-    from omegaconf import OmegaConf
-
-    try:
-        cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    except Exception:  # noqa: BLE001 - a damaged config makes the run anonymous, not the report fail
-        return {}
-    try:
-        return flatten(OmegaConf.to_container(cfg, resolve=True))
-    except Exception:  # noqa: BLE001 - interpolations that need Hydra's resolvers
-        return flatten(OmegaConf.to_container(cfg, resolve=False))
-
-
-def load_overrides(run_dir: Path) -> list[str]:
-    from omegaconf import OmegaConf
-
-    try:
-        return [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")]
-    except Exception:  # noqa: BLE001 - optional file
-        return []
-
-
-def load_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of the run's TensorBoard event files (none yet: {})."""
-    if not any(run_dir.glob("events.out.tfevents.*")):
-        return {}
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    # 0 keeps every scalar point; the other kinds are not needed, so keep one of each.
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 1, "images": 1,
-                                                        "audio": 1, "tensors": 1, "compressedHistograms": 1})
-    # a resumed run's events restart at its checkpoint (purge_step); TensorBoard's reader
-    # warns "Purging ... expired events" for that, which is expected here, not news
-    tb_log = logging.getLogger("tensorboard")
-    level = tb_log.level
-    tb_log.setLevel(logging.ERROR)
-    try:
-        acc.Reload()
-    except Exception:  # noqa: BLE001 - a file being written can end mid-record
-        pass
-    finally:
-        tb_log.setLevel(level)
-    out = {}
-    for tag in acc.Tags().get("scalars", []):
-        by_step = {e.step: e.value for e in acc.Scalars(tag)}  # a resumed run may repeat steps
-        out[tag] = sorted(by_step.items())
-    return out
-
-
-def load_runs(root: Path) -> list[Run]:
-    runs = []
-    for run_dir in find_runs(root):
-        rel = str(run_dir.relative_to(root)) if run_dir != root else "."
-        runs.append(Run(run_dir, rel, load_config(run_dir), load_overrides(run_dir),
-                        read_summary(run_dir) or {}, load_scalars(run_dir)))
-    return runs
+load_runs = read_runs  # the one reader of run folders (normexp.runs)
 
 
 # ------------------------------------------------------------------- varied keys
@@ -183,20 +45,21 @@ def load_runs(root: Path) -> list[Run]:
 def display_name(key: str) -> str:
     """placement.name -> placement (a config group is named by its option)."""
     group, _, rest = key.partition(".")
-    return group if group in GROUPS and rest == "name" else key
+    return group if group in config_groups() and rest == "name" else key
 
 
 def _override_key(override: str) -> str:
     key = override.split("=", 1)[0].lstrip("+~")
-    return f"{key}.name" if key in GROUPS else key
+    return f"{key}.name" if key in config_groups() else key
 
 
 def varied_keys(runs: list[Run]) -> list[str]:
     """Config keys whose values differ between runs, most important first: in the order the
     sweep's overrides name them, then by PRIORITY. A group's sub-keys (norm.eps, ...) are
-    left out when the group's name explains them."""
+    left out when the group's name explains them, and seed never counts: runs that differ
+    only in seed are replicates of one setting (study.REPLICATE_KEYS)."""
     missing = object()
-    keys = sorted({k for r in runs for k in r.config} - NOISE_KEYS)
+    keys = sorted({k for r in runs for k in r.config} - set(RUN_SETTINGS) - set(study.REPLICATE_KEYS))
     values = {k: [r.config.get(k, missing) for r in runs] for k in keys}
     varied = [k for k in keys if len({repr(v) for v in values[k]}) > 1]
 
@@ -314,32 +177,69 @@ def _label(r: Run, keys: list[str]) -> str:
     return ", ".join(f"{display_name(k)}={fmt_param(r.config.get(k))}" for k in keys) or f"run #{r.index}"
 
 
+def _curve_points(members: list[Run]) -> list[tuple[int, float, float, float, int]]:
+    """(step, mean, low, high, n) of val/loss over a cell's seeds; after a run diverged it
+    counts as its initial loss ℓ₀ (as in the loss statistics), never dropped."""
+    curves = [(dict(r.scalars.get("val/loss", [])), r) for r in members]
+    steps = sorted({st for c, _ in curves for st in c})
+    out = []
+    for st in steps:
+        values = []
+        for c, r in curves:
+            if st in c and math.isfinite(c[st]):
+                values.append(c[st])
+            elif r.status == "diverged" and c and st > max(c) or (st in c and r.status == "diverged"):
+                values.append(r.summary.get("initial_loss"))
+        mean, low, high = study.t_interval(values)
+        if math.isfinite(mean):
+            out.append((st, mean, low, high, sum(v is not None for v in values)))
+    return out
+
+
+def _outcome_note(members: list[Run]) -> str:
+    """" (n=3, 1 diverged, 2 stalled)": the cell's size and how many did not learn."""
+    st = [r.status for r in members]
+    parts = [f"n={len(members)}"] + [f"{st.count(k)} {k}" for k in ("diverged", "stalled", "failed", "running", "killed")
+                                     if st.count(k)]
+    return " (" + ", ".join(parts) + ")"
+
+
 def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
-    """Validation loss against step: one panel per value of the first varied key, one line
-    per run labelled by the other varied keys. Returns a note if there is nothing to draw."""
+    """Validation loss against step: one panel per value of the first varied key, one line per
+    cell (runs that differ only in seed) labelled by the other varied keys: the mean over
+    seeds with its 95 % t-interval shaded. The drawn data go to the .csv beside the PNG.
+    Returns a note if there is nothing to draw."""
     with_val = [r for r in runs if r.scalars.get("val/loss")]
     if not with_val:
         return "no run has logged val/loss yet: the validation-loss figure is skipped"
     plt = _pyplot()
     panel_key, line_keys = (keys[0], keys[1:]) if keys else (None, [])
     panels = sorted({r.config.get(panel_key) for r in with_val}, key=sort_key) if panel_key else [None]
-    labels = list(dict.fromkeys(_label(r, line_keys) for r in sorted(with_val, key=lambda r: [sort_key(r.config.get(k)) for k in line_keys])))
+    groups = sorted(study.cells(with_val, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]])
+    labels = list(dict.fromkeys(_label(ms[0], line_keys) for _, ms in groups))
     colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
     cols = min(len(panels), 4)
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharey=True)
+    data = []
     for ax, value in zip(axes.flat, panels):
-        for r in with_val:
-            if panel_key and r.config.get(panel_key) != value:
+        for cell, members in groups:
+            if panel_key and cell[0] != value:
                 continue
-            steps, vals = zip(*r.scalars["val/loss"])
-            lab = _label(r, line_keys)
-            ax.plot(steps, vals, color=colors[lab], ls="--" if r.unfinished else "-", marker=".",
-                    label=lab + (f" ({r.status})" if r.unfinished else ""))
-            finite = [(st, v) for st, v in zip(steps, vals) if math.isfinite(v)]
-            if r.status == "diverged" and finite:  # the cross sits at the divergence step
-                at = r.summary.get("diverged_at_step")
-                ax.plot(at if at is not None else finite[-1][0], finite[-1][1], marker="x", color="red", ms=9, mew=2)
+            points = _curve_points(members)
+            steps, means, lows, highs, ns = map(list, zip(*points))
+            lab = _label(members[0], line_keys)
+            unfinished = any(r.unfinished for r in members)
+            ax.plot(steps, means, color=colors[lab], ls="--" if unfinished else "-", marker=".",
+                    label=lab + _outcome_note(members))
+            ax.fill_between(steps, lows, highs, color=colors[lab], alpha=0.2)
+            data += [{**dict(zip(map(display_name, keys), cell)), "step": p[0], "mean": p[1], "low": p[2], "high": p[3],
+                      "n": p[4]} for p in points]
+            for r in members:
+                finite = [(st, v) for st, v in r.scalars["val/loss"] if math.isfinite(v)]
+                if r.status == "diverged" and finite:  # the cross sits at the divergence step
+                    at = r.summary.get("diverged_at_step")
+                    ax.plot(at if at is not None else finite[-1][0], finite[-1][1], marker="x", color="red", ms=9, mew=2)
         ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else "validation loss", fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -348,36 +248,43 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
         ax.set_ylabel("validation loss")
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle("Validation loss (red x: diverged; dashed: still running)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    fig.suptitle("Validation loss: mean over seeds, 95 % t-interval shaded (red x: diverged; dashed: still running)",
+                 fontsize=10)
+    _save(fig, path, data)
     return None
 
 
+def _save(fig, path: Path, data) -> None:
+    """The PNG, and beside it (same stem, .csv) the data it draws: a list of dicts or a DataFrame."""
+    import pandas as pd
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _pyplot().close(fig)
+    (data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)).to_csv(path.with_suffix(".csv"), index=False)
+
+
 def _cell_text(members: list[Run]) -> tuple[float, str]:
-    """Mean final val loss over the cell's non-diverged runs, and the cell's annotation."""
-    finite, notes = [], []
-    for r in members:
-        v = r.metrics().get("final_val_loss")
-        if r.status == "diverged":
-            notes.append(f"div@{r.summary.get('diverged_at_step')}")
-        elif r.status == "failed":
-            notes.append("failed")
-        elif v is not None and math.isfinite(v):
-            finite.append(v)
-            if r.unfinished:
-                notes.append(r.status)
-    mean = sum(finite) / len(finite) if finite else math.nan
-    text = [f"{mean:.3f}"] if finite else []
-    if len(finite) > 1:
-        text[0] += f" (n={len(finite)})"
-    return mean, "\n".join(text + sorted(set(notes)))
+    """Mean final val loss over the cell's seeds (a diverged run as its initial loss) with its
+    95 % t-interval, n, and the runs that did not learn."""
+    c = study.cell_stats(members)
+    text = [] if not math.isfinite(c["mean"]) else [f"{c['mean']:.3f}"]
+    if text and math.isfinite(c["low"]):
+        text[0] += f" ±{(c['high'] - c['low']) / 2:.3f}"
+    if text and c["n"] > 1:
+        text.append(f"n={c['n']}")
+    notes = [f"div@{r.summary.get('diverged_at_step')}" if c["n"] == 1 else f"{c['n_diverged']} div"
+             for r in members if r.status == "diverged"][:1]
+    notes += [f"{c['n_stalled']} stalled"] * bool(c["n_stalled"]) + ["failed"] * bool(c["n_failed"])
+    notes += sorted({r.status for r in members if r.unfinished})
+    return c["mean"], "\n".join(text + notes)
 
 
 def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str | None, str | None]:
     """A heatmap of final validation loss over the first two varied keys (a bar chart with
-    one varied key). Diverged and failed cells are hatched and labelled. Returns
+    one varied key): each cell the mean over its runs (seeds, and any further varied keys),
+    a diverged run counted as its initial loss, ± the half-width of the 95 % t-interval, n,
+    and how many diverged, stalled or failed; the drawn numbers go to final_val_loss.csv. Returns
     (kind, note): kind is "heatmap" or "bar chart", or None with a note when skipped."""
     if not keys:
         return None, "no hyperparameter varies across the runs: the final-loss grid is skipped"
@@ -395,7 +302,7 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
             if members:
                 grid[i, j], texts[i][j] = _cell_text(members)
     others = [display_name(k) for k in keys[2:]]
-    subtitle = f"\n(mean over {', '.join(others)})" if others else ""
+    subtitle = f"\n(pooled over {', '.join(others)} and seeds)" if others else ""
     if col_key is None:
         fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(row_vals) + 2), 3.6))
         heights = np.nan_to_num(grid[:, 0], nan=0.0)
@@ -407,7 +314,7 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
         ax.set_xticks(range(len(row_vals)), [fmt_param(v) for v in row_vals])
         ax.set_xlabel(display_name(row_key))
         ax.set_ylabel("final validation loss")
-        ax.set_title("Final validation loss (hatched: diverged or failed)" + subtitle, fontsize=10)
+        ax.set_title("Final validation loss, mean ± 95 % t-interval (hatched: failed)" + subtitle, fontsize=10)
         kind = "bar chart"
     else:
         fig, ax = plt.subplots(figsize=(1.5 * len(col_vals) + 3, 0.9 * len(row_vals) + 2.2))
@@ -419,7 +326,7 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
                 bad = not math.isfinite(grid[i, j])
                 if bad and texts[i][j]:  # only diverged / failed runs: hatched grey cell
                     ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85", edgecolor="red", hatch="xx", lw=1.5))
-                elif "div@" in texts[i][j] or "failed" in texts[i][j]:  # some runs of the cell: red frame
+                elif "div" in texts[i][j] or "failed" in texts[i][j]:  # some runs of the cell: red frame
                     ax.add_patch(plt.Rectangle((j - 0.48, i - 0.48), 0.96, 0.96, fill=False, edgecolor="red", lw=2.5))
                 # viridis_r: low loss is light yellow (black text), high loss dark (white text)
                 light = not bad and (grid[i, j] - np.nanmin(grid)) <= 0.5 * (np.nanmax(grid) - np.nanmin(grid))
@@ -430,11 +337,10 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
         ax.set_yticks(range(len(row_vals)), [fmt_param(v) for v in row_vals])
         ax.set_xlabel(display_name(col_key))
         ax.set_ylabel(display_name(row_key))
-        ax.set_title("Final validation loss (hatched red: diverged or failed)" + subtitle, fontsize=10)
+        ax.set_title("Final val loss: mean ± 95 % t-interval half-width over seeds\n(diverged = initial loss; red frame: some diverged/failed)" + subtitle, fontsize=10)
         kind = "heatmap"
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    table = study.cell_table(runs, [k for k in (row_key, col_key) if k], sort_key)
+    _save(fig, path, table.rename(columns=display_name))
     return kind, None
 
 
@@ -503,25 +409,148 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
         ax.legend(fontsize=7)
     axes[0].set_ylabel(family)
     fig.suptitle(f"{family}/layer_XX: {LAYER_FAMILIES[family]}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path, _profile_rows(drawn, profiles, keys))
     return None
+
+
+def _profile_rows(drawn: list[Run], profiles: dict, keys: list[str]) -> list[dict]:
+    """The per-layer values the layer-profile figure draws: step 0 and each run's last step."""
+    rows = []
+    for r in drawn:
+        steps = sorted({s for s in (0, max(profiles[r.index])) if s in profiles[r.index]})
+        for st in steps:
+            rows += [{"run": r.index, "path": r.rel, **{display_name(k): r.config.get(k) for k in keys},
+                      "seed": r.config.get("seed"), "step": st, "layer": i, "value": v}
+                     for i, v in enumerate(profiles[r.index][st])]
+    return rows
+
+
+# ------------------------------------------------------------- lr and depth sweeps
+
+MIN_SWEEP_POINTS = 3  # an lr (or depth) curve needs at least this many swept values
+
+
+def swept(runs: list[Run], keys: list[str], key: str) -> bool:
+    return key in keys and len({r.config.get(key) for r in runs if r.config.get(key) is not None}) >= MIN_SWEEP_POINTS
+
+
+def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path) -> None:
+    """Final validation loss against `x_key` (lr: log axis; layers: log axis too), one panel
+    per value of the first other varied key, one line per value of the remaining keys: mean
+    over seeds (diverged = initial loss) with 95 % t-interval error bars; red x: a cell with
+    diverged runs, grey square: with stalled runs; dashed: the unigram baseline. The cells
+    drawn go to the .csv beside the PNG."""
+    plt = _pyplot()
+    others = [k for k in keys if k != x_key]
+    panel_key, line_keys = (others[0], others[1:]) if others else (None, [])
+    table = study.cell_table(runs, [*others, x_key], sort_key)
+    panels = list(dict.fromkeys(table[panel_key])) if panel_key else [None]
+    cols = min(len(panels), 4)
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False, sharey=True)
+    for ax, value in zip(axes.flat, panels):
+        sub = table if panel_key is None else table[table[panel_key] == value]
+        lines = sub.groupby(line_keys, sort=False) if line_keys else [((), sub)]
+        for i, (line, cell) in enumerate(lines):
+            line = line if isinstance(line, tuple) else (line,)
+            label = ", ".join(f"{display_name(k)}={fmt_param(v)}" for k, v in zip(line_keys, line)) or "mean"
+            yerr = [(cell["mean"] - cell["low"]).fillna(0), (cell["high"] - cell["mean"]).fillna(0)]
+            ax.errorbar(cell[x_key], cell["mean"], yerr=yerr, marker="o", ms=4, capsize=3, color=f"C{i % 10}",
+                        label=f"{label} (n={int(cell['n'].max())})")
+            div, stall = cell[cell["n_diverged"] > 0], cell[cell["n_stalled"] > 0]
+            ax.plot(div[x_key], div["mean"], ls="none", marker="x", color="red", ms=9, mew=2)
+            ax.plot(stall[x_key], stall["mean"], ls="none", marker="s", mfc="none", mec="0.4", ms=10)
+        baseline = sub["baseline_loss"].mean()
+        if math.isfinite(baseline):
+            ax.axhline(baseline, ls="--", color="0.3", lw=1, label=f"unigram baseline {baseline:.3f}")
+        ax.set_xscale("log")
+        ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else "", fontsize=10)
+        ax.set_xlabel("learning rate" if x_key == "lr" else display_name(x_key))
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("final validation loss")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(f"Final validation loss vs {display_name(x_key)}: mean over seeds, 95 % t-interval\n"
+                 "(diverged = initial loss; red x: some diverged, grey square: some stalled; dashed: unigram baseline)",
+                 fontsize=9)
+    _save(fig, path, table.rename(columns=display_name))
+
+
+def sensitivity_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
+    """sensitivity.csv, lr_sensitivity.png and the report.md lines about them."""
+    table = study.sensitivity_table(runs, keys, sort_key)
+    table.rename(columns=display_name).to_csv(out_dir / "sensitivity.csv", index=False)
+    plot_sweep(runs, keys, "lr", out_dir / "lr_sensitivity.png")
+    setting = [k for k in keys if k != "lr"]
+    head = [*map(display_name, setting), "LR sensitivity", "95 % bootstrap interval", "max stable lr", "seeds", "lrs"]
+    rows = [[*(fmt_param(r[k]) for k in setting), fmt(r["lr_sensitivity"]),
+             "-" if not math.isfinite(r["lr_sensitivity_low"]) else f"{r['lr_sensitivity_low']:.4f} … {r['lr_sensitivity_high']:.4f}",
+             "none" if r["max_stable_lr"] is None or r["max_stable_lr"] != r["max_stable_lr"] else fmt_param(r["max_stable_lr"]),
+             str(r["n_seeds"]), str(r["n_lrs"])] for r in table.to_dict("records")]
+    return ["## Learning-rate sensitivity", "",
+            "LR sensitivity = mean over the swept lr grid of min(ℓ(η), ℓ₀) − ℓ* (Wortsman et al. 2023 §3): ℓ(η) the "
+            "mean final validation loss over seeds at η (a diverged run counts as its initial loss ℓ₀), ℓ* the best "
+            "of these over the grid; lower is more robust. Interval: percentile bootstrap over seeds (seeds resampled "
+            f"within each lr cell, {study.BOOTSTRAP_SAMPLES} resamples, fixed RNG seed). max stable lr: the largest lr "
+            "at which every seed learned (completed at least stall_margin below the unigram baseline). "
+            "Data: `sensitivity.csv`, `lr_sensitivity.csv`.", "",
+            markdown_table(head, rows), "", "![final validation loss vs lr](lr_sensitivity.png)", ""]
+
+
+def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
+    """depth.csv, depth.png and the report.md lines about them: the deepest stack that learns."""
+    table = study.depth_table(runs, keys, sort_key)
+    table.rename(columns=display_name).to_csv(out_dir / "depth.csv", index=False)
+    plot_sweep(runs, keys, "layers", out_dir / "depth_sweep.png")
+    setting = [k for k in keys if k != "layers"]
+    head = [*map(display_name, setting), "deepest stack that learns", "depths tried", "seeds"]
+    rows = [[*(fmt_param(r[k]) for k in setting),
+             "none" if r["deepest_learning_layers"] is None or r["deepest_learning_layers"] != r["deepest_learning_layers"]
+             else str(int(r["deepest_learning_layers"])), r["depths"], str(r["n_seeds"])] for r in table.to_dict("records")]
+    return ["## Critical depth", "", "The deepest stack at which every seed learned (completed at least stall_margin "
+            "below the unigram baseline). Data: `depth.csv`; the figure's cells: `depth_sweep.csv`.", "",
+            markdown_table(head, rows), "", "![final validation loss vs depth](depth_sweep.png)", ""]
+
+
+def cell_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The settings table: one row per cell (runs that differ only in seed)."""
+    table = study.cell_table(runs, keys, sort_key)
+    head = [*map(display_name, keys), "n", "mean final val", "95 % t-interval", "below baseline", "diverged", "stalled",
+            "failed"]
+    rows = [[*(fmt_param(r[k]) for k in keys), str(r["n"]), fmt(r["mean"]) if math.isfinite(r["mean"]) else "-",
+             f"{r['low']:.4f} … {r['high']:.4f}" if math.isfinite(r["low"]) else "-",
+             f"{100 * r['margin_below_baseline']:.1f} %" if math.isfinite(r["margin_below_baseline"]) else "-",
+             str(r["n_diverged"]), str(r["n_stalled"]), str(r["n_failed"])] for r in table.to_dict("records")]
+    return head, rows
 
 
 # ------------------------------------------------------------------------- report
 
-def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
-    """Build the table, runs.csv, report.md and the figures. Returns what was written."""
-    root = Path(path)
+def run_notes(runs: list[Run]) -> list[str]:
+    """A line for each run that did not finish cleanly: failed, killed, still running."""
+    notes = []
+    for r in runs:
+        if r.status == "failed":
+            notes.append(f"run #{r.index} failed: {r.summary.get('error') or 'no error recorded'} ({r.rel})")
+        elif r.status == "killed":
+            notes.append(f"run #{r.index} was killed (its process {r.summary.get('pid')} is gone) before it could "
+                         f"write a final status: its values are read from its event file; `normexp train ... "
+                         f"resume=true hydra.run.dir={r.rel}` continues it from its last checkpoint")
+        elif r.status in ("running", "unknown"):
+            what = "is still running" if r.status == "running" else "has no summary.json yet"
+            notes.append(f"run #{r.index} {what}: its values are read from its event file, "
+                         f"as far as flushed ({r.rel})")
+    return notes
+
+
+def _check_paths(root: Path, out: Path | None) -> Path:
+    """The output folder, after checking the input folder exists and the output is writable."""
     if not root.exists():
         raise ReportError(f"{root}: no such folder; give a sweep folder, e.g. runs/multirun/<date>/<time>")
     if not root.is_dir():
         raise ReportError(f"{root} is a file; give the folder that holds the run folders")
-    runs = load_runs(root)
-    if not runs:
-        raise ReportError(f"{root}: no run folders found (a run folder holds .hydra/config.yaml); "
-                          "give a folder written by `normexp train`")
     out_dir = Path(out) if out is not None else root
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -530,20 +559,11 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
         probe.unlink()
     except OSError as e:
         raise ReportError(f"cannot write to {out_dir} ({e.strerror}); choose another folder with --out") from None
+    return out_dir
 
-    keys = varied_keys(runs)
-    runs.sort(key=lambda r: ([sort_key(r.config.get(k)) for k in keys], r.rel))
-    for i, r in enumerate(runs, 1):
-        r.index = i
-    head, rows = table_rows(runs, keys)
 
-    counts = {}
-    for r in runs:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    overview = (f"{len(runs)} run{'s' * (len(runs) != 1)} under {root}: "
-                + ", ".join(f"{n} {s}" for s, n in counts.items())
-                + (f"; varied: {', '.join(map(display_name, keys))}" if keys else "; no hyperparameter varies"))
-
+def draw_figures(runs: list[Run], keys: list[str], out_dir: Path) -> tuple[list, list[str]]:
+    """The standard figures (each with its .csv): [(title, file name)] and notes on skipped ones."""
     figures, notes = [], []
     note = plot_val_curves(runs, keys, out_dir / "val_loss.png")
     if note:
@@ -561,37 +581,70 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
             notes.append(note)
         else:
             figures.append((f"Per-layer {family} at step 0 and at the end", f"{family}_layers.png"))
+    return figures, notes
 
+
+def overview_line(runs: list[Run], keys: list[str], root: Path) -> str:
+    counts = {}
     for r in runs:
-        if r.status == "failed":
-            notes.append(f"run #{r.index} failed: {r.summary.get('error') or 'no error recorded'} ({r.rel})")
-        elif r.status == "killed":
-            notes.append(f"run #{r.index} was killed (its process {r.summary.get('pid')} is gone) before it could "
-                         f"write a final status: its values are read from its event file; `normexp train ... "
-                         f"resume=true hydra.run.dir={r.rel}` continues it from its last checkpoint")
-        elif r.status in ("running", "unknown"):
-            what = "is still running" if r.status == "running" else "has no summary.json yet"
-            notes.append(f"run #{r.index} {what}: its values are read from its event file, "
-                         f"as far as flushed ({r.rel})")
+        counts[r.status] = counts.get(r.status, 0) + 1
+    seeds = sorted({r.config.get("seed") for r in runs}, key=sort_key)
+    return (f"{len(runs)} run{'s' * (len(runs) != 1)} under {root}: "
+            + ", ".join(f"{n} {s}" for s, n in counts.items())
+            + (f"; varied: {', '.join(map(display_name, keys))}" if keys else "; no hyperparameter varies")
+            + f"; seeds (replicates): {len(seeds)}")
+
+
+def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
+    """Build the tables (one row per run; one per setting, seeds pooled), runs.csv,
+    settings.csv, report.md and the figures, each figure with a .csv of the data it draws;
+    with lr swept, sensitivity.csv and lr_sensitivity.png; with layers swept, depth.csv and
+    depth_sweep.png. Returns what was written."""
+    root = Path(path)
+    out_dir = _check_paths(root, out)
+    runs = read_runs(root)
+    if not runs:
+        raise ReportError(f"{root}: no run folders found (a run folder holds .hydra/config.yaml); "
+                          "give a folder written by `normexp train`")
+    keys = varied_keys(runs)
+    run_keys = keys + [k for k in study.REPLICATE_KEYS if len({repr(r.config.get(k)) for r in runs}) > 1]
+    runs.sort(key=lambda r: ([sort_key(r.config.get(k)) for k in run_keys], r.rel))
+    for i, r in enumerate(runs, 1):
+        r.index = i
+    head, rows = table_rows(runs, run_keys)
+    cell_head, cell_body = cell_rows(runs, keys)
+    study.cell_table(runs, keys, sort_key).rename(columns=display_name).to_csv(out_dir / "settings.csv", index=False)
+    overview = overview_line(runs, keys, root)
+    figures, notes = draw_figures(runs, keys, out_dir)
+    notes += run_notes(runs)
     if len(keys) > 2:
         notes.append(f"the final-loss grid shows {display_name(keys[0])} × {display_name(keys[1])} and "
-                     f"averages over {', '.join(map(display_name, keys[2:]))}")
-
+                     f"pools {', '.join(map(display_name, keys[2:]))}")
+    sections, extra = [], []
+    if swept(runs, keys, "lr"):
+        sections += sensitivity_section(runs, keys, out_dir)
+        extra += ["sensitivity.csv", "lr_sensitivity.png"]
+    if swept(runs, keys, "layers"):
+        sections += depth_section(runs, keys, out_dir)
+        extra += ["depth.csv", "depth_sweep.png"]
     csv_path, md_path = out_dir / "runs.csv", out_dir / "report.md"
-    write_csv(csv_path, runs, keys)
-    md = [f"# normexp report: `{root}`", "", overview, "", markdown_table(head, rows), ""]
+    write_csv(csv_path, runs, run_keys)
+    md = [f"# normexp report: `{root}`", "", overview, "", "## Settings (seeds pooled)", "",
+          "Mean final validation loss over seeds, a diverged run counted as its initial loss; 95 % t-interval "
+          "over seeds (none for n = 1); below baseline: how far the mean sits below the unigram baseline.", "",
+          markdown_table(cell_head, cell_body), "", *sections, "## Runs", "", markdown_table(head, rows), ""]
     if notes:
         md += ["## Notes", "", *(f"- {n}" for n in notes), ""]
     md += ["## Figures", ""]
     for title, name in figures:
         md += [f"### {title}", "", f"![{title}]({name})", ""]
     md_path.write_text("\n".join(md))
-
     echo(overview)
     echo(text_table(head, rows))
+    echo("\nper setting (seeds pooled):\n" + text_table(cell_head, cell_body))
     for n in notes:
         echo(f"note: {n}")
-    written = [csv_path, md_path, *(out_dir / name for _, name in figures)]
+    written = [csv_path, md_path, *(out_dir / name for _, name in figures), *(out_dir / n for n in extra)]
     echo("wrote " + ", ".join(str(p) for p in written))
     return {"runs": runs, "keys": keys, "figures": [out_dir / n for _, n in figures], "notes": notes,
             "csv": csv_path, "markdown": md_path}

@@ -16,8 +16,10 @@ from typing import Callable
 
 # The statuses a run can have, the ones that end it for good, and the ones a run holds
 # while it may still go on ("killed": the report's word for a run whose process is gone).
-STATUSES = ("running", "completed", "diverged", "failed", "interrupted")
-FINISHED = ("completed", "diverged")
+# "stalled": completed, but the final validation loss is not `stall_margin` below the unigram
+# baseline (see learned): the run learned nothing beyond token frequencies.
+STATUSES = ("running", "completed", "stalled", "diverged", "failed", "interrupted")
+FINISHED = ("completed", "stalled", "diverged")
 
 # Keys that say how to run, not what to compute: a resumed run may change them, the report
 # never calls them "varied", and run names leave them out (train.yaml's exclude_keys holds
@@ -52,7 +54,8 @@ def summary_record(cfg, **facts) -> dict:
     record = {
         "status": "running", "steps_completed": 0, "final_train_loss": None, "final_val_loss": None,
         "best_val_loss": None, "diverged_at_step": None, "initial_loss": None, "tokens_per_second": None,
-        "parameters": None, "wall_seconds": None, "error": None,
+        "parameters": None, "wall_seconds": None, "error": None, "baseline_loss": None,
+        "stall_margin": cfg.get("stall_margin", 0.02),
         "placement": cfg.placement.name, "norm": cfg.norm.name, "layers": cfg.layers,
         "warmup": min(cfg.warmup, cfg.steps) if isinstance(cfg.warmup, int) and isinstance(cfg.steps, int) else cfg.warmup,
         "lr": cfg.lr, "seed": cfg.seed, "d_model": cfg.d_model, "heads": cfg.heads, "steps": cfg.steps,
@@ -62,6 +65,16 @@ def summary_record(cfg, **facts) -> dict:
     }
     record.update(facts)
     return record
+
+
+def learned(final_val_loss, baseline_loss, margin: float) -> bool:
+    """Did a run learn beyond the unigram baseline: final_val_loss <= (1 - margin) * baseline?
+    Without a baseline (an old run) a finite loss counts as learned."""
+    import math
+
+    if final_val_loss is None or not math.isfinite(final_val_loss):
+        return False
+    return baseline_loss is None or final_val_loss <= (1 - margin) * baseline_loss
 
 
 def hparams_row(summary: dict) -> dict:

@@ -33,7 +33,7 @@ from . import distributed
 from .instruments import Instruments, scalar_tags
 from .logbook import Progress, open_writer, write_hparams, write_scalars
 from .model import GPT, IGNORE_TARGET, ModelConfig
-from .runfolder import hparams_row, summary_record, write_summary
+from .runfolder import hparams_row, learned, summary_record, write_summary
 from .schedules import lr_multiplier
 from .signals import Interrupted, StopSignals
 from .validate import ConfigError
@@ -145,6 +145,7 @@ class Trainer:
             log.warning("warmup=%d is longer than steps=%d: warming up over all %d steps", cfg.warmup, cfg.steps, self.warmup)
         self.summary = summary_record(cfg, device=str(self.device), threads=threads)
         self.corpus = self._load_data()
+        self.summary.update(baseline_loss=self.corpus.baseline_loss)
         self._build_model()
         self.step, self.best_val, self.last_train_loss = 0, math.inf, None
         purge_step = self._resume()
@@ -395,9 +396,14 @@ class Trainer:
                     ckpt.resume_command(self.run_dir))
 
     def finish(self, status: str, **extra) -> dict:
-        """Final numbers into the summary, TensorBoard's HParams metrics and summary.json."""
+        """Final numbers into the summary, TensorBoard's HParams metrics and summary.json.
+        A completed run that did not end at least `stall_margin` below the unigram baseline
+        is "stalled" (runfolder.learned)."""
         self.progress.close()
         self.summary.update(extra)
+        if status == "completed" and not learned(self.summary["final_val_loss"], self.summary.get("baseline_loss"),
+                                                 self.summary["stall_margin"]):
+            status = "stalled"
         self.summary.update(status=status, steps_completed=self.step, final_train_loss=self.last_train_loss,
                             best_val_loss=None if self.best_val == math.inf else self.best_val,
                             tokens_per_second=self.tps, wall_seconds=round(time.time() - self.t_start, 2))
@@ -408,11 +414,12 @@ class Trainer:
                 self.writer.add_scalar(tag, v, self.step)
         self.writer.close()
         self._write_summary()
-        if status == "completed":
+        if status in ("completed", "stalled"):
             s = self.summary
-            log.info("completed %d steps: val loss %.4f (best %.4f), %s tokens/s, %.0f s -> %s", self.step,
+            log.info("%s %d steps: val loss %.4f (best %.4f, unigram baseline %.4f), %s tokens/s, %.0f s -> %s",
+                     status, self.step,
                      s["final_val_loss"] or float("nan"), s["best_val_loss"] or float("nan"),
-                     f"{self.tps:,.0f}" if self.tps else "?", s["wall_seconds"], self.run_dir)
+                     s.get("baseline_loss") or float("nan"), f"{self.tps:,.0f}" if self.tps else "?", s["wall_seconds"], self.run_dir)
         return self.summary
 
 

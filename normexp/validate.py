@@ -109,6 +109,9 @@ def _validate(cfg: DictConfig, explicit) -> None:
         raise ConfigError("grad_clip", cfg.grad_clip, "must be null (off) or a number > 0")
     if not _integer(cfg.seed) or cfg.seed < 0:
         raise ConfigError("seed", cfg.seed, "must be a non-negative integer")
+    margin = cfg.get("stall_margin", 0.02)
+    if not _number(margin) or not 0 <= margin < 1:
+        raise ConfigError("stall_margin", margin, "must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)")
     _optimizer(cfg)
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")
