@@ -321,7 +321,9 @@ def check_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -
     raises ConfigError naming its key, before any data is loaded."""
     norm_cls, norm_settings = variant(NORMS, "norm", norm)
     placement_cls, placement_settings = variant(PLACEMENTS, "placement", placement)
-    placement_cls(nn.Identity(), lambda: norm_cls(8, **norm_settings), index=0, depth=layers, **placement_settings)
+    stand_in = nn.Identity()
+    stand_in.d_model = 8
+    placement_cls(stand_in, lambda: norm_cls(8, **norm_settings), index=0, depth=layers, **placement_settings)
 
 
 @register(PLACEMENTS, "layerscale")

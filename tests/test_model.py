@@ -79,6 +79,7 @@ class StandIn(nn.Module):
 
     def __init__(self):
         super().__init__()
+        self.d_model = D
         self.w = torch.randn(D, D) / math.sqrt(D)
 
     def forward(self, x):
@@ -102,6 +103,7 @@ def test_placement_block_matches_formula(name):
         "deepnorm": lambda: (by_hand_norm(2.5 * x + f(x)), f(x)),
         "sandwich": lambda: (x + by_hand_norm(f(by_hand_norm(x))), by_hand_norm(f(by_hand_norm(x)))),
         "peri": lambda: (x + by_hand_norm(f(by_hand_norm(x))), by_hand_norm(f(by_hand_norm(x)))),
+        "layerscale": lambda: (x + 0.1 * f(by_hand_norm(x)), 0.1 * f(by_hand_norm(x))),  # CaiT ε at depth 6
     }[name]()
     torch.testing.assert_close(y, expected[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out, expected[1], atol=1e-5, rtol=1e-5)
@@ -176,3 +178,12 @@ def test_tied_head_and_causality():
     torch.testing.assert_close(logits[0, :5], logits2[0, :5])  # the past does not see it
     h = model.hidden(x)
     torch.testing.assert_close(logits, h @ model.tok_emb.weight.t())
+
+
+@pytest.mark.parametrize("depth, scale", [(6, 0.1), (18, 0.1), (24, 1e-5), (36, 1e-6), (1000, 1e-6)])
+def test_layerscale_initial_scale_follows_cait_for_the_depth(depth, scale):
+    layer = PLACEMENTS["layerscale"](StandIn(), lambda: NORMS["layer"](D), index=0, depth=depth)
+    assert torch.equal(layer.scale.detach(), torch.full((D,), scale))  # one λ per channel
+    custom = PLACEMENTS["layerscale"](StandIn(), lambda: NORMS["layer"](D), index=0, depth=depth, init_scale=1e-3)
+    assert torch.equal(custom.scale.detach(), torch.full((D,), 1e-3))
+    assert layer.final_norm  # the stream is not normalized: the model adds a final norm
