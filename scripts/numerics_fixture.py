@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "numerics.json"
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+FIXTURE = TESTS / "fixtures" / "numerics.json"
 NORMS = ("layer", "rms", "batch", "dyt", "none")
 PLACEMENTS = ("post", "pre", "deepnorm", "sandwich", "peri", "mix")
 STEPS = 20
@@ -33,24 +33,12 @@ SETTINGS = ["layers=4", "d_model=32", "heads=2", "seq_len=32", "batch_size=8", "
             "checkpoint_every=0", "log.progress=off", "threads=1"]
 
 
-def make_corpus(path: Path, n_bytes: int = 60_000, seed: int = 0) -> Path:
-    """A deterministic English-like text (the test suite's generator, copied so this script
-    stands alone)."""
-    rng = random.Random(seed)
-    words = ("the king and queen of denmark speak to the ghost at night while horatio "
-             "keeps watch upon the castle wall and the players rehearse a scene").split()
-    lines, size = [], 0
-    while size < n_bytes:
-        line = " ".join(rng.choice(words) for _ in range(rng.randint(4, 12))).capitalize() + ".\n"
-        lines.append(line)
-        size += len(line)
-    path.write_text("".join(lines)[:n_bytes])
-    return path
-
-
 def train_losses(norms=NORMS, placements=PLACEMENTS, work: Path | None = None) -> dict[str, list[float]]:
     """{"norm/placement": [train loss at step 0 … STEPS-1]} from one `normexp train -m` sweep."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sys.path.insert(0, str(TESTS))
+    from conftest import make_corpus  # the test suite's corpus generator
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(work or tmp)
