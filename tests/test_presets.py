@@ -1,0 +1,140 @@
+"""The preset studies and the whole norm × placement grid, end to end through the CLI.
+
+Every experiment preset composes (`normexp train --cfg job experiment=X`) into the values it
+documents, and a shrunken copy of its sweep grid (the same names, fewer and smaller numbers,
+a tiny model, 2 steps) runs as `normexp train -m experiment=X` to one
+finished run folder per combination. Then every norm × every placement trains 5 steps in one
+`-m` sweep: all finish with finite losses and record the settings their model was built with.
+The four sweeps run two at a time in a module fixture (each is one process of ~10-40 s).
+"""
+
+import itertools
+import json
+import math
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import TINY, make_corpus, run_cli
+
+from normexp.compose import compose_config
+
+RAN_TO_THE_END = ("completed", "stalled")  # "stalled": every step ran, the loss fell too little
+
+# What each preset documents in its header, written out here: key → value in `--cfg job`.
+PRESET_VALUES = {
+    "depth_stability": {"schedule.name": "constant", "warmup": 0, "steps": 200, "lr": 1e-3, "d_model": 64,
+                        "seq_len": 64, "checkpoint_every": 0},
+    "norm_types": {"schedule.name": "cosine", "warmup": 50, "steps": 400, "lr": 1e-3, "layers": 6, "d_model": 64},
+    "warmup_sensitivity": {"schedule.name": "constant", "steps": 400, "lr": 3e-3, "layers": 6, "d_model": 64},
+    "lr_sensitivity": {"schedule.name": "cosine", "steps": 200, "layers": 6, "d_model": 64, "seq_len": 64,
+                       "checkpoint_every": 0},
+}
+# The shrunken copy of a preset's grid: its names (placements, norms) kept, its numbers
+# replaced by values small enough for 2 steps of a tiny model.
+SHRINK = {"layers": [1, 2], "warmup": [0, 2], "lr": [1e-3, 1e-2], "seed": [0]}
+STEPS = 2
+
+NORMS = ["layer", "rms", "batch", "dyt", "none"]
+PLACEMENTS = ["post", "pre", "deepnorm", "sandwich", "peri", "mix"]
+# the settings each model records, by hand for layers=2: DeepNorm α = 4^¼ = √2, β = 16^-¼ = 1/2;
+# Mix-LN ⌊0.25·2⌋ = 0 Post-LN blocks
+NORM_SETTINGS = {"layer": {"eps": 1e-5}, "rms": {"eps": 1e-5}, "batch": {"eps": 1e-5, "momentum": 0.1},
+                 "dyt": {"init_alpha": 0.5}, "none": {}}
+PLACEMENT_SETTINGS = {"deepnorm": {"alpha": math.sqrt(2), "beta": 0.5}, "mix": {"ratio": 0.25, "post_blocks": 0}}
+
+
+def parse_values(text) -> list:
+    return [yaml.safe_load(v) for v in str(text).split(",")]
+
+
+def preset_grid(preset: str) -> dict[str, list]:
+    """The preset's own sweep grid, {key: values}, as Hydra composes it."""
+    params = compose_config([f"experiment={preset}"], hydra=True).hydra.sweeper.params
+    return {k: parse_values(v) for k, v in params.items()}
+
+
+def shrunk_grid(preset: str) -> dict[str, list]:
+    grid = preset_grid(preset)
+    for key, values in grid.items():
+        assert all(isinstance(v, str) for v in values) or key in SHRINK, f"{preset}: add a small {key} to SHRINK"
+    return {k: SHRINK.get(k, v) for k, v in grid.items()}
+
+
+def summaries(sweep) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("presets")
+    import os
+
+    env = {**os.environ, "NORMEXP_CACHE": str(root / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONUNBUFFERED": "1"}
+    corpus = make_corpus(root / "corpus.txt", n_bytes=20_000)
+    data = ["data=text", f"data.files=[{corpus}]", "eval_batches=1", "log.progress=off"]
+    jobs = {}
+    for preset in PRESET_VALUES:
+        grid = shrunk_grid(preset)
+        tiny = [o for o in TINY if o.split("=")[0] not in grid and o.split("=")[0] not in ("eval_batches", "log.progress")]
+        shrink = [f"hydra.sweeper.params.{k}='{','.join(map(str, v))}'" for k, v in grid.items() if k in SHRINK]
+        jobs[preset] = ["train", "-m", f"experiment={preset}", *tiny, *data, f"steps={STEPS}", *shrink,
+                        f"hydra.sweep.dir={root / preset}"]
+    jobs["grid"] = ["train", "-m", *TINY, *data, "steps=5", "warmup=0", f"norm={','.join(NORMS)}",
+                    f"placement={','.join(PLACEMENTS)}", f"hydra.sweep.dir={root / 'grid'}"]
+    for preset in PRESET_VALUES:  # composes, shows the config, runs nothing: cwd is a fresh folder
+        (root / f"cfg_{preset}").mkdir()
+        jobs[f"cfg_{preset}"] = ["train", "--cfg", "job", f"experiment={preset}"]
+    cwd = {name: root / name if name.startswith("cfg_") else None for name in jobs}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(run_cli, args, env, 600, cwd=cwd[name]) for name, args in jobs.items()}
+        procs = {name: f.result() for name, f in futures.items()}
+    return root, env, procs
+
+
+@pytest.mark.parametrize("preset", sorted(PRESET_VALUES))
+def test_preset_composes_with_cfg_job(sweeps, preset):
+    root, _, procs = sweeps
+    cfg = yaml.safe_load(procs[f"cfg_{preset}"].stdout)
+    for key, value in PRESET_VALUES[preset].items():
+        node = cfg
+        for part in key.split("."):
+            node = node[part]
+        assert node == value, (preset, key)
+    assert list((root / f"cfg_{preset}").iterdir()) == []  # no run folder
+
+
+def test_every_preset_is_tested():
+    assert sorted(PRESET_VALUES) == sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", sorted(PRESET_VALUES))
+def test_shrunken_preset_sweep_runs_every_combination(sweeps, preset):
+    root, _, procs = sweeps
+    assert "Traceback" not in procs[preset].stderr
+    grid = shrunk_grid(preset)
+    runs = summaries(root / preset)
+    expected = set(itertools.product(*grid.values()))
+    assert len(grid) >= 2 and len(expected) >= 4  # a grid, not a single run
+    assert len(runs) == len(expected) == math.prod(len(v) for v in grid.values())
+    assert {tuple(s[k] for k in grid) for s in runs} == expected
+    for s in runs:
+        assert s["status"] in RAN_TO_THE_END and s["steps_completed"] == STEPS, s
+        assert s["schedule"] == PRESET_VALUES[preset]["schedule.name"]
+        if "lr" not in grid:
+            assert s["lr"] == PRESET_VALUES[preset]["lr"]
+
+
+def test_every_norm_and_placement_trains_5_steps(sweeps):
+    root, _, procs = sweeps
+    assert "Traceback" not in procs["grid"].stderr
+    runs = summaries(root / "grid")
+    assert sorted((s["norm"], s["placement"]) for s in runs) == sorted(itertools.product(NORMS, PLACEMENTS))
+    for s in runs:
+        which = (s["norm"], s["placement"])
+        assert s["status"] in RAN_TO_THE_END and s["steps_completed"] == 5, which
+        assert math.isfinite(s["final_train_loss"]) and math.isfinite(s["final_val_loss"]), which
+        assert s["norm_settings"] == pytest.approx(NORM_SETTINGS[s["norm"]]), which
+        assert s["placement_settings"] == pytest.approx(PLACEMENT_SETTINGS.get(s["placement"], {})), which
