@@ -39,6 +39,8 @@ NO_DECAY = {
                           for p in ("alpha", "weight", "bias")] + ["final_norm.alpha", "final_norm.weight",
                                                                    "final_norm.bias"],
     ("none", "pre"): [],
+    ("rms", "layerscale"): ["blocks.0.attn.norm.weight", "blocks.0.attn.scale", "blocks.0.mlp.norm.weight",
+                            "blocks.0.mlp.scale", "final_norm.weight"],
 }
 
 

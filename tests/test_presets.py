@@ -12,7 +12,6 @@ import itertools
 import json
 import math
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import yaml
@@ -37,12 +36,14 @@ SHRINK = {"layers": [1, 2], "warmup": [0, 2], "lr": [1e-3, 1e-2], "seed": [0]}
 STEPS = 2
 
 NORMS = ["layer", "rms", "batch", "dyt", "none"]
-PLACEMENTS = ["post", "pre", "deepnorm", "sandwich", "peri", "mix"]
+PLACEMENTS = ["post", "pre", "deepnorm", "sandwich", "peri", "mix", "layerscale"]
 # the settings each model records, by hand for layers=2: DeepNorm α = 4^¼ = √2, β = 16^-¼ = 1/2;
 # Mix-LN ⌊0.25·2⌋ = 0 Post-LN blocks
 NORM_SETTINGS = {"layer": {"eps": 1e-5}, "rms": {"eps": 1e-5}, "batch": {"eps": 1e-5, "momentum": 0.1},
                  "dyt": {"init_alpha": 0.5}, "none": {}}
-PLACEMENT_SETTINGS = {"deepnorm": {"alpha": math.sqrt(2), "beta": 0.5}, "mix": {"ratio": 0.25, "post_blocks": 0}}
+# LayerScale's CaiT init 0.1 up to 18 blocks
+PLACEMENT_SETTINGS = {"deepnorm": {"alpha": math.sqrt(2), "beta": 0.5}, "mix": {"ratio": 0.25, "post_blocks": 0},
+                      "layerscale": {"init_scale": 0.1}}
 
 
 def parse_values(text) -> list:
@@ -106,8 +107,11 @@ def test_preset_composes_with_cfg_job(sweeps, preset):
     assert list((root / f"cfg_{preset}").iterdir()) == []  # no run folder
 
 
-def test_every_preset_is_tested():
-    assert sorted(PRESET_VALUES) == sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment").glob("*.yaml"))
+def test_every_preset_norm_and_placement_is_tested():
+    from normexp.compose import group_options
+
+    assert sorted(PRESET_VALUES) == sorted(group_options("experiment"))
+    assert sorted(NORMS) == sorted(group_options("norm")) and sorted(PLACEMENTS) == sorted(group_options("placement"))
 
 
 @pytest.mark.parametrize("preset", sorted(PRESET_VALUES))

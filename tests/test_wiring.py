@@ -51,9 +51,10 @@ def test_shape_keys_reach_the_modules():
     assert not torch.allclose(model(x)[0], one_head(x)[0])
 
 
-# (norm option, class name, norms per block and final norm for placement=pre, L=2)
-@pytest.mark.parametrize("option, cls", [("layer", "LayerNorm"), ("rms", "RMSNorm"), ("batch", "BatchNorm"),
-                                         ("dyt", "DynamicTanh"), ("none", "NoNorm")])
+NORM_CLASSES = {"layer": "LayerNorm", "rms": "RMSNorm", "batch": "BatchNorm", "dyt": "DynamicTanh", "none": "NoNorm"}
+
+
+@pytest.mark.parametrize("option, cls", sorted(NORM_CLASSES.items()))
 def test_every_norm_option_builds_its_norm_everywhere(option, cls):
     model = build(f"norm={option}")
     found = norms_of(model)
@@ -63,7 +64,14 @@ def test_every_norm_option_builds_its_norm_everywhere(option, cls):
 
 # placement option → (norms per block, final norm?)
 PLACEMENT_SHAPE = {"post": (2, False), "pre": (2, True), "deepnorm": (2, False), "sandwich": (4, True),
-                   "peri": (4, True), "mix": (2, True)}
+                   "peri": (4, True), "mix": (2, True), "layerscale": (2, True)}
+
+
+def test_every_placement_option_is_checked():
+    from normexp.compose import group_options
+
+    assert sorted(group_options("placement")) == sorted(PLACEMENT_SHAPE)
+    assert sorted(group_options("norm")) == sorted(NORM_CLASSES)
 
 
 @pytest.mark.parametrize("option", sorted(PLACEMENT_SHAPE))
@@ -194,9 +202,23 @@ def test_deepnorm_auto_constants_reach_forward_and_init():
     check_deepnorm(model, alpha=6 ** 0.25, beta=24 ** -0.25, d=d)
 
 
+@pytest.mark.parametrize("setting, scale", [([], 0.1), (["placement.init_scale=0.003"], 0.003)])
+def test_layerscale_init_scale_from_the_command_line_scales_every_sublayer(setting, scale):
+    """x ← x + λ·F(LN(x)), λ = init_scale per channel (auto: 0.1 for 2 blocks, CaiT)."""
+    model = build("placement=layerscale", *setting)
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(6)) * 2
+    with torch.no_grad():
+        for block in model.blocks:
+            for wrapper in (block.attn, block.mlp):
+                y, out = wrapper(x)
+                want = scale * wrapper.sublayer(F.layer_norm(x, (16,), eps=1e-5))
+                torch.testing.assert_close(out, want, atol=1e-7, rtol=1e-5)
+                torch.testing.assert_close(y, x + want, atol=1e-6, rtol=1e-5)
+
+
 def test_other_placements_keep_gain_one():
     d = 64
-    for placement in ("pre", "post", "sandwich", "mix"):
+    for placement in ("pre", "post", "sandwich", "mix", "layerscale"):
         qk, rest, se = init_std_ratio(build(f"placement={placement}", "layers=3", f"d_model={d}", "heads=4"), d)
         assert abs(qk - 1) < 0.05 and abs(rest - 1) < 5 * se, (placement, qk, rest)
 
@@ -208,6 +230,8 @@ def test_settings_read_from_the_built_model():
         (["norm=batch", "norm.momentum=0.3"], {"eps": 1e-5, "momentum": 0.3}, {}),
         (["norm=dyt", "norm.init_alpha=0.8", "placement=post"], {"init_alpha": 0.8}, {}),
         (["placement=mix", "placement.ratio=0.5", "layers=5"], {"eps": 1e-5}, {"ratio": 0.5, "post_blocks": 2}),
+        (["placement=layerscale", "layers=20"], {"eps": 1e-5}, {"init_scale": 1e-5}),  # CaiT: 19-24 blocks
+        (["placement=layerscale", "placement.init_scale=0.5"], {"eps": 1e-5}, {"init_scale": 0.5}),
         (["placement=deepnorm", "layers=2"], {"eps": 1e-5}, {"alpha": math.sqrt(2), "beta": 0.5}),  # 4^¼, 16^-¼
     ]
     for overrides, norm, placement in cases:
