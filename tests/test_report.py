@@ -82,7 +82,10 @@ def test_table_lists_every_run_with_its_status_and_numbers(sweep):
     sweep_dir, finished, running, stdout, _ = sweep
     runs = runs_of(sweep_dir)
     assert len(runs) == 8
-    assert sorted(s["status"] for s in runs.values()) == ["completed"] * 4 + ["diverged", "failed", "failed", "running"]
+    # the four runs that finish end "stalled" or "completed" (12 steps of a tiny model rarely get
+    # 2 % below the unigram baseline): both mean "ran to the end", the status says which
+    statuses = sorted("finished" if s["status"] in ("completed", "stalled") else s["status"] for s in runs.values())
+    assert statuses == ["diverged", "failed", "failed"] + ["finished"] * 4 + ["running"]
     assert "varied: placement, warmup, lr" in stdout
     rows = parse_table(stdout)
     assert len(rows) == len(runs)
@@ -156,8 +159,8 @@ def test_varied_keys_follow_the_overrides_and_drop_group_details():
         return Run(Path("x"), "x", cfg, overrides, {})
 
     runs = [run("layer", 1e-5, 6, 0, ["layers=6", "norm=layer"]), run("rms", 1e-6, 12, 1, ["layers=12", "norm=rms"])]
-    # norm.eps follows from norm.name; threads never counts; seed is not in the overrides: last
-    assert varied_keys(runs) == ["layers", "norm.name", "seed"]
+    # norm.eps follows from norm.name; threads never counts; seed is a replicate, never a varied key
+    assert varied_keys(runs) == ["layers", "norm.name"]
 
 
 @pytest.mark.parametrize("make, message", [
