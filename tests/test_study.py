@@ -227,3 +227,25 @@ def test_t_quantiles():
     assert t975(2) == pytest.approx(T975_DF2, abs=1e-3)
     assert t975(40) == pytest.approx(2.021075, abs=1e-3)
     assert t975(1000) == pytest.approx(1.962339, abs=1e-3)
+
+
+def test_depth_table_and_figure_data(tmp_path):
+    """Critical depth: the deepest stack at which every seed learned; the depth figure's CSV
+    holds the cells it draws."""
+    from normexp import study
+    from normexp.report import plot_sweep, sort_key
+
+    runs = []
+    for placement, outcomes in {"post": {6: ("completed", "completed"), 24: ("completed", "stalled"), 96: ("stalled",) * 2},
+                                "deepnorm": {6: ("completed",) * 2, 24: ("completed",) * 2, 96: ("completed", "diverged")}}.items():
+        for layers, statuses in outcomes.items():
+            for seed, status in enumerate(statuses):
+                r = fake_run(placement, 1e-3, seed, status, 2.0 if status == "completed" else 3.1)
+                r.config["layers"] = layers
+                runs.append(r)
+    table = study.depth_table(runs, ["placement.name", "layers"], sort_key)
+    assert dict(zip(table["placement.name"], table["deepest_learning_layers"])) == {"deepnorm": 24, "post": 6}
+    plot_sweep(runs, ["placement.name", "layers"], "layers", tmp_path / "depth_sweep.png")
+    drawn = {(r["placement"], int(r["layers"])): r for r in read_csv(tmp_path / "depth_sweep.csv")}
+    assert float(drawn[("deepnorm", 96)]["mean"]) == pytest.approx((2.0 + 5.5) / 2)  # diverged = initial loss
+    assert drawn[("post", 24)]["n_stalled"] == "1" and drawn[("deepnorm", 96)]["n_diverged"] == "1"
