@@ -62,6 +62,9 @@ def varied_keys(runs: list[Run]) -> list[str]:
     keys = sorted({k for r in runs for k in r.config} - set(RUN_SETTINGS) - set(study.REPLICATE_KEYS))
     values = {k: [r.config.get(k, missing) for r in runs] for k in keys}
     varied = [k for k in keys if len({repr(v) for v in values[k]}) > 1]
+    # a key some runs lack and the others share one value of is a newer config's default
+    # (runs from before the key existed), not a hyperparameter the sweep varies
+    varied = [k for k in varied if len({repr(v) for v in values[k] if v is not missing}) > 1]
 
     def explained_by_group(k: str) -> bool:
         name_key = k.split(".", 1)[0] + ".name"
@@ -188,7 +191,7 @@ def _curve_points(members: list[Run]) -> list[tuple[int, float, float, float, in
         for c, r in curves:
             if st in c and math.isfinite(c[st]):
                 values.append(c[st])
-            elif r.status == "diverged" and c and st > max(c) or (st in c and r.status == "diverged"):
+            elif r.status == "diverged" and (not c or st >= max(c)):  # at and after its divergence
                 values.append(r.summary.get("initial_loss"))
         mean, low, high = study.t_interval(values)
         if math.isfinite(mean):
