@@ -249,3 +249,12 @@ def test_depth_table_and_figure_data(tmp_path):
     drawn = {(r["placement"], int(r["layers"])): r for r in read_csv(tmp_path / "depth_sweep.csv")}
     assert float(drawn[("deepnorm", 96)]["mean"]) == pytest.approx((2.0 + 5.5) / 2)  # diverged = initial loss
     assert drawn[("post", 24)]["n_stalled"] == "1" and drawn[("deepnorm", 96)]["n_diverged"] == "1"
+
+
+def test_seed_and_a_key_only_newer_runs_have_are_not_varied():
+    from normexp.report import varied_keys
+    from normexp.runs import Run
+
+    old = [Run(Path(f"o{s}"), "o", {"lr": 1e-3, "seed": s}, [], {}) for s in (0, 1)]
+    new = [Run(Path(f"n{s}"), "n", {"lr": 1e-2, "seed": s, "log.profiles_every": "auto"}, [], {}) for s in (0, 1)]
+    assert varied_keys(old + new) == ["lr"]
