@@ -201,9 +201,11 @@ def scalar_tags(values: dict[str, float | list[float]]) -> dict[str, float]:
             tags[tag] = values[key]
     if "act_std" in values:
         tags["stability/act_std_max"] = max(values["act_std"])
+        tags["stability/act_std_first"], tags["stability/act_std_last"] = values["act_std"][0], values["act_std"][-1]
     if "grad_norm" in values:
         g = values["grad_norm"]
         tags["stability/grad_norm_max"] = max(g)
+        tags["stability/grad_norm_first"], tags["stability/grad_norm_last"] = g[0], g[-1]
         tags["stability/grad_norm_top_over_bottom"] = g[-1] / g[0] if g[0] > 0 else float("inf")
     return tags
 

@@ -8,10 +8,18 @@ import sys
 from pathlib import Path
 
 from .instruments import LAYOUT_FAMILIES
+from .runfolder import STATUSES
 
 log = logging.getLogger("normexp")
 
-HPARAM_METRICS = ("hparams/final_val_loss", "hparams/best_val_loss", "hparams/final_train_loss", "hparams/diverged")
+# The HParams table's metric columns: (tag, display name). Written once at the end of a run.
+HPARAM_METRICS = (
+    ("hparams/final_val_loss", "final val loss"),
+    ("hparams/best_val_loss", "best val loss"),
+    ("hparams/final_train_loss", "final train loss"),
+    ("hparams/status", "status: " + ", ".join(f"{i} {s}" for i, s in enumerate(STATUSES))),
+    ("hparams/diverged_at_step", "diverged at step"),
+)
 
 
 def _import_summary_writer():
@@ -53,6 +61,14 @@ def open_writer(run_dir: Path, purge_step: int | None, main: bool = True):
                 "lr": ["Multiline", [r"train/lr"]],
                 "global grad norm": ["Multiline", [r"train/grad_norm"]],
             },
+            # one line per run and tag: readable across a sweep of many runs
+            "across a sweep": {
+                "validation loss": ["Multiline", [r"val/loss"]],
+                "activation std: first and last block": ["Multiline", [r"stability/act_std_(first|last)"]],
+                "gradient norm: first and last block": ["Multiline", [r"stability/grad_norm_(first|last)"]],
+                "gradient norm last/first": ["Multiline", [r"stability/grad_norm_top_over_bottom"]],
+                "model update (DeepNet)": ["Multiline", [r"stability/model_update"]],
+            },
         }
         writer.file_writer.add_summary(custom_scalars(layout))
     return writer
@@ -68,15 +84,69 @@ def write_scalars(writer, tags: dict[str, float], step: int) -> None:
     writer.file_writer.add_summary(Summary(value=values), step)
 
 
-def write_hparams(writer, hparams: dict) -> None:
-    """The HParams row into the run's own event file (add_hparams would open a second run
-    folder). Values that are not numbers, strings or booleans are shown as text."""
+def write_hparams(writer, hparams: dict, chosen: set[str] = frozenset()) -> None:
+    """The run's HParams row into its own event file (add_hparams would open a second run
+    folder), with an experiment summary that declares the columns: TensorBoard's table sorts
+    the hyperparameters marked as varying first, then by name, and shows the first few, so
+    the keys this job's command line chose (`chosen`: a sweep's swept keys, e.g. placement,
+    warmup, lr) are marked varying. Values that are not numbers, strings or booleans are
+    shown as text; metrics get display names."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
     from torch.utils.tensorboard.summary import hparams as hparams_summary
 
-    clean = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in hparams.items()}
-    exp, ssi, sei = hparams_summary(clean, {m: 0.0 for m in HPARAM_METRICS})
-    for s in (exp, ssi, sei):
+    clean = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in hparams.items() if v is not None}
+    kinds = {bool: api_pb2.DATA_TYPE_BOOL, str: api_pb2.DATA_TYPE_STRING}
+    experiment = api_pb2.Experiment(
+        hparam_infos=[api_pb2.HParamInfo(name=k, type=kinds.get(type(v), api_pb2.DATA_TYPE_FLOAT64), differs=k in chosen)
+                      for k, v in clean.items()],
+        metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag), display_name=name)
+                      for tag, name in HPARAM_METRICS])
+    content = plugin_data_pb2.HParamsPluginData(experiment=experiment, version=metadata.PLUGIN_DATA_VERSION)
+    writer.file_writer.add_summary(Summary(value=[Summary.Value(
+        tag=metadata.EXPERIMENT_TAG, metadata=metadata.create_summary_metadata(content))]))
+    _, start, end = hparams_summary(clean, {tag: 0.0 for tag, _ in HPARAM_METRICS})
+    for s in (start, end):
         writer.file_writer.add_summary(s)
+
+
+def chosen_keys() -> set[str]:
+    """The config keys this Hydra job's command line set (a sweep's swept keys among them):
+    `placement`, `lr`, ... ; group options count as the group. Empty outside Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = HydraConfig.get().overrides.task
+    except Exception:  # noqa: BLE001 - not inside a Hydra job
+        return set()
+    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+
+
+def depth_profile_figure(values: dict, step: int):
+    """act_std, grad_norm and update_ratio against layer index at one logging step, from the
+    values the instruments already read (no extra sync): one image per logging step that the
+    Images tab's step slider plays through training."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
+
+    fig = Figure(figsize=(9, 2.6), dpi=72)
+    panels = (("act_std", "activation std"), ("grad_norm", "gradient norm"), ("update_ratio", "update ‖Δθ‖/‖θ‖"))
+    for ax, (key, title) in zip(fig.subplots(1, 3), panels):
+        ys = values.get(key) or []
+        ax.plot(range(len(ys)), ys, marker="o", ms=3)
+        if key != "act_std" and ys and min(ys) > 0:
+            ax.set_yscale("log")
+        ax.set_title(f"{title} (step {step})", fontsize=9)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("layer", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
 
 
 class Progress:
