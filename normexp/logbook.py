@@ -111,15 +111,28 @@ def write_hparams(writer, hparams: dict, chosen: set[str] = frozenset()) -> None
 
 
 def chosen_keys() -> set[str]:
-    """The config keys this Hydra job's command line set (a sweep's swept keys among them):
-    `placement`, `lr`, ... ; group options count as the group. Empty outside Hydra."""
+    """The keys this Hydra job varies: in a sweep, the swept ones (`-m placement=pre,post`, or
+    an experiment's hydra.sweeper.params); in a single run, those its command line set.
+    Group options count as the group (`placement`). Empty outside Hydra."""
     try:
         from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
 
-        overrides = HydraConfig.get().overrides.task
+        hc = HydraConfig.get()
     except Exception:  # noqa: BLE001 - not inside a Hydra job
         return set()
-    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    key = lambda text: text.split("=", 1)[0].lstrip("+~")  # noqa: E731
+    if hc.mode != RunMode.MULTIRUN:
+        return {key(o) for o in hc.overrides.task}
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    try:
+        typed = OmegaConf.load(Path(hc.sweep.dir) / "multirun.yaml").hydra.overrides.task
+        parsed = OverridesParser.create().parse_overrides([str(o) for o in typed])
+    except Exception:  # noqa: BLE001 - no readable multirun.yaml
+        parsed = []
+    return {key(o.input_line) for o in parsed if o.is_sweep_override()} | {str(k) for k in (hc.sweeper.get("params") or {})}
 
 
 def depth_profile_figure(values: dict, step: int):
