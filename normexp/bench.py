@@ -215,7 +215,8 @@ def normexp_step_times(shape: Shape, corpus: Path, steps: int, log_every: int, t
     cfg = compose_config([
         *shape.overrides(), "data=text", f"data.files=[{corpus}]", f"steps={steps}", f"log_every={log_every}",
         f"eval_every={OFF}", "eval_batches=1", "checkpoint_every=0", "keep_checkpoints=1",
-        "log.progress=off", f"threads={threads}", f"compile={str(compile).lower()}", "device=cpu", *extra])
+        "log.progress=off", f"threads={threads}", f"compile={str(compile).lower()}", "device=cpu",
+        "log.profiles_every=0", *extra])  # the instruments alone: the profile images are timed by bench_profiles
     with tempfile.TemporaryDirectory(prefix="normexp-bench-") as run_dir:
         train(cfg, Path(run_dir), hooks=Hooks(on_step=lambda step: stamps.append(time.perf_counter())))
     if len(stamps) != steps:
@@ -576,6 +577,33 @@ def summarise(shapes: list[Shape], pools: dict, peak: float, compiled: dict | No
     return out
 
 
+def bench_profiles(shape: Shape, ms_per_step: float | None, say, repeats: int = 10) -> dict:
+    """The depth-profile images: milliseconds to draw and write one for `shape`'s depth
+    (median of `repeats`, after one warm-up), and what the default setting
+    (log.profiles_every=auto) adds to the default run: images × ms ÷ (steps × ms/step)."""
+    from .logbook import depth_profile_figure, open_writer
+    from .train import profiles_every
+
+    cfg = compose_config([])
+    every = profiles_every(cfg)
+    logged = [s for s in range(cfg.steps) if s % cfg.log_every == 0 or s == cfg.steps - 1]
+    images = sum(1 for s in logged if s % every == 0 or s == cfg.steps - 1)
+    values = {k: [float(i + 1) for i in range(shape.layers)] for k in ("act_std", "grad_norm", "update_ratio")}
+    times = []
+    with tempfile.TemporaryDirectory(prefix="normexp-bench-") as tmp:
+        writer = open_writer(Path(tmp), None)
+        for i in range(repeats + 1):
+            t0 = time.perf_counter()
+            writer.add_figure("depth_profile", depth_profile_figure(values, i), i)
+            times.append(time.perf_counter() - t0)
+        writer.close()
+    ms = 1e3 * statistics.median(times[1:])
+    out = {"ms_per_image": ms, "images_per_default_run": images, "profiles_every": every, "default_steps": cfg.steps,
+           "overhead": None if not ms_per_step else images * ms / (cfg.steps * ms_per_step)}
+    say(f"  profiles: {ms:.1f} ms an image at depth {shape.layers}; the default run draws {images}")
+    return out
+
+
 NAMES = {"minimal": "minimal GPT (by hand)", "log10": "normexp log_every=10", "off": "normexp instruments off",
          "log1": "normexp log_every=1", "compile": "normexp compile=true, log 10"}
 
@@ -641,7 +669,8 @@ def parse_args(argv):
     p.add_argument("--sweep-shape", default="B", metavar="NAME", help="the shape of the sweep comparison (default B)")
     p.add_argument("--sweep-steps", type=int, default=150, help="steps per job of the CLI sweep comparison (default 150)")
     p.add_argument("--startup", action="store_true", help="also time `normexp train` from launch to step 0")
-    p.add_argument("--all", action="store_true", help="--compile --sweep --startup")
+    p.add_argument("--profiles", action="store_true", help="also time the depth-profile images (cost at the default setting)")
+    p.add_argument("--all", action="store_true", help="--compile --sweep --startup --profiles")
     p.add_argument("--json", type=Path, default=Path("bench.json"), help="where to write the results (default bench.json)")
     return p.parse_args(argv)
 
@@ -649,7 +678,7 @@ def parse_args(argv):
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.all:
-        args.compile = args.sweep = args.startup = True
+        args.compile = args.sweep = args.startup = args.profiles = True
     from .distributed import available_cores
 
     cores = available_cores()
@@ -696,6 +725,10 @@ def main(argv: list[str] | None = None) -> dict:
     peak = max(peaks + [matmul_gflops(args.peak_size)])
 
     results = summarise(shapes, pools, peak, compiled)
+    profiles = None
+    if args.profiles:
+        c = results.get("C", {}).get("runs", {}).get("log10")  # the default model's ms per step, measured above
+        profiles = bench_profiles(default_shape(), c and c["ms_per_step"], say)
     text = table(shapes, results, peak, threads, args.peak_size) if shapes else f"fp32 matmul peak: {peak:.1f} GFLOP/s"
     if sweep:
         faster = "parallel" if sweep["parallel_tokens_per_s"] > sweep["sequential_tokens_per_s"] else "sequential"
@@ -713,8 +746,14 @@ def main(argv: list[str] | None = None) -> dict:
         text += (f"\n\nstart-up, `normexp train` (default config, token cache warm), median of {startup['repeats']}: "
                  f"step 0 starts {startup['to_first_step_s']:.2f} s after launch (best {startup['best_to_first_step_s']:.2f} s), "
                  f"{startup['to_first_step_cpu_s']:.2f} CPU s")
+    if profiles:
+        share = profiles["overhead"]
+        text += (f"\n\ndepth-profile images (log.profiles_every=auto): {profiles['ms_per_image']:.1f} ms each "
+                 f"(median of 10); the default run ({profiles['default_steps']} steps) draws "
+                 f"{profiles['images_per_default_run']}, every {profiles['profiles_every']} steps: "
+                 + (f"+{100 * share:.2f} % of its step time" if share is not None else "add C to --only for the share"))
     print(text)
-    report = {"threads": threads, "cores": cores, "torch": torch.__version__, "matmul_peak_gflops": peak,
+    report = {"profiles": profiles, "threads": threads, "cores": cores, "torch": torch.__version__, "matmul_peak_gflops": peak,
               "flops_per_token": "6*N + 12*L*T*d (N = matmul weights incl. tied head)",
               "load_average_at_end": load_average(), "shapes": results, "sweep": sweep, "startup": startup}
     args.json.write_text(json.dumps(report, indent=2))

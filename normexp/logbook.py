@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .instruments import LAYOUT_FAMILIES
-from .runfolder import STATUSES
+from .runfolder import HPARAMS, STATUSES
 
 log = logging.getLogger("normexp")
 
@@ -87,9 +87,8 @@ def write_scalars(writer, tags: dict[str, float], step: int) -> None:
 def write_hparams(writer, hparams: dict, chosen: set[str] = frozenset()) -> None:
     """The run's HParams row into its own event file (add_hparams would open a second run
     folder), with an experiment summary that declares the columns: TensorBoard's table sorts
-    the hyperparameters marked as varying first, then by name, and shows the first few, so
-    the keys this job's command line chose (`chosen`: a sweep's swept keys, e.g. placement,
-    warmup, lr) are marked varying. Values that are not numbers, strings or booleans are
+    the hyperparameters marked as varying ("differs") first, then by name, and ticks the
+    first five, so the `chosen` ones (see leading_keys) are marked varying. Values that are not numbers, strings or booleans are
     shown as text; metrics get display names."""
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
@@ -110,7 +109,14 @@ def write_hparams(writer, hparams: dict, chosen: set[str] = frozenset()) -> None
         writer.file_writer.add_summary(s)
 
 
-def chosen_keys() -> set[str]:
+def leading_keys() -> set[str]:
+    """The hyperparameters the HParams table should lead with: the study's axes (placement,
+    norm, layers, warmup, lr) and whatever this Hydra job's sweep varies, but never the seed
+    (a replicate, not a setting). TensorBoard shows only the first five columns by default."""
+    return (set(HPARAMS[:5]) | swept_keys()) - {"seed"}
+
+
+def swept_keys() -> set[str]:
     """The keys this Hydra job varies: in a sweep, the swept ones (`-m placement=pre,post`, or
     an experiment's hydra.sweeper.params); in a single run, those its command line set.
     Group options count as the group (`placement`). Empty outside Hydra."""

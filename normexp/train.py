@@ -31,9 +31,9 @@ from omegaconf import DictConfig, OmegaConf
 from . import checkpoint as ckpt
 from . import distributed
 from .instruments import Instruments, scalar_tags
-from .logbook import Progress, open_writer, write_hparams, write_scalars
+from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
 from .model import GPT, IGNORE_TARGET, ModelConfig
-from .runfolder import hparams_row, learned, summary_record, write_summary
+from .runfolder import STATUSES, hparams_row, learned, summary_record, write_summary
 from .schedules import lr_multiplier
 from .signals import Interrupted, StopSignals
 from .validate import ConfigError
@@ -109,6 +109,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def profiles_every(cfg: DictConfig) -> int:
+    """Steps between depth-profile images (0 = none). "auto": about five per run, at logging
+    steps (a multiple of log_every), plus the last step: each costs ~50-100 ms of matplotlib."""
+    every = cfg.log.get("profiles_every", "auto")
+    if every == "auto":
+        return cfg.log_every * math.ceil(cfg.steps / (5 * cfg.log_every))
+    return int(every)
+
+
 def decays(name: str, p: torch.nn.Parameter) -> bool:
     """Weight decay on matrices only: not on norms, biases or embeddings."""
     return p.dim() >= 2 and "emb" not in name
@@ -160,6 +169,7 @@ class Trainer:
         if self.summary.get("initial_loss") is not None:  # resumed: the ceiling set at step 0
             self.max_loss = max(self.max_loss, 2 * self.summary["initial_loss"])
         self.progress = Progress(cfg.log.progress if self.main else "off", cfg.steps, self.step)
+        self.profiles_every = profiles_every(cfg)
         self.timer_start, self.timer_steps, self.tps = time.perf_counter(), 0, self.summary.get("tokens_per_second")
         self.model.train()
         if hooks.on_start:
@@ -218,7 +228,7 @@ class Trainer:
 
     def _first_events(self, purge_step: int | None) -> None:
         if purge_step is None:
-            write_hparams(self.writer, hparams_row(self.summary))
+            write_hparams(self.writer, hparams_row(self.summary), leading_keys())
             self.writer.add_text("config", "```\n" + OmegaConf.to_yaml(self.cfg) + "\n```", 0)
         elif purge_step % self.cfg.eval_every == 0 and self.summary.get("final_val_loss") is not None:
             # purge_step hides the old file's events from the resume step on, val/loss there included
@@ -311,9 +321,12 @@ class Trainer:
         log.warning("diverged at step %d: %s", self.step, why)
 
     def log_step(self, values: dict, lr: float, x: torch.Tensor) -> None:
-        """A logging step's scalars (and optional histograms) at the step just taken."""
+        """A logging step's scalars, depth-profile image and optional histograms, at the step just taken."""
         s = self.step - 1
         write_scalars(self.writer, {**scalar_tags(values), "train/loss": values["loss"], "train/lr": lr}, s)
+        every = self.profiles_every
+        if every and (s % every == 0 or s == self.cfg.steps - 1):
+            self.writer.add_figure("depth_profile", depth_profile_figure(values, s), s)
         if self.cfg.log.histograms:
             for i, t in enumerate(block_outputs(self.model, x)):
                 self.writer.add_histogram(f"act_hist/layer_{i:02d}", t, s)
@@ -408,7 +421,8 @@ class Trainer:
                             best_val_loss=None if self.best_val == math.inf else self.best_val,
                             tokens_per_second=self.tps, wall_seconds=round(time.time() - self.t_start, 2))
         final = {"hparams/final_val_loss": self.summary["final_val_loss"], "hparams/best_val_loss": self.summary["best_val_loss"],
-                 "hparams/final_train_loss": self.last_train_loss, "hparams/diverged": float(status == "diverged")}
+                 "hparams/final_train_loss": self.last_train_loss, "hparams/status": float(STATUSES.index(status)),
+                 "hparams/diverged_at_step": self.summary["diverged_at_step"]}
         for tag, v in final.items():
             if v is not None and math.isfinite(v):
                 self.writer.add_scalar(tag, v, self.step)

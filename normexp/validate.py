@@ -126,6 +126,9 @@ def _validate(cfg: DictConfig, explicit) -> None:
     _positive_int(cfg, "log.model_update_every")
     for key in ("resume", "compile", "log.histograms", "log.model_update"):
         _boolean(cfg, key)
+    every = cfg.log.get("profiles_every", "auto")
+    if every != "auto" and (not _integer(every) or every < 0):
+        raise ConfigError("log.profiles_every", every, 'must be "auto" or a step count >= 0 (0 = no images)')
     if cfg.log.progress not in ("auto", "bar", "lines", "off"):
         raise ConfigError("log.progress", cfg.log.progress, "choose auto, bar, lines or off")
     threads = cfg.get("threads", "auto")

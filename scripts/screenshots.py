@@ -1,0 +1,70 @@
+"""Screenshots of TensorBoard's dashboards for a run folder, as a user opens them: starts
+`tensorboard --logdir LOGDIR` on a free local port and points headless Chromium at each
+dashboard (Debian: `apt-get install chromium`).
+
+    python scripts/screenshots.py runs/multirun/<date>/<time> --out docs/tensorboard
+
+writes hparams.png, images.png and custom_scalars.png into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+DASHBOARDS = {"hparams": "hparams", "images": "images", "custom_scalars": "custom_scalars"}
+# flags for a headless Chromium on a closed network (no background connections, no sandbox as root)
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars", "--virtual-time-budget=20000"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("logdir", type=Path)
+    ap.add_argument("--out", type=Path, default=Path("docs/tensorboard"))
+    ap.add_argument("--size", default="1500,950", help="window width,height")
+    args = ap.parse_args()
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        raise SystemExit("screenshots: no Chromium on PATH; install it (Debian: apt-get install chromium)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    board = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(args.logdir), "--host",
+                              "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(120):  # until it answers
+            try:
+                urllib.request.urlopen(url + "/data/runs", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        time.sleep(3)  # let it read the event files
+        for name, route in DASHBOARDS.items():
+            with tempfile.TemporaryDirectory() as profile:
+                path = args.out / f"{name}.png"
+                subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={args.size}",
+                                f"--screenshot={path.resolve()}", f"{url}/#{route}"],
+                               check=True, capture_output=True, timeout=120)
+                print(f"wrote {path}")
+    finally:
+        board.terminate()
+        board.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""What a user sees in TensorBoard: the HParams columns (what the command line chose first,
+variant settings only where the run has them, metrics with names), the depth-profile
+images at the expected steps, and the sweep-level custom-scalar charts."""
+
+import math
+
+import pytest
+from conftest import TINY, run_cli
+
+from normexp.logbook import HPARAM_METRICS
+from normexp.runfolder import STATUSES
+
+
+def events(run_dir):
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    (path,) = run_dir.glob("events.out.tfevents.*")
+    return list(EventFileLoader(str(path)).Load())
+
+
+def experiment(run_dir):
+    from tensorboard.plugins.hparams import metadata
+
+    for e in events(run_dir):
+        for v in e.summary.value:
+            if v.tag == metadata.EXPERIMENT_TAG:
+                return metadata.parse_experiment_plugin_data(v.metadata.plugin_data.content)
+    raise AssertionError("no HParams experiment summary")
+
+
+def images(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"images": 0, "scalars": 0})
+    acc.Reload()
+    return acc
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from conftest import make_corpus
+
+    root = tmp_path_factory.mktemp("tb")
+    corpus = make_corpus(root / "corpus.txt")
+    env = {**__import__("os").environ, "NORMEXP_CACHE": str(root / "cache"), "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1"}
+    common = ["train", "data=text", f"data.files=[{corpus}]", *TINY, "layers=4", "steps=30", "log_every=10",
+              "eval_every=10"]
+    run_cli([common[0], "-m", *common[1:], "placement=pre,deepnorm", "lr=1e-3", f"hydra.sweep.dir={root / 'sweep'}",
+             "hydra.sweep.subdir=${hydra:runtime.choices.placement}"], env)
+    run_cli([*common, "log.profiles_every=20", f"hydra.run.dir={root / 'every20'}"], env)
+    run_cli([*common, "log.profiles_every=0", f"hydra.run.dir={root / 'none'}"], env)
+    return root
+
+
+def test_hparams_mark_the_chosen_keys_and_leave_out_unused_settings(runs):
+    pre, deepnorm = experiment(runs / "sweep" / "pre"), experiment(runs / "sweep" / "deepnorm")
+    names = [h.name for h in pre.hparam_infos]
+    assert names[:6] == ["placement", "norm", "layers", "warmup", "lr", "seed"]
+    # TensorBoard lists the "differs" ones first and ticks five: the study's axes and the swept keys
+    assert {h.name for h in pre.hparam_infos if h.differs} == {"placement", "norm", "layers", "warmup", "lr"}
+    assert not any(n.startswith("placement.") for n in names)  # Pre-LN has no settings: no 0 written
+    deepnorm_names = {h.name for h in deepnorm.hparam_infos}
+    assert {"placement.alpha", "placement.beta"} <= deepnorm_names
+    assert [(m.name.tag, m.display_name) for m in pre.metric_infos] == list(HPARAM_METRICS)
+
+
+def test_hparams_metrics_hold_the_final_numbers_and_the_status_code(runs):
+    import json
+
+    run = runs / "sweep" / "pre"
+    summary = json.loads((run / "summary.json").read_text())
+    acc = images(run)
+    last = lambda tag: acc.Scalars(tag)[-1].value  # noqa: E731
+    assert last("hparams/final_val_loss") == pytest.approx(summary["final_val_loss"], rel=1e-6)
+    assert STATUSES[int(last("hparams/status"))] == summary["status"]
+    assert "hparams/diverged_at_step" not in acc.Tags()["scalars"]  # nothing diverged: no value, not a 0
+
+
+@pytest.mark.parametrize("run, steps", [("sweep/pre", [0, 10, 20, 29]), ("every20", [0, 20, 29]), ("none", [])])
+def test_depth_profile_images_at_the_expected_steps(runs, run, steps):
+    acc = images(runs / run)
+    found = acc.Images("depth_profile") if "depth_profile" in acc.Tags()["images"] else []
+    assert [e.step for e in found] == steps
+    for e in found:  # a 9 × 2.6 inch figure at 72 dpi, PNG
+        assert (e.width, e.height) == (648, math.floor(2.6 * 72))
+        assert e.encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_charts_read_the_first_and_last_block(runs):
+    acc = images(runs / "sweep" / "pre")
+    act = {t: acc.Scalars(f"act_std/layer_0{i}")[-1].value for t, i in (("first", 0), ("last", 3))}
+    for which, value in act.items():
+        assert acc.Scalars(f"stability/act_std_{which}")[-1].value == value
+    grads = {t: acc.Scalars(f"grad_norm/layer_0{i}")[-1].value for t, i in (("first", 0), ("last", 3))}
+    for which, value in grads.items():
+        assert acc.Scalars(f"stability/grad_norm_{which}")[-1].value == value
