@@ -27,6 +27,8 @@ PRESET_VALUES = {
                         "seq_len": 64, "checkpoint_every": 0},
     "norm_types": {"schedule.name": "cosine", "warmup": 50, "steps": 400, "lr": 1e-3, "layers": 6, "d_model": 64},
     "warmup_sensitivity": {"schedule.name": "constant", "steps": 400, "lr": 3e-3, "layers": 6, "d_model": 64},
+    "depth_ladder": {"schedule.name": "constant", "steps": 100, "lr": 2e-3, "d_model": 32, "seq_len": 32,
+                     "batch_size": 8, "checkpoint_every": 0},
     "lr_sensitivity": {"schedule.name": "cosine", "steps": 200, "layers": 6, "d_model": 64, "seq_len": 64,
                        "checkpoint_every": 0},
 }
