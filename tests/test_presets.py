@@ -2,15 +2,17 @@
 
 Every experiment preset composes (`normexp train --cfg job experiment=X`) into the values it
 documents, and a shrunken copy of its sweep grid (the same names, fewer and smaller numbers,
-a tiny model, 2 steps) runs as `normexp train -m experiment=X` to one
-finished run folder per combination. Then every norm × every placement trains 5 steps in one
+a tiny model, 2 steps) runs as `normexp train -m experiment=X` to one finished run folder
+per combination. Then every norm × every placement trains 5 steps in one
 `-m` sweep: all finish with finite losses and record the settings their model was built with.
-The four sweeps run two at a time in a module fixture (each is one process of ~10-40 s).
+All these commands run two at a time in one module fixture (a sweep is one process of
+~10-40 s, a --cfg job ~3 s).
 """
 
 import itertools
 import json
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,7 +23,7 @@ from normexp.compose import compose_config
 
 RAN_TO_THE_END = ("completed", "stalled")  # "stalled": every step ran, the loss fell too little
 
-# What each preset documents in its header, written out here: key → value in `--cfg job`.
+# What each preset sets (its header and body), written out here: key → value in `--cfg job`.
 PRESET_VALUES = {
     "depth_stability": {"schedule.name": "constant", "warmup": 0, "steps": 200, "lr": 1e-3, "d_model": 64,
                         "seq_len": 64, "checkpoint_every": 0},
@@ -72,8 +74,6 @@ def summaries(sweep) -> list[dict]:
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory):
     root = tmp_path_factory.mktemp("presets")
-    import os
-
     env = {**os.environ, "NORMEXP_CACHE": str(root / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "PYTHONUNBUFFERED": "1"}
     corpus = make_corpus(root / "corpus.txt", n_bytes=20_000)
