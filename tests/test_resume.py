@@ -154,7 +154,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corp
             assert have == pytest.approx(want, abs=1e-6), f"{tag} at step {step} (resumed from {resume_step})"
     assert len(expected["train/loss"]) == STEPS and len(expected["val/loss"]) == STEPS // 10
     summary, reference_summary = read_summary(killed_dir), read_summary(reference_dir)
-    assert summary["status"] == "completed" and summary["steps_completed"] == STEPS
+    assert summary["status"] in ("completed", "stalled") and summary["steps_completed"] == STEPS
     assert summary["final_val_loss"] == pytest.approx(reference_summary["final_val_loss"], abs=1e-6)
 
     # normexp report reads the resumed run like TensorBoard does, without TensorBoard's
@@ -222,7 +222,9 @@ def test_resume_of_a_finished_run_writes_nothing(shared, cli_env, corpus):
     before = folder_state(run_dir)
     again = run_cli(train_cmd(corpus, run_dir, "checkpoint_every=10", "resume=true"), cli_env)
     assert again.returncode == 0
-    assert f"hydra.run.dir={run_dir} already finished (status completed at step {STEPS})" in again.stderr
+    status = read_summary(run_dir)["status"]  # completed, or stalled: a tiny run may not beat the unigram baseline
+    assert status in ("completed", "stalled")
+    assert f"hydra.run.dir={run_dir} already finished (status {status} at step {STEPS})" in again.stderr
     assert len(again.stderr.strip().splitlines()) == 1
     assert folder_state(run_dir) == before
 
