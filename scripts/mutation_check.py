@@ -15,6 +15,7 @@ every "kill" would mean nothing.
     python scripts/mutation_check.py              # all mutants, two at a time
     python scripts/mutation_check.py -k deepnorm  # the mutants whose name contains "deepnorm"
     python scripts/mutation_check.py --jobs 1 --keep
+    python scripts/mutation_check.py --head        # the last commit, without uncommitted work
 
 Prints a table; exits 1 if any mutant survives (or is stale, or the baseline fails). Not
 part of the test suite: it takes minutes.
@@ -91,7 +92,7 @@ MUTANTS = [
       "return self.norm(self.alpha * x + out), out", "return self.norm(x + self.alpha * out), out",
       ("tests/test_wiring.py",)),
     M("DeepNorm beta not applied in init", "normexp/model.py",
-      "wrapper.sublayer.init_weights(wrapper.init_gain)", "wrapper.sublayer.init_weights(1.0)",
+      "wrapper.sublayer.init_weights(wrapper.init_gain", "wrapper.sublayer.init_weights(1.0",
       ("tests/test_wiring.py",)),
     M("DeepNorm custom beta ignored", "normexp/model.py",
       'self.init_gain = auto_beta if beta == "auto" else float(beta)', "self.init_gain = auto_beta",
@@ -132,12 +133,21 @@ MUTANTS = [
 ]
 
 
+FROM_HEAD = False  # --head: copy the last commit instead of the working tree
+
+
 def make_copy(root: Path) -> Path:
-    """The repository without runs/, .git and caches, with its configs where the copy's
-    normexp looks for them (normexp.configs is configs/ through the editable install, which
-    would otherwise point back at the original repository)."""
+    """The repository without runs/, .git and caches (the working tree, or with --head the
+    last commit, leaving out work in progress), with its configs where the copy's normexp
+    looks for them (normexp.configs is configs/ through the editable install, which would
+    otherwise point back at the original repository)."""
     copy = root / "repo"
-    shutil.copytree(REPO, copy, ignore=IGNORE, symlinks=True)
+    if FROM_HEAD:
+        copy.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(copy)], input=archive, check=True)
+    else:
+        shutil.copytree(REPO, copy, ignore=IGNORE, symlinks=True)
     link = copy / "normexp" / "configs"
     if not link.exists():
         link.symlink_to(copy / "configs", target_is_directory=True)
@@ -149,6 +159,11 @@ def env_for(copy: Path) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([str(copy), *filter(None, [env.get("PYTHONPATH")])])
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
     return env
+
+
+def head_commit() -> str:
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def check_imports_the_copy(copy: Path) -> None:
@@ -200,7 +215,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds per test run")
     parser.add_argument("--skip-baseline", action="store_true", help="do not run the tests on an unmutated copy first")
     parser.add_argument("--keep", action="store_true", help="keep each mutated copy in the temp folder")
+    parser.add_argument("--head", action="store_true",
+                        help="mutate the last commit, not the working tree (others' uncommitted work left out)")
     args = parser.parse_args()
+    global FROM_HEAD
+    FROM_HEAD = args.head
     mutants = [m for m in MUTANTS if args.k.lower() in m.name.lower()]
     if not mutants:
         print(f"no mutant matches {args.k!r}")
@@ -210,7 +229,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mutant_baseline_") as tmp:
         copy = make_copy(Path(tmp))
         check_imports_the_copy(copy)
-        print(f"copies of {REPO} import their own normexp (checked)")
+        print(f"copies of {REPO} ({'HEAD ' + head_commit() if FROM_HEAD else 'working tree'}) "
+              "import their own normexp (checked)")
         if not args.skip_baseline:
             targets = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
             passed, detail, seconds = run_tests(copy, targets, args.timeout * 2)
