@@ -258,3 +258,18 @@ def test_seed_and_a_key_only_newer_runs_have_are_not_varied():
     old = [Run(Path(f"o{s}"), "o", {"lr": 1e-3, "seed": s}, [], {}) for s in (0, 1)]
     new = [Run(Path(f"n{s}"), "n", {"lr": 1e-2, "seed": s, "log.profiles_every": "auto"}, [], {}) for s in (0, 1)]
     assert varied_keys(old + new) == ["lr"]
+
+
+def test_grid_and_layer_figures_write_the_data_they_draw(grid):
+    from normexp import runs
+
+    cells = {(r["placement"], r["lr"]): r["mean"] for r in read_csv(grid / "settings.csv")}
+    drawn = {(r["placement"], r["lr"]): r["mean"] for r in read_csv(grid / "final_val_loss.csv")}
+    assert drawn == cells  # the heatmap's cells are the seed-pooled settings
+    frame = runs.load(grid).set_index("run")
+    curves = runs.scalars(grid, "grad_norm/layer_*")
+    for row in read_csv(grid / "grad_norm_layers.csv"):
+        tag = f"grad_norm/layer_{int(row['layer']):02d}"
+        want = curves[(curves["run"] == row["path"]) & (curves["tag"] == tag) & (curves["step"] == int(row["step"]))]
+        assert float(row["value"]) == pytest.approx(want["value"].iloc[0], rel=1e-6)
+        assert row["placement"] == frame.loc[row["path"], "placement.name"]
