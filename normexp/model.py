@@ -40,6 +40,8 @@ class ModelConfig:
     mlp_ratio: int = 4
     norm: str | Mapping = "layer"
     placement: str | Mapping = "pre"
+    init: str | Mapping = "xavier"   # an INITS name (configs/init/)
+    qk_norm: bool = False            # normalize queries and keys per head with the run's norm type
 
 
 def register(registry: dict, *names: str):
@@ -316,6 +318,62 @@ class MixNorm(Placement):
         return {"ratio": self.ratio, "post_blocks": self.post_blocks}
 
 
+@register(PLACEMENTS, "rezero")
+class ReZero(Placement):
+    """ReZero (Bachlechner et al. 2020, "ReZero is All You Need"): x ← x + α·F(x), one
+    learnable scalar α per sublayer initialised to init_alpha (0 in the paper, so every
+    block starts as the identity). No norm anywhere: the run's norm type is not used and the
+    model has no final norm."""
+
+    final_norm = False
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_alpha: float = 0.0):
+        super().__init__()
+        _check(isinstance(init_alpha, (int, float)) and not isinstance(init_alpha, bool), "placement.init_alpha",
+               init_alpha, "must be a number")
+        self.sublayer = sublayer
+        self.alpha = nn.Parameter(torch.tensor(float(init_alpha)))
+        self.init_alpha = float(init_alpha)
+
+    def forward(self, x, *context):
+        out = self.alpha * self.sublayer(x, *context)
+        return x + out, out
+
+    def resolved(self) -> dict:
+        return {"init_alpha": self.init_alpha}
+
+
+@register(PLACEMENTS, "admin")
+class Admin(Placement):
+    """Admin (Liu et al. 2020, "Understanding the Difficulty of Training Transformers"):
+    Post-LN with a learnable per-channel residual weight, x ← Norm(ω·x + F(x)).
+
+    ω is set by a profiling forward pass at initialisation (`GPT.calibrate`): with ω = 1,
+    each sublayer i records Var[F_i(x)] (over all its outputs); then, counting sublayers
+    in the order the stream meets them, ω_i = √(Var[x_0] + Σ_{j<i} Var[F_j]), the variance
+    the stream has gathered before sublayer i (x_0, the embedded input, is the first term:
+    without it the first ω would be 0 and the first sublayer would drop its input). Deep
+    stacks so lean on the residual as their outputs add up, the paper's fix for Post-LN's
+    amplified output changes. No final norm."""
+
+    final_norm = False
+    needs_calibration = True
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.sublayer = sublayer
+        self.omega = nn.Parameter(torch.ones(sublayer.d_model))
+        self.norm = make_norm()
+        self.recording = False
+        self.recorded: float | None = None
+
+    def forward(self, x, *context):
+        out = self.sublayer(x, *context)
+        if self.recording:  # the profiling pass: the variance this sublayer adds
+            self.recorded = out.detach().float().var(unbiased=False).item()
+        return self.norm(self.omega * x + out), out
+
+
 def check_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -> None:
     """Build the norm, and the placement around a stand-in sublayer, once: a bad setting
     raises ConfigError naming its key, before any data is loaded."""
@@ -351,34 +409,84 @@ class LayerScale(Placement):
         return {"init_scale": self.init_scale}
 
 
-# ----------------------------------------------------------------------- sublayers
-# Each sublayer's `init_weights(gain)`: Xavier-normal matrices, zero biases; `gain` scales
-# the value, output and MLP matrices (the placement's init_gain), queries and keys keep 1.
+# -------------------------------------------------------------------- init schemes
+# INITS[name](d_model, layers): `embedding(w)` and `matrix(w, gain, residual_output)` draw
+# the initial weights. `gain` is the placement's init_gain (DeepNorm's β) on value, output
+# and MLP matrices (1 for queries and keys); `residual_output` marks the two matrices whose
+# output joins the residual stream (attention output, second MLP matrix).
 
-def _xavier(w: torch.Tensor, gain: float) -> None:
-    nn.init.xavier_normal_(w, gain=gain)
+INITS: dict[str, type] = {}
+
+
+@register(INITS, "xavier")
+class XavierInit:
+    """Xavier-normal matrices (Glorot & Bengio 2010), std = gain·√(2/(fan_in+fan_out)): the
+    setting Xiong et al. 2020 analyse, and the default. Embeddings N(0, 1/d) (scaled by √d
+    on the way in, so the stream starts at unit scale)."""
+
+    def __init__(self, d_model: int, layers: int):
+        self.d_model, self.layers = d_model, layers
+
+    def embedding(self, w: torch.Tensor) -> None:
+        nn.init.normal_(w, std=self.d_model ** -0.5)
+
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, residual_output: bool = False) -> None:
+        nn.init.xavier_normal_(w, gain=gain)
+
+
+@register(INITS, "gpt2")
+class GPT2Init(XavierInit):
+    """GPT-2 (Radford et al. 2019): every matrix and embedding N(0, 0.02²); the residual
+    output projections N(0, (0.02/√(2L))²), L blocks (two residual additions per block).
+    The placement's gain (DeepNorm's β) multiplies the std."""
+
+    def embedding(self, w: torch.Tensor) -> None:
+        nn.init.normal_(w, std=0.02)
+
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, residual_output: bool = False) -> None:
+        nn.init.normal_(w, std=gain * 0.02 / (math.sqrt(2 * self.layers) if residual_output else 1.0))
+
+
+@register(INITS, "small")
+class SmallInit(XavierInit):
+    """SmallInit (Nguyen & Salazar 2019, "Transformers without Tears"): every matrix
+    N(0, 2/(5d)), i.e. std √(2/(5d)), times the placement's gain; embeddings as xavier's."""
+
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, residual_output: bool = False) -> None:
+        nn.init.normal_(w, std=gain * math.sqrt(2 / (5 * self.d_model)))
+
+
+# ----------------------------------------------------------------------- sublayers
+# Each sublayer's `init_weights(gain, init)`: matrices drawn by the init scheme, zero biases;
+# `gain` scales the value, output and MLP matrices (the placement's init_gain), queries and
+# keys keep 1.
 
 
 class CausalSelfAttention(nn.Module):
     """Multi-head self-attention with one fused QKV projection; causal unless built with
     causal=False (the encoder of `normexp probe --encoder-decoder`)."""
 
-    def __init__(self, cfg: ModelConfig, causal: bool = True):
+    def __init__(self, cfg: ModelConfig, causal: bool = True, make_qk_norm=None):
         super().__init__()
         self.d_model, self.heads, self.causal = cfg.d_model, cfg.heads, causal
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        # QK-norm (Henry et al. 2020; Dehghani et al. 2023; Wortsman et al. 2023): queries and
+        # keys normalized per head, over d_head, before the dot product
+        self.q_norm, self.k_norm = (make_qk_norm(), make_qk_norm()) if make_qk_norm else (None, None)
 
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
-    def init_weights(self, gain: float) -> None:
+    def init_weights(self, gain: float, init: XavierInit) -> None:
         q, k, v = self.qkv.weight.data.split(self.qkv.in_features)  # views: each d×d matrix on its own
-        for w, g in ((q, 1.0), (k, 1.0), (v, gain), (self.proj.weight, gain)):
-            _xavier(w, g)
+        for w, g, out in ((q, 1.0, False), (k, 1.0, False), (v, gain, False), (self.proj.weight, gain, True)):
+            init.matrix(w, g, residual_output=out)
         for lin in (self.qkv, self.proj):
             nn.init.zeros_(lin.bias)
 
@@ -402,10 +510,10 @@ class CrossAttention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
-    def init_weights(self, gain: float) -> None:
+    def init_weights(self, gain: float, init: XavierInit) -> None:
         k, v = self.kv.weight.data.split(self.q.in_features)
-        for w, g in ((self.q.weight, 1.0), (k, 1.0), (v, gain), (self.proj.weight, gain)):
-            _xavier(w, g)
+        for w, g, out in ((self.q.weight, 1.0, False), (k, 1.0, False), (v, gain, False), (self.proj.weight, gain, True)):
+            init.matrix(w, g, residual_output=out)
         for lin in (self.q, self.kv, self.proj):
             nn.init.zeros_(lin.bias)
 
@@ -422,9 +530,9 @@ class MLP(nn.Module):
     def forward(self, x):
         return self.fc_out(F.gelu(self.fc_in(x)))
 
-    def init_weights(self, gain: float) -> None:
-        for lin in (self.fc_in, self.fc_out):
-            _xavier(lin.weight, gain)
+    def init_weights(self, gain: float, init: XavierInit) -> None:
+        for lin, out in ((self.fc_in, False), (self.fc_out, True)):
+            init.matrix(lin.weight, gain, residual_output=out)
             nn.init.zeros_(lin.bias)
 
 
@@ -435,9 +543,9 @@ class Block(nn.Module):
 
     forward returns the stream and the two contributions the instruments read."""
 
-    def __init__(self, cfg: ModelConfig, wrap, causal: bool = True, cross_attention: bool = False):
+    def __init__(self, cfg: ModelConfig, wrap, causal: bool = True, cross_attention: bool = False, make_qk_norm=None):
         super().__init__()
-        self.attn = wrap(CausalSelfAttention(cfg, causal))
+        self.attn = wrap(CausalSelfAttention(cfg, causal, make_qk_norm))
         self.cross = wrap(CrossAttention(cfg)) if cross_attention else None
         self.mlp = wrap(MLP(cfg))
 
@@ -472,12 +580,15 @@ class GPT(nn.Module):
         norm_cls, norm_settings = variant(NORMS, "norm", cfg.norm)
         placement_cls, placement_settings = variant(PLACEMENTS, "placement", cfg.placement)
         make_norm = lambda: norm_cls(cfg.d_model, **norm_settings)  # noqa: E731
+        make_qk_norm = (lambda: norm_cls(cfg.d_model // cfg.heads, **norm_settings)) if cfg.qk_norm else None
+        init_cls, init_settings = variant(INITS, "init", cfg.init)
+        self.init_scheme = init_cls(cfg.d_model, cfg.layers, **init_settings)
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
         self.blocks = nn.ModuleList(
             Block(cfg, lambda f, i=i: placement_cls(f, make_norm, index=i, depth=cfg.layers, **placement_settings),
-                  causal, cross_attention)
+                  causal, cross_attention, make_qk_norm)
             for i in range(cfg.layers))
         self.final_norm = make_norm() if self.blocks[-1].mlp.final_norm else nn.Identity()
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
@@ -485,15 +596,41 @@ class GPT(nn.Module):
         self._init_weights()
 
     def _init_weights(self):
-        """Embeddings N(0, 1/d), multiplied by √d on the way in (Vaswani et al. 2017), so the
-        stream entering block 0 has unit-scale entries as Xiong et al.'s analysis assumes, and
-        the tied head starts with unit-scale logits. Each sublayer: Xavier-normal matrices,
-        zero biases, with its placement's gain on value, output and MLP matrices."""
-        nn.init.normal_(self.tok_emb.weight, std=self.cfg.d_model ** -0.5)
-        nn.init.normal_(self.pos_emb.weight, std=self.cfg.d_model ** -0.5)
+        """Embeddings and matrices drawn by the init scheme (xavier by default: embeddings
+        N(0, 1/d), multiplied by √d on the way in as in Vaswani et al. 2017, so the stream
+        entering block 0 has unit-scale entries as Xiong et al.'s analysis assumes, and
+        Xavier-normal matrices), zero biases, each placement's gain on value, output and MLP
+        matrices. A placement that profiles (Admin) is set afterwards by `calibrate`."""
+        self.init_scheme.embedding(self.tok_emb.weight)
+        self.init_scheme.embedding(self.pos_emb.weight)
         for block in self.blocks:
             for wrapper in block.sublayers():
-                wrapper.sublayer.init_weights(wrapper.init_gain)
+                wrapper.sublayer.init_weights(wrapper.init_gain, self.init_scheme)
+
+    @torch.no_grad()
+    def calibrate(self, idx: torch.Tensor) -> bool:
+        """The profiling forward pass of placements that need one (Admin): each records its
+        sublayer's output variance with ω = 1, then ω_i = √(Var[x_0] + Σ_{j<i} Var[F_j]) in the
+        order the stream meets them. BatchNorm uses its batch statistics but keeps its running
+        ones. Returns whether anything was calibrated."""
+        wrappers = [w for b in self.blocks for w in b.sublayers() if getattr(w, "needs_calibration", False)]
+        if not wrappers:
+            return False
+        batch_norms = [m for m in self.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        saved = [{k: v.clone() for k, v in m.state_dict().items()} for m in batch_norms]
+        for w in wrappers:
+            w.omega.fill_(1.0)
+            w.recording = True
+        embedded = self.hidden(idx, record=True)[1]["embed"]
+        for w in wrappers:
+            w.recording = False
+        total = embedded.float().var(unbiased=False).item()
+        for w in wrappers:
+            w.omega.fill_(math.sqrt(total))
+            total += w.recorded
+        for m, state in zip(batch_norms, saved):
+            m.load_state_dict(state)
+        return True
 
     def settings(self) -> dict:
         """The norm's and the placement's settings as built ("auto" resolved), read from the
@@ -520,14 +657,20 @@ class GPT(nn.Module):
         return (h, trace) if record else h
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, record: bool = False,
-                memory: torch.Tensor | None = None):
+                memory: torch.Tensor | None = None, z_loss: float = 0.0):
         """Logits through the tied head; with targets, the mean cross-entropy (nats/token)
-        over the targets that are not IGNORE_TARGET."""
+        over the targets that are not IGNORE_TARGET, plus z_loss·mean((log Z)²) over the same
+        tokens when z_loss > 0 (PaLM, Chowdhery et al. 2022; Wortsman et al. 2023), Z = Σ_v e^logit_v."""
         out = self.hidden(idx, record, memory)
         h, trace = out if record else (out, None)
         logits = h @ self.tok_emb.weight.t()
-        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
-                                                       ignore_index=IGNORE_TARGET)
+        loss = None
+        if targets is not None:
+            flat = logits.flatten(0, 1).float()
+            loss = F.cross_entropy(flat, targets.flatten(), ignore_index=IGNORE_TARGET)
+            if z_loss:
+                kept = targets.flatten() != IGNORE_TARGET
+                loss = loss + z_loss * torch.logsumexp(flat[kept], dim=-1).pow(2).mean()
         return (logits, loss, trace) if record else (logits, loss)
 
     def num_parameters(self) -> int:

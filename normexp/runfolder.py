@@ -29,7 +29,7 @@ RUN_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "check
 # The hyperparameters every summary records (and TensorBoard's HParams shows), most often
 # varied first; a variant's own settings follow as placement.<key> / norm.<key>.
 HPARAMS = ("placement", "norm", "layers", "warmup", "lr", "seed", "d_model", "heads", "steps", "batch_size",
-           "seq_len", "schedule", "grad_clip", "data", "tokenizer")
+           "seq_len", "schedule", "grad_clip", "data", "tokenizer", "init", "qk_norm", "z_loss")
 
 
 def cache_root() -> Path:
@@ -61,6 +61,8 @@ def summary_record(cfg, **facts) -> dict:
         "lr": cfg.lr, "seed": cfg.seed, "d_model": cfg.d_model, "heads": cfg.heads, "steps": cfg.steps,
         "batch_size": cfg.batch_size, "seq_len": cfg.seq_len, "schedule": cfg.schedule.name,
         "grad_clip": cfg.grad_clip, "data": data_label(cfg), "tokenizer": cfg.tokenizer.name,
+        "init": cfg.init.name if cfg.get("init") else "xavier", "qk_norm": cfg.get("qk_norm", False),
+        "z_loss": cfg.get("z_loss", 0.0),
         "placement_settings": {}, "norm_settings": {},
     }
     record.update(facts)

@@ -92,7 +92,8 @@ def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
     """The model's shape from the config; the norm and placement nodes go to their classes as they are."""
     return ModelConfig(vocab_size=vocab_size, seq_len=cfg.seq_len, layers=cfg.layers, d_model=cfg.d_model,
                        heads=cfg.heads, mlp_ratio=cfg.mlp_ratio, norm=OmegaConf.to_container(cfg.norm),
-                       placement=OmegaConf.to_container(cfg.placement))
+                       placement=OmegaConf.to_container(cfg.placement), init=OmegaConf.to_container(cfg.init),
+                       qk_norm=cfg.qk_norm)
 
 
 def set_threads(cfg: DictConfig) -> int:
@@ -192,6 +193,9 @@ class Trainer:
 
         cfg = self.cfg
         self.model = GPT(model_config(cfg, self.corpus.vocab_size)).to(self.device)
+        # Admin's profiling pass, on a batch of its own (the training batches are untouched)
+        calibration_batch = get_batch(self.corpus.train, cfg.batch_size, cfg.seq_len, torch.Generator().manual_seed(cfg.seed + 3))
+        self.model.calibrate(calibration_batch[0].to(self.device))
         settings = self.model.settings()  # read from the modules: what was built, "auto" resolved
         self.summary.update(parameters=self.model.num_parameters(), placement_settings=settings["placement"],
                             norm_settings=settings["norm"])
@@ -292,9 +296,9 @@ class Trainer:
             y = torch.cat([y, torch.full_like(probe, IGNORE_TARGET)])
         with self.autocast():
             if record:
-                _, loss, trace = self.ddp_model(x, y, record=True)
+                _, loss, trace = self.ddp_model(x, y, record=True, z_loss=self.cfg.z_loss)
             else:
-                (_, loss), trace = self.step_model(x, y), None
+                (_, loss), trace = self.step_model(x, y, z_loss=self.cfg.z_loss), None
         loss.backward()
         return loss, trace
 

@@ -116,6 +116,9 @@ def _validate(cfg: DictConfig, explicit) -> None:
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")
     _choice("placement", cfg.placement.name, "placement")
+    _choice("init", cfg.init.name, "init")
+    if not _number(cfg.z_loss) or cfg.z_loss < 0:
+        raise ConfigError("z_loss", cfg.z_loss, "must be a number >= 0 (0 = off; PaLM uses 1e-4)")
     if cfg.schedule.name not in SCHEDULES:
         raise ConfigError("schedule", cfg.schedule.name, f"choose from {', '.join(sorted(SCHEDULES))}")
     if not _number(cfg.divergence.max_loss) or cfg.divergence.max_loss <= 0:
@@ -124,7 +127,7 @@ def _validate(cfg: DictConfig, explicit) -> None:
         raise ConfigError("checkpoint_every", cfg.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
     _positive_int(cfg, "keep_checkpoints")
     _positive_int(cfg, "log.model_update_every")
-    for key in ("resume", "compile", "log.histograms", "log.model_update"):
+    for key in ("resume", "compile", "log.histograms", "log.model_update", "qk_norm"):
         _boolean(cfg, key)
     every = cfg.log.get("profiles_every", "auto")
     if every != "auto" and (not _integer(every) or every < 0):

@@ -90,7 +90,7 @@ def by_hand_norm(x):
     return F.layer_norm(x, (D,), eps=1e-5)
 
 
-@pytest.mark.parametrize("name", sorted(set(PLACEMENTS) - {"mix"}))
+@pytest.mark.parametrize("name", sorted(set(PLACEMENTS) - {"mix", "admin", "rezero"}))  # those: test_stabilizers.py
 def test_placement_block_matches_formula(name):
     f = StandIn()
     settings = {"alpha": 2.5} if name == "deepnorm" else {}

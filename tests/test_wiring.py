@@ -64,7 +64,8 @@ def test_every_norm_option_builds_its_norm_everywhere(option, cls):
 
 # placement option → (norms per block, final norm?)
 PLACEMENT_SHAPE = {"post": (2, False), "pre": (2, True), "deepnorm": (2, False), "sandwich": (4, True),
-                   "peri": (4, True), "mix": (2, True), "layerscale": (2, True)}
+                   "peri": (4, True), "mix": (2, True), "layerscale": (2, True), "rezero": (0, False),
+                   "admin": (2, False)}
 
 
 def test_every_placement_option_is_checked():
