@@ -28,6 +28,24 @@ def _std(tensors: list[torch.Tensor]) -> torch.Tensor:
     return ((sq - sums * sums / n) / n).clamp_min(0).sqrt().float()
 
 
+@torch.no_grad()
+def attention_signals(qk: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Per block, from the queries and keys of the first rows of the batch (see
+    model.SIGNAL_ROWS), as the dot product saw them (after QK-norm, if any):
+    attn_logit_max, the largest |q·k|/√d_head over heads and causal positions (attention-logit
+    growth: Dehghani et al. 2023; Wortsman et al. 2023), and attn_entropy, the mean over heads
+    and query positions of −Σ_j A_tj log A_tj (entropy collapse: Zhai et al. 2023)."""
+    maxima, entropies = [], []
+    for q, k in qk:
+        T = q.shape[-2]
+        scores = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        maxima.append(scores.abs().masked_fill(~causal, 0).amax())
+        logp = torch.log_softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+        entropies.append(-(logp.exp() * logp.masked_fill(~causal, 0)).sum(-1).mean())
+    return {"attn_logit_max": torch.stack(maxima), "attn_entropy": torch.stack(entropies)}
+
+
 class Instruments:
     """Collects the per-layer scalars of one step into {tag: tensor}; `read` syncs once.
 
@@ -54,6 +72,12 @@ class Instruments:
         self.group_index = torch.tensor(groups, device=params[0].device)
         mlp_out = {id(b.mlp_output_matrix) for b in model.blocks}
         self.mlp_out_index = torch.tensor([i for i, p in enumerate(params) if id(p) in mlp_out], device=params[0].device)
+        # the blocks' matrices, for update_rms: their index into params and their sizes per block
+        matrices = [i for i, p in enumerate(params) if p.dim() >= 2 and groups[i] < self.layers]
+        self.matrix_index = torch.tensor(matrices, device=params[0].device)
+        self.matrix_group = torch.tensor([groups[i] for i in matrices], device=params[0].device)
+        self.matrix_numel = torch.zeros(self.layers, device=params[0].device).index_add_(
+            0, self.matrix_group, torch.tensor([float(params[i].numel()) for i in matrices], device=params[0].device))
         self.model_update = model_update
         self.model_update_every = model_update_every
         # only BatchNorm behaves differently in eval mode; switching just those modules
@@ -85,6 +109,8 @@ class Instruments:
             "attn_out_std": _std([t[rows] for t in trace["attn_out"]]),
             "mlp_out_std": _std([t[rows] for t in trace["mlp_out"]]),
             "embedding_std": trace["embed"][rows].detach().float().std(correction=0),
+            **attention_signals([(q[rows], k[rows]) for q, k in trace["qk"]]),
+            "output_log_z": trace["log_z"][rows].mean(),
         }
 
     # ---- gradients (after backward, before clipping and the optimizer step)
@@ -113,9 +139,15 @@ class Instruments:
 
     @torch.no_grad()
     def after_step(self) -> dict[str, torch.Tensor]:
+        """update_ratio ‖Δθ‖/‖θ‖ per group, and update_rms: the RMS of the optimizer's update of
+        each block's matrices, √(Σ‖ΔW‖² / Σ numel) (update-size spikes precede loss spikes)."""
         torch._foreach_sub_(self._before, self.params)  # in place: θ_before − θ_after = −Δθ, same norm
-        ratio = self._group_norms(self._before)[0] / self._before_norms.clamp_min(1e-30)
-        out = {"update_ratio": ratio[: self.layers], "update_ratio_embedding": ratio[self.layers]}
+        per_group, per_tensor = self._group_norms(self._before)
+        ratio = per_group / self._before_norms.clamp_min(1e-30)
+        matrix_sq = torch.zeros(self.layers, device=per_tensor.device).index_add_(
+            0, self.matrix_group, per_tensor[self.matrix_index].pow(2))
+        out = {"update_ratio": ratio[: self.layers], "update_ratio_embedding": ratio[self.layers],
+               "update_rms": (matrix_sq / self.matrix_numel).sqrt()}
         if self.has_final_norm:
             out["update_ratio_final_norm"] = ratio[self.layers + 1]
         return out
@@ -194,6 +226,7 @@ def scalar_tags(values: dict[str, float | list[float]]) -> dict[str, float]:
         "update_ratio_embedding": "update_ratio/embedding",
         "update_ratio_final_norm": "update_ratio/final_norm",
         "model_update": "stability/model_update",
+        "output_log_z": "output/log_z",
         "grad_norm_global": "train/grad_norm",
     }
     for key, tag in single.items():
@@ -217,4 +250,7 @@ LAYOUT_FAMILIES = {
     "grad_norm": "gradient norm of each block",
     "grad_norm_mlp_out": "gradient norm of each block's second MLP matrix (Xiong et al. Fig. 3)",
     "update_ratio": "‖Δθ‖/‖θ‖ of each block per step",
+    "update_rms": "RMS of the optimizer's update of each block's matrices",
+    "attn_logit_max": "largest attention logit |q·k|/√d_head (first rows of the batch)",
+    "attn_entropy": "mean attention entropy over heads and queries (first rows of the batch)",
 }

@@ -474,12 +474,16 @@ class CausalSelfAttention(nn.Module):
         # QK-norm (Henry et al. 2020; Dehghani et al. 2023; Wortsman et al. 2023): queries and
         # keys normalized per head, over d_head, before the dot product
         self.q_norm, self.k_norm = (make_qk_norm(), make_qk_norm()) if make_qk_norm else (None, None)
+        self.capture = 0  # > 0: keep the queries and keys of that many rows (the instruments' attention signals)
+        self.captured = None
 
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.capture:
+            self.captured = (q[: self.capture].detach(), k[: self.capture].detach())
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -568,6 +572,7 @@ class Block(nn.Module):
 # ----------------------------------------------------------------------------- GPT
 
 IGNORE_TARGET = -100  # a target position that adds nothing to the loss
+SIGNAL_ROWS = 4       # batch rows whose attention the instruments recompute on a logging step
 
 
 class GPT(nn.Module):
@@ -644,13 +649,17 @@ class GPT(nn.Module):
         for the instruments: the residual stream leaving each block, each sublayer's output,
         and the final hidden state itself. `memory`: the encoder output, for cross-attention."""
         x = (self.tok_emb(idx) + self.pos_emb(self.positions[: idx.shape[1]])) * self.embed_scale
-        trace = {"embed": x, "block": [], "attn_out": [], "mlp_out": []} if record else None
+        trace = {"embed": x, "block": [], "attn_out": [], "mlp_out": [], "qk": []} if record else None
         for block in self.blocks:
+            attention = block.attn.sublayer
+            attention.capture = SIGNAL_ROWS if record else 0
             x, attn_out, mlp_out = block(x, memory)
             if record:
                 trace["block"].append(x)
                 trace["attn_out"].append(attn_out)
                 trace["mlp_out"].append(mlp_out)
+                trace["qk"].append(attention.captured)
+                attention.capture, attention.captured = 0, None
         h = self.final_norm(x)
         if record:
             trace["final"] = h
@@ -664,6 +673,8 @@ class GPT(nn.Module):
         out = self.hidden(idx, record, memory)
         h, trace = out if record else (out, None)
         logits = h @ self.tok_emb.weight.t()
+        if record:  # the output-logit divergence signal (Wortsman et al. 2023), per position
+            trace["log_z"] = torch.logsumexp(logits.detach().float(), dim=-1)
         loss = None
         if targets is not None:
             flat = logits.flatten(0, 1).float()

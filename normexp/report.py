@@ -27,7 +27,11 @@ from .runs import Run, flatten, load_config, load_overrides, load_scalars, proce
 # Tie-break order for varied keys the overrides do not mention (e.g. set by an experiment file).
 PRIORITY = ("placement.name", "norm.name", "layers", "warmup", "lr", "d_model", "schedule.name", "seed")
 LAYER_FAMILIES = {"grad_norm": "gradient norm of each block's parameters",
-                  "act_std": "std of the residual stream leaving each block"}
+                  "act_std": "std of the residual stream leaving each block",
+                  # the warning signals that precede instability (instruments.py)
+                  "update_rms": "RMS of the optimizer's update of each block's matrices",
+                  "attn_logit_max": "largest attention logit |q·k|/√d_head",
+                  "attn_entropy": "mean attention entropy over heads and queries"}
 METRIC_COLUMNS = ("status", "steps", "final val", "best val", "diverged at", "tok/s")
 CSV_METRICS = ("status", "steps_completed", "final_val_loss", "best_val_loss", "final_train_loss",
                "diverged_at_step", "tokens_per_second", "wall_seconds", "parameters", "error")

@@ -12,7 +12,8 @@ from conftest import TINY, run_cli
 from normexp.data import get_batch
 from normexp.model import GPT, ModelConfig
 
-FAMILIES = ("act_std", "attn_out_std", "mlp_out_std", "grad_norm", "grad_norm_mlp_out", "update_ratio")
+FAMILIES = ("act_std", "attn_out_std", "mlp_out_std", "grad_norm", "grad_norm_mlp_out", "update_ratio",
+            "update_rms", "attn_logit_max", "attn_entropy")
 
 
 def read_scalars(run_dir):
@@ -35,7 +36,7 @@ def test_every_tag_for_every_block_at_every_logged_step(tmp_path, corpus, cli_en
         assert f"{family}/layer_04" not in scalars
     for tag in ("act_std/embedding", "grad_norm/embedding", "grad_norm/final_norm", "update_ratio/embedding",
                 "update_ratio/final_norm", "stability/act_std_max", "stability/grad_norm_max",
-                "stability/grad_norm_top_over_bottom", "stability/model_update", "train/loss",
+                "stability/grad_norm_top_over_bottom", "stability/model_update", "train/loss", "output/log_z",
                 "train/grad_norm", "train/lr"):
         assert sorted(scalars[tag]) == logged, tag
     assert sorted(scalars["val/loss"]) == [10, 20, 30]
@@ -86,8 +87,9 @@ def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, place
     train_tokens = np.frombuffer(train_text.encode(), dtype=np.uint8)
     x, y = get_batch(train_tokens, B, T, torch.Generator().manual_seed(seed))
 
-    outputs = {"block": [], "attn": [], "mlp": []}
+    outputs = {"block": [], "attn": [], "mlp": [], "qkv": []}
     for block in model.blocks:
+        block.attn.sublayer.qkv.register_forward_hook(lambda m, i, o: outputs["qkv"].append(o.detach().double()))
         block.register_forward_hook(lambda m, i, o: outputs["block"].append(o[0].detach().double()))
         block.attn.register_forward_hook(lambda m, i, o: outputs["attn"].append(o[1].detach().double()))
         block.mlp.register_forward_hook(lambda m, i, o: outputs["mlp"].append(o[1].detach().double()))
@@ -112,6 +114,22 @@ def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, place
     total_sq = sum((p.grad.double() ** 2).sum().item() for p in model.parameters())
     assert scalars["train/grad_norm"][0] == pytest.approx(math.sqrt(total_sq), rel=1e-5)
 
+    # warning signals at step 0: attention logits and entropy of the first 4 rows, written out
+    # as softmax(q·kᵀ/√d_head) under the causal mask, and the mean log-partition of the logits
+    rows, heads = min(4, B), 2
+    causal = torch.ones(T, T).tril().bool()
+    for i in range(L):
+        q, k, _ = outputs["qkv"][i][:rows].split(d, dim=-1)
+        q, k = (t.reshape(rows, T, heads, d // heads).transpose(1, 2) for t in (q, k))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d // heads)
+        valid = scores[..., causal]  # (rows, heads, T(T+1)/2)
+        assert scalars[f"attn_logit_max/layer_{i:02d}"][0] == pytest.approx(valid.abs().max().item(), rel=1e-5)
+        attention = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1)
+        entropy = -(attention * torch.log(attention.clamp_min(1e-300))).sum(-1).mean()
+        assert scalars[f"attn_entropy/layer_{i:02d}"][0] == pytest.approx(entropy.item(), rel=1e-5)
+    log_z = torch.log(torch.exp(logits.double()).sum(-1)).mean()
+    assert scalars["output/log_z"][0] == pytest.approx(log_z.item(), rel=1e-5)
+
     # update_ratio: ‖θ_1 − θ_0‖/‖θ_0‖ per block, θ_1 from the run's checkpoint after step 1
     states = [torch.load(f, weights_only=False) for f in (run / "checkpoints").glob("*.pt")]
     state = next(st for st in states if st["step"] == 1)
@@ -121,6 +139,10 @@ def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, place
         delta = math.sqrt(sum(((theta1[k] - theta0[k]) ** 2).sum().item() for k in keys))
         base = math.sqrt(sum((theta0[k] ** 2).sum().item() for k in keys))
         assert scalars[f"update_ratio/layer_{i:02d}"][0] == pytest.approx(delta / base, rel=1e-4)
+        matrices = [k for k in keys if theta0[k].dim() >= 2]  # the block's weight matrices only
+        rms = math.sqrt(sum(((theta1[k] - theta0[k]) ** 2).sum().item() for k in matrices)
+                        / sum(theta0[k].numel() for k in matrices))
+        assert scalars[f"update_rms/layer_{i:02d}"][0] == pytest.approx(rms, rel=1e-4)
 
     # model update at step 1 (logged before that step's update, i.e. at θ_1): ‖h(θ_1) − h(θ_0)‖/‖h(θ_0)‖
     # of the final hidden state on the probe batch, one sequence of validation text (seed + 1)

@@ -122,7 +122,8 @@ def test_markdown_references_every_figure_and_each_is_a_png(sweep):
     sweep_dir, _, _, _, _ = sweep
     md = (sweep_dir / "report.md").read_text()
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    assert set(figures) == {"val_loss.png", "final_val_loss.png", "grad_norm_layers.png", "act_std_layers.png"}
+    per_layer = ("grad_norm", "act_std", "update_rms", "attn_logit_max", "attn_entropy")
+    assert set(figures) == {"val_loss.png", "final_val_loss.png", *(f"{f}_layers.png" for f in per_layer)}
     import matplotlib.image
 
     for name in figures:
