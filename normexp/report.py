@@ -514,7 +514,7 @@ def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
     setting = [k for k in keys if k != "layers"]
     head = [*map(display_name, setting), "deepest stack that learns", "depths tried", "seeds"]
     rows = [[*(fmt_param(r[k]) for k in setting),
-             "none" if r["deepest_learning_layers"] is None or r["deepest_learning_layers"] != r["deepest_learning_layers"]
+             "none" if r["deepest_learning_layers"] is None or str(r["deepest_learning_layers"]) in ("<NA>", "nan")
              else str(int(r["deepest_learning_layers"])), r["depths"], str(r["n_seeds"])] for r in table.to_dict("records")]
     return ["## Critical depth", "", "The deepest stack at which every seed learned (completed at least stall_margin "
             "below the unigram baseline). Data: `depth.csv`; the figure's cells: `depth_sweep.csv`.", "",

@@ -175,4 +175,5 @@ def depth_table(runs: list[Run], keys: list[str], sort_key):
         rows.append({**dict(zip(setting_keys, values)), "deepest_learning_layers": largest_learning(by_depth),
                      "depths": " ".join(str(d) for d in sorted(by_depth)),
                      "n_seeds": min(len(ms) for ms in by_depth.values()) if by_depth else 0})
-    return pd.DataFrame(rows, columns=[*setting_keys, "deepest_learning_layers", "depths", "n_seeds"])
+    table = pd.DataFrame(rows, columns=[*setting_keys, "deepest_learning_layers", "depths", "n_seeds"])
+    return table.astype({"deepest_learning_layers": "Int64"})  # a whole number, or empty: none learned
