@@ -675,17 +675,8 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    if args.all:
-        args.compile = args.sweep = args.startup = args.profiles = True
-    from .distributed import available_cores
-
-    cores = available_cores()
-    threads = args.threads or cores
-    torch.set_num_threads(threads)
-    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731 - progress on stderr, table on stdout
-
+def select_shapes(args) -> tuple[dict, list]:
+    """({name: Shape} of every known shape, the shapes --only asks for); bad choices are a BenchError."""
     known = {"A": Shape("A", 6, 256, 256, 16), "B": Shape("B", 48, 64, 64, 16), "C": default_shape()}
     for text in args.shape:
         s = parse_shape(text)
@@ -701,7 +692,50 @@ def main(argv: list[str] | None = None) -> dict:
     if args.steps < 12:
         raise BenchError(f"--steps {args.steps} times no logging step at log_every=10; "
                          "use at least 12")
-    shapes = [known[n] for n in names]
+    return known, [known[n] for n in names]
+
+
+def extras_text(sweep: dict | None, startup: dict | None, profiles: dict | None, cores: int, sweep_steps: int) -> str:
+    """The lines of the optional measurements (--sweep, --startup, --profiles) under the table;
+    sets sweep["faster"]."""
+    text = ""
+    if sweep:
+        faster = "parallel" if sweep["parallel_tokens_per_s"] > sweep["sequential_tokens_per_s"] else "sequential"
+        text += (f"\n\nsweep throughput on {sweep['shape']} (aggregate tokens/s, steady state): {sweep['parallel_jobs']} jobs × 1 thread "
+                 f"{sweep['parallel_tokens_per_s']:,.0f}  vs  1 job × {cores} threads {sweep['sequential_tokens_per_s']:,.0f}"
+                 f"  -> {faster} is faster ({sweep['parallel_tokens_per_s'] / sweep['sequential_tokens_per_s']:.2f}×)")
+        cli = sweep["cli"]
+        text += (f"\nthe same through `normexp train -m` ({2 * cores} seeds × {sweep_steps} steps, "
+                 f"start-up, validation and checkpoints included): "
+                 f"joblib n_jobs={cores} {cli['joblib']['wall_s']:.1f} s, basic launcher {cli['basic']['wall_s']:.1f} s "
+                 f"({cli['basic']['wall_s'] / cli['joblib']['wall_s']:.2f}× in favour of "
+                 f"{'joblib' if cli['joblib']['wall_s'] < cli['basic']['wall_s'] else 'basic'})")
+        sweep["faster"] = faster
+    if startup:
+        text += (f"\n\nstart-up, `normexp train` (default config, token cache warm), median of {startup['repeats']}: "
+                 f"step 0 starts {startup['to_first_step_s']:.2f} s after launch (best {startup['best_to_first_step_s']:.2f} s), "
+                 f"{startup['to_first_step_cpu_s']:.2f} CPU s")
+    if profiles:
+        share = profiles["overhead"]
+        text += (f"\n\ndepth-profile images (log.profiles_every=auto): {profiles['ms_per_image']:.1f} ms each "
+                 f"(median of 10); the default run ({profiles['default_steps']} steps) draws "
+                 f"{profiles['images_per_default_run']}, every {profiles['profiles_every']} steps: "
+                 + (f"+{100 * share:.2f} % of its step time" if share is not None else "add C to --only for the share"))
+    return text
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if args.all:
+        args.compile = args.sweep = args.startup = args.profiles = True
+    from .distributed import available_cores
+
+    cores = available_cores()
+    threads = args.threads or cores
+    torch.set_num_threads(threads)
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731 - progress on stderr, table on stdout
+
+    known, shapes = select_shapes(args)
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     logging.getLogger("normexp").setLevel(logging.ERROR)  # the runs' own log lines would drown the table
@@ -730,28 +764,7 @@ def main(argv: list[str] | None = None) -> dict:
         c = results.get("C", {}).get("runs", {}).get("log10")  # the default model's ms per step, measured above
         profiles = bench_profiles(default_shape(), c and c["ms_per_step"], say)
     text = table(shapes, results, peak, threads, args.peak_size) if shapes else f"fp32 matmul peak: {peak:.1f} GFLOP/s"
-    if sweep:
-        faster = "parallel" if sweep["parallel_tokens_per_s"] > sweep["sequential_tokens_per_s"] else "sequential"
-        text += (f"\n\nsweep throughput on {sweep['shape']} (aggregate tokens/s, steady state): {sweep['parallel_jobs']} jobs × 1 thread "
-                 f"{sweep['parallel_tokens_per_s']:,.0f}  vs  1 job × {cores} threads {sweep['sequential_tokens_per_s']:,.0f}"
-                 f"  -> {faster} is faster ({sweep['parallel_tokens_per_s'] / sweep['sequential_tokens_per_s']:.2f}×)")
-        cli = sweep["cli"]
-        text += (f"\nthe same through `normexp train -m` ({2 * cores} seeds × {args.sweep_steps} steps, "
-                 f"start-up, validation and checkpoints included): "
-                 f"joblib n_jobs={cores} {cli['joblib']['wall_s']:.1f} s, basic launcher {cli['basic']['wall_s']:.1f} s "
-                 f"({cli['basic']['wall_s'] / cli['joblib']['wall_s']:.2f}× in favour of "
-                 f"{'joblib' if cli['joblib']['wall_s'] < cli['basic']['wall_s'] else 'basic'})")
-        sweep["faster"] = faster
-    if startup:
-        text += (f"\n\nstart-up, `normexp train` (default config, token cache warm), median of {startup['repeats']}: "
-                 f"step 0 starts {startup['to_first_step_s']:.2f} s after launch (best {startup['best_to_first_step_s']:.2f} s), "
-                 f"{startup['to_first_step_cpu_s']:.2f} CPU s")
-    if profiles:
-        share = profiles["overhead"]
-        text += (f"\n\ndepth-profile images (log.profiles_every=auto): {profiles['ms_per_image']:.1f} ms each "
-                 f"(median of 10); the default run ({profiles['default_steps']} steps) draws "
-                 f"{profiles['images_per_default_run']}, every {profiles['profiles_every']} steps: "
-                 + (f"+{100 * share:.2f} % of its step time" if share is not None else "add C to --only for the share"))
+    text += extras_text(sweep, startup, profiles, cores, args.sweep_steps)
     print(text)
     report = {"profiles": profiles, "threads": threads, "cores": cores, "torch": torch.__version__, "matmul_peak_gflops": peak,
               "flops_per_token": "6*N + 12*L*T*d (N = matmul weights incl. tied head)",

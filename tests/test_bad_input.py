@@ -60,7 +60,8 @@ CASES = [
     ("val-fraction-above-one", ["data.val_fraction=2"], "data.val_fraction=2"),
     ("unknown-flag", ["--foo"], "unknown option --foo"),
     ("bad-cfg-choice", ["--cfg", "nope"], "--cfg nope"),
-    ("finished-run-without-resume", [], "hydra.run.dir={finished}: already holds a run (status completed)"),
+    # the finished run ran to the end: "completed", or "stalled" if 5 steps did not beat the unigram baseline
+    ("finished-run-without-resume", [], "hydra.run.dir={finished}: already holds a run (status "),
     ("resume-with-other-settings", ["resume=true", "layers=3"], "layers=3: differs from the run in {finished} (layers=2)"),
     ("run-dir-inside-a-file", ["hydra.run.dir={file}/run"], "hydra.run.dir={file}/run: cannot create it"),
     # found only after loading the data, inside the Hydra job: the job gets its own new folder
@@ -106,7 +107,7 @@ def world(tmp_path_factory):
     paths["folder"].mkdir()
     paths["latin1"].write_bytes("Caf\u00e9 cr\u00e8me, na\u00efve fa\u00e7ade.\n".encode("latin-1") * 200)
     run_cli(["train", *BASE, f"data.files=[{paths['corpus']}]", f"hydra.run.dir={paths['finished']}"], env)
-    assert read_summary(paths["finished"])["status"] == "completed"
+    assert read_summary(paths["finished"])["status"] in ("completed", "stalled")  # ran to the end
     return root, paths, env
 
 
@@ -176,7 +177,8 @@ def test_checking_a_config_does_not_import_torch():
 
 
 def test_sweep_goes_on_past_a_failed_and_a_diverged_job(world, tmp_path):
-    """4 jobs: lr=-1 is impossible, lr=1e4 without warmup diverges, the other two complete."""
+    """4 jobs: lr=-1 is impossible, lr=1e4 without warmup diverges, the other two run to the end
+    (completed, or stalled when 5 steps do not beat the unigram baseline)."""
     _, paths, env = world
     sweep = tmp_path / "sweep"
     proc = run_cli(["train", "-m", *BASE, f"data.files=[{paths['corpus']}]", "lr=2e-3,1e-3,1e4,-1",
@@ -184,13 +186,15 @@ def test_sweep_goes_on_past_a_failed_and_a_diverged_job(world, tmp_path):
     assert "Traceback" not in proc.stderr
     runs = {read_summary(r)["lr"]: read_summary(r) for r in find_runs(sweep)}
     assert sorted(runs) == [-1, 0.001, 0.002, 10000.0]
-    assert runs[0.002]["status"] == runs[0.001]["status"] == "completed"
+    ended = [runs[0.002]["status"], runs[0.001]["status"]]
+    assert set(ended) <= {"completed", "stalled"}
     assert runs[0.002]["steps_completed"] == runs[0.001]["steps_completed"] == 5
     assert runs[10000.0]["status"] == "diverged" and runs[10000.0]["diverged_at_step"] is not None
     assert runs[-1]["status"] == "failed" and runs[-1]["error"] == "lr=-1: must be a number > 0"
 
     report = run_cli(["report", str(sweep)], env)
     assert "4 runs under" in report.stdout
-    for status in ("2 completed", "1 diverged", "1 failed"):
+    counts = [f"{ended.count(s)} {s}" for s in ("completed", "stalled") if s in ended]
+    for status in (*counts, "1 diverged", "1 failed"):
         assert status in report.stdout, report.stdout
     assert "lr=-1: must be a number > 0" in report.stdout

@@ -2,6 +2,7 @@
 process: the same global batch gives the same losses and full-batch gradient norms, and
 only rank 0 writes a run folder."""
 
+import re
 import subprocess
 import sys
 
@@ -47,7 +48,7 @@ def test_torchrun_two_processes_match_one_process(tmp_path, corpus, cli_env):
     assert len(list(work.rglob("events.out.tfevents.*"))) == 1
     assert len(list(work.rglob("summary.json"))) == 1 and len(list(work.rglob("train.log"))) == 1
     assert len(list(work.rglob("*.pt"))) == 1
-    assert (run / "train.log").read_text().count("completed 4 steps") == 1
+    assert len(re.findall(r"(completed|stalled) 4 steps", (run / "train.log").read_text())) == 1
     summary = read_summary(run)
     assert summary["status"] in ("completed", "stalled") and summary["steps_completed"] == STEPS
     assert summary["batch_size"] == 8
