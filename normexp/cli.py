@@ -165,23 +165,38 @@ def hydra_task(cfg, hooks=None) -> dict | None:
 
     from .data import DataError
     from .runfolder import FINISHED, read_summary
-    from .signals import Interrupted, StopSignals
+    from .signals import Interrupted, Preempted, StopSignals
     from .validate import ConfigError, validate
 
     log = logging.getLogger("normexp")
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    stop = StopSignals(on_hard_stop=lambda signum: _mark_interrupted(run_dir, signum))
     try:
-        with StopSignals(on_hard_stop=lambda signum: _mark_interrupted(run_dir, signum)) as stop:
+        with stop:
             validate(cfg, {o.split("=")[0].lstrip("+~") for o in hc.overrides.task})
             previous = read_summary(run_dir) or {}
             if cfg.resume and previous.get("status") in FINISHED:  # a re-run sweep
                 log.info("%s already finished (status %s): skipped", run_dir, previous["status"])
                 return previous
+            if previous.get("status") == "requeued":  # SLURM started the job again after a preemption
+                log.info("%s was requeued by SLURM: resuming from its last checkpoint", run_dir)
+                cfg.resume = True
             from .train import train  # imports torch
 
             return train(cfg, run_dir, stop=stop, hooks=hooks)
+    except Preempted as e:
+        # SLURM stops the job soon (time limit or preemption). The checkpoint is saved and the
+        # status is "requeued" (also when the signal came before training began); submitit's
+        # handler now requeues the job (the launcher resubmits the same job) and exits.
+        from .runfolder import write_summary
+
+        summary = read_summary(run_dir) or {}
+        if summary.get("status") != "requeued":
+            write_summary(run_dir, {**summary, "status": "requeued", "requeues": summary.get("requeues", 0) + 1})
+        stop.forward(e.signum)
+        raise SystemExit(e.exit_code)  # only if no handler was there to requeue the job
     except Interrupted as e:
         if (read_summary(run_dir) or {}).get("status") != "interrupted":  # stopped before training began
             _mark_interrupted(run_dir)

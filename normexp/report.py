@@ -545,6 +545,10 @@ def run_notes(runs: list[Run]) -> list[str]:
             notes.append(f"run #{r.index} was killed (its process {r.summary.get('pid')} is gone) before it could "
                          f"write a final status: its values are read from its event file; `normexp train ... "
                          f"resume=true hydra.run.dir={r.rel}` continues it from its last checkpoint")
+        elif r.status == "requeued":
+            notes.append(f"run #{r.index} was stopped by SLURM (time limit or preemption) after a checkpoint at step "
+                         f"{r.summary.get('steps_completed')} and requeued ({r.summary.get('requeues')} time(s)): it "
+                         f"resumes from there when SLURM starts it again ({r.rel})")
         elif r.status in ("running", "unknown"):
             what = "is still running" if r.status == "running" else "has no summary.json yet"
             notes.append(f"run #{r.index} {what}: its values are read from its event file, "

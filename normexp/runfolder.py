@@ -18,7 +18,9 @@ from typing import Callable
 # while it may still go on ("killed": the report's word for a run whose process is gone).
 # "stalled": completed, but the final validation loss is not `stall_margin` below the unigram
 # baseline (see learned): the run learned nothing beyond token frequencies.
-STATUSES = ("running", "completed", "stalled", "diverged", "failed", "interrupted")
+# "requeued": SLURM stopped the job (time limit, preemption) after a checkpoint, and submitit
+# queued it again; it resumes from the checkpoint when it next runs.
+STATUSES = ("running", "completed", "stalled", "diverged", "failed", "interrupted", "requeued")
 FINISHED = ("completed", "stalled", "diverged")
 
 # Keys that say how to run, not what to compute: a resumed run may change them, the report
@@ -55,7 +57,7 @@ def summary_record(cfg, **facts) -> dict:
         "status": "running", "steps_completed": 0, "final_train_loss": None, "final_val_loss": None,
         "best_val_loss": None, "diverged_at_step": None, "initial_loss": None, "tokens_per_second": None,
         "parameters": None, "wall_seconds": None, "error": None, "baseline_loss": None,
-        "stall_margin": cfg.get("stall_margin", 0.02),
+        "stall_margin": cfg.get("stall_margin", 0.02), "requeues": 0,
         "placement": cfg.placement.name, "norm": cfg.norm.name, "layers": cfg.layers,
         "warmup": min(cfg.warmup, cfg.steps) if isinstance(cfg.warmup, int) and isinstance(cfg.steps, int) else cfg.warmup,
         "lr": cfg.lr, "seed": cfg.seed, "d_model": cfg.d_model, "heads": cfg.heads, "steps": cfg.steps,

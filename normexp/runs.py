@@ -56,8 +56,9 @@ class Run:
 
     @property
     def unfinished(self) -> bool:
-        """Started but without final numbers: still running, or killed mid-run."""
-        return self.status in ("running", "killed")
+        """Started but without final numbers: still running, killed mid-run, or waiting in
+        SLURM's queue after a preemption."""
+        return self.status in ("running", "killed", "requeued")
 
     def last(self, tag: str) -> float | None:
         points = self.scalars.get(tag)

@@ -10,6 +10,15 @@
   right away: `on_hard_stop(signum)` records status "interrupted" (the last checkpoint stays
   as it was) and the process exits with the same code.
 
+Preemption under SLURM (submitit). A SLURM job started by submitit (hydra/launcher=slurm)
+gets SIGUSR2 (`SUBMITIT_PREEMPT_SIGNAL`) `signal_delay_s` before its time limit, or when the
+scheduler preempts it, and submitit's handler for it checkpoints the submission and requeues the
+job. Inside such a job, a StopSignals also defers that signal to the next step boundary, where
+`check()` raises `Preempted`: the loop saves a checkpoint and records status "requeued", and
+then `forward()` hands the signal to submitit's handler, which requeues the job (see
+cli.hydra_task); the requeued job resumes from the checkpoint. Outside submitit (no Python
+handler for the signal) it is left alone.
+
 Python runs signal handlers only between bytecodes of the main thread, so a main thread
 stuck in one long torch op cannot be reached by a handler. The C-level handler does write
 every signal to the wakeup fd (`signal.set_wakeup_fd`) at once; a watchdog thread waits on
@@ -29,6 +38,12 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_SECONDS = 5.0
 
 
+def preemption_signal() -> int | None:
+    """The signal submitit's SLURM jobs get before a time limit or a preemption (SIGUSR2 unless
+    SUBMITIT_PREEMPT_SIGNAL says otherwise); None where the platform has no such signal."""
+    return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
+
+
 class Interrupted(BaseException):
     """The job was asked to stop. A BaseException, like KeyboardInterrupt, so that no
     `except Exception` in data or model code swallows it."""
@@ -40,6 +55,10 @@ class Interrupted(BaseException):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class Preempted(Interrupted):
+    """SLURM is about to stop the job (time limit or preemption) and submitit will requeue it."""
 
 
 class StopSignals:
@@ -60,6 +79,9 @@ class StopSignals:
         try:
             for s in SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)
+            preempt = preemption_signal()
+            if preempt is not None and callable(signal.getsignal(preempt)):  # submitit's handler is there
+                self._old[preempt] = signal.signal(preempt, self._handle)
         except ValueError:  # not the main thread (a launcher's worker thread): leave signals alone
             return self
         self._pair = socket.socketpair()
@@ -94,7 +116,21 @@ class StopSignals:
         signum = distributed.agree_max(self.signum)
         if signum:
             self._acted.set()
-            raise Interrupted(signum)
+            raise (Preempted if signum not in SIGNALS else Interrupted)(signum)
+
+    def forward(self, signum: int) -> None:
+        """Hand a signal to the handler that was there before (after leaving the context):
+        submitit's, for a preemption, which requeues the job and exits."""
+        previous = self._old.get(signum)
+        if callable(previous):
+            if signum not in SIGNALS:
+                # the requeue makes SLURM send SIGCONT and SIGTERM to the job while submitit's
+                # handler is still logging; its own handlers for them only log (re-entrant
+                # logging errors), and the job exits right after, so ignore them
+                for s in (signal.SIGTERM, getattr(signal, "SIGCONT", None)):
+                    if s is not None:
+                        signal.signal(s, signal.SIG_IGN)
+            previous(signum, None)
 
     # ---- the handler (main thread, between bytecodes) and the watchdog (its own thread)
     def _handle(self, signum, frame):
@@ -103,7 +139,7 @@ class StopSignals:
         self.signum = signum
         if not self._deferred:
             self._acted.set()
-            raise Interrupted(signum)
+            raise (Preempted if signum not in SIGNALS else Interrupted)(signum)
 
     def _watch(self, sock) -> None:
         first = None

@@ -35,7 +35,7 @@ from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, 
 from .model import GPT, IGNORE_TARGET, ModelConfig
 from .runfolder import STATUSES, hparams_row, learned, summary_record, write_summary
 from .schedules import lr_multiplier
-from .signals import Interrupted, StopSignals
+from .signals import Interrupted, Preempted, StopSignals
 from .validate import ConfigError
 
 log = logging.getLogger("normexp")
@@ -405,12 +405,21 @@ class Trainer:
         if self.main:
             write_summary(self.run_dir, self.summary)
 
-    def stop_interrupted(self, e) -> None:
+    def stop_interrupted(self, e: Interrupted) -> None:
+        """Checkpoint at this step boundary, then status "interrupted", or "requeued" when SLURM
+        preempts the job (its requeued job resumes from here; `requeues` counts the times)."""
         self.progress.close()
+        preempted = isinstance(e, Preempted)
+        if preempted:
+            self.summary["requeues"] = self.summary.get("requeues", 0) + 1
         self.save_checkpoint()
-        self.finish("interrupted")
-        log.warning("interrupted by %s at step %d: checkpoint saved; resume with: %s", e, self.step,
-                    ckpt.resume_command(self.run_dir))
+        self.finish("requeued" if preempted else "interrupted")
+        if preempted:
+            log.warning("preempted by %s at step %d (SLURM time limit or preemption): checkpoint saved; "
+                        "the job is requeued and resumes from it", e, self.step)
+        else:
+            log.warning("interrupted by %s at step %d: checkpoint saved; resume with: %s", e, self.step,
+                        ckpt.resume_command(self.run_dir))
 
     def finish(self, status: str, **extra) -> dict:
         """Final numbers into the summary, TensorBoard's HParams metrics and summary.json.

@@ -14,6 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the Hub
 def pytest_configure(config):
     config.addinivalue_line("markers", "network: needs the Python package index (skipped with NORMEXP_SKIP_NETWORK=1)")
     config.addinivalue_line("markers", "slow: an end-to-end run of a minute or more")
+    config.addinivalue_line("markers", "slurm: needs a SLURM cluster (scripts/slurm_local.sh); skipped without one "
+                                       "unless NORMEXP_REQUIRE_SLURM=1")
 
 
 def make_corpus(path: Path, n_bytes: int = 60_000, seed: int = 0) -> Path:
@@ -58,3 +60,13 @@ def run_cli(args, env, timeout=300, check=True, **kw) -> subprocess.CompletedPro
     if check and proc.returncode != 0:
         raise AssertionError(f"normexp {' '.join(args)} exited {proc.returncode}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per slurm-marked test and its outcome, so a CI log shows they ran."""
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if "slurm" in getattr(report, "keywords", {}) and report.when in ("call", "setup"):
+                if outcome == "passed" and report.when != "call":
+                    continue
+                terminalreporter.write_line(f"slurm test {outcome.upper()}: {report.nodeid}")
