@@ -33,6 +33,8 @@ PRESET_VALUES = {
                      "batch_size": 8, "checkpoint_every": 0},
     "lr_sensitivity": {"schedule.name": "cosine", "steps": 200, "layers": 6, "d_model": 64, "seq_len": 64,
                        "checkpoint_every": 0},
+    "stabilizers": {"schedule.name": "cosine", "steps": 200, "layers": 12, "d_model": 64, "warmup": 0,
+                    "checkpoint_every": 0},
 }
 # The shrunken copy of a preset's grid: its names (placements, norms) kept, its numbers
 # replaced by values small enough for 2 steps of a tiny model.

@@ -52,6 +52,15 @@ def scontrol_job(job_id: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", out))
 
 
+def settled_job(job_id: str, timeout: float = 60) -> dict[str, str]:
+    """The job's record once SLURM has seen it end: the sweep returns when the result file is
+    written, while the job's process may still be exiting (RUNNING, then COMPLETING)."""
+    deadline = time.time() + timeout
+    while (job := scontrol_job(job_id)).get("JobState") in ("RUNNING", "COMPLETING") and time.time() < deadline:
+        time.sleep(0.5)
+    return job
+
+
 def test_sweep_runs_as_a_job_array_fails_a_bad_job_alone_and_reports(tmp_path, cli_env):
     corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
     sweep = tmp_path / "sweep"
@@ -68,7 +77,7 @@ def test_sweep_runs_as_a_job_array_fails_a_bad_job_alone_and_reports(tmp_path, c
     tasks = sorted(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name))
     assert len(tasks) == 4 and len({t.split("_")[0] for t in tasks}) == 1, tasks
     for task in tasks:
-        assert scontrol_job(task).get("JobState") == "COMPLETED", task  # a failed run is a job that ended cleanly
+        assert settled_job(task).get("JobState") == "COMPLETED", task  # a failed run is a job that ended cleanly
 
     report = run_cli(["report", str(sweep)], cli_env)
     assert "4 runs under" in report.stdout and "lr=-1: must be a number > 0" in report.stdout
@@ -136,7 +145,8 @@ def test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted
     assert summary["status"] in ("completed", "stalled") and summary["steps_completed"] == 1500
     assert summary["requeues"] == 1
     # SLURM's and submitit's record of the stop and the restart
-    assert scontrol_job(job_id).get("Restarts") == "1" and scontrol_job(job_id).get("JobState") == "COMPLETED"
+    job = settled_job(job_id)
+    assert job.get("Restarts") == "1" and job.get("JobState") == "COMPLETED", job
     job_log = "".join(p.read_text() for p in (sweep / ".submitit" / job_id).glob("*_log.*"))
     assert f"Requeued job {job_id}" in job_log and "Job completed successfully" in job_log
     train_log = (run / "train.log").read_text()
