@@ -130,6 +130,36 @@ MUTANTS = [
       "keys = sorted({k for r in runs for k in r.config} - set(RUN_SETTINGS) - set(study.REPLICATE_KEYS))",
       "keys = sorted({k for r in runs for k in r.config} - set(RUN_SETTINGS))",
       ("tests/test_report.py::test_varied_keys_follow_the_overrides_and_drop_group_details",)),
+    M("report: a diverged run is dropped, not counted as its initial loss", "normexp/study.py",
+      '        return m.get("initial_loss")\n', "        return None\n",
+      ("tests/test_study.py",)),
+    M("report: z quantile instead of Student's t", "normexp/study.py",
+      "half = t975(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))",
+      "half = 1.959964 * float(x.std(ddof=1)) / math.sqrt(len(x))",
+      ("tests/test_study.py",)),
+    M("report: LR sensitivity without the min(l, l0) clip", "normexp/study.py",
+      "out.append(min(v, l0) if l0 is not None and math.isfinite(l0) else v)", "out.append(v)",
+      ("tests/test_study.py",)),
+    M("report: max stable lr where any seed learned", "normexp/study.py",
+      "if members and all(map(learned, members))]", "if members and any(map(learned, members))]",
+      ("tests/test_study.py",)),
+    # ---- baseline and the stall rule
+    M("unigram baseline in bits, not nats", "normexp/data.py",
+      "return float(-(p * np.log(p)).sum())", "return float(-(p * np.log2(p)).sum())",
+      ("tests/test_study.py::test_baseline_is_the_unigram_entropy_and_a_tiny_lr_stalls",)),
+    M("stall margin ignored", "normexp/runfolder.py",
+      "return baseline_loss is None or final_val_loss <= (1 - margin) * baseline_loss",
+      "return baseline_loss is None or final_val_loss <= baseline_loss",
+      ("tests/test_study.py::test_the_stall_rule_by_hand",)),
+    # ---- warning signals
+    M("attention entropy over the masked (future) positions too", "normexp/instruments.py",
+      'logp = torch.log_softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)',
+      "logp = torch.log_softmax(scores, dim=-1)",
+      ("tests/test_instruments.py::test_logged_values_equal_a_hand_computation",)),
+    # ---- SLURM requeue (needs a cluster: scripts/slurm_local.sh; skipped, so "survives", without one)
+    M("a requeued job starts over instead of resuming", "normexp/cli.py",
+      "                cfg.resume = True\n", "                pass\n",
+      ("tests/test_slurm.py::test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted_run",)),
 ]
 
 

@@ -8,21 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from test_model import StandIn  # F(x) = tanh(x @ W), width D = 16
+
 from normexp.compose import compose_config
 from normexp.model import GPT, NORMS, PLACEMENTS, CausalSelfAttention, ModelConfig
 from normexp.train import model_config
 
 D = 16
-
-
-class StandIn(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.d_model = D
-        self.w = torch.randn(D, D) / math.sqrt(D)
-
-    def forward(self, x):
-        return torch.tanh(x @ self.w)
 
 
 def test_rezero_block_is_x_plus_alpha_f_and_the_model_starts_as_the_identity():

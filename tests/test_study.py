@@ -192,6 +192,17 @@ def test_a_run_that_learns_is_completed(tmp_path, cli_env, corpus):
 LEARNS = ["steps=60", "lr=3e-3", "warmup=0", "batch_size=16", "eval_every=60", "log_every=20"]
 
 
+def test_the_stall_rule_by_hand():
+    """Learned means final <= (1 - margin) · baseline: 2 % below a baseline of 3.0 is 2.94."""
+    from normexp.runfolder import learned
+
+    assert learned(2.94, 3.0, 0.02) and learned(2.5, 3.0, 0.02)
+    assert not learned(2.95, 3.0, 0.02) and not learned(2.99, 3.0, 0.02) and not learned(3.2, 3.0, 0.02)
+    assert learned(2.95, 3.0, 0.01) and not learned(2.95, 3.0, 0.2)
+    assert not learned(float("nan"), 3.0, 0.02) and not learned(None, 3.0, 0.02)
+    assert learned(2.99, None, 0.02)  # a run without a baseline (older cache) counts a finite loss
+
+
 # --------------------------------------------------------------------- unit checks
 
 def fake_run(placement, lr, seed, status, final, initial=5.5, baseline=3.0):
