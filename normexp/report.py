@@ -441,16 +441,22 @@ def swept(runs: list[Run], keys: list[str], key: str) -> bool:
     return key in keys and len({r.config.get(key) for r in runs if r.config.get(key) is not None}) >= MIN_SWEEP_POINTS
 
 
-def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path) -> None:
-    """Final validation loss against `x_key` (lr: log axis; layers: log axis too), one panel
-    per value of the first other varied key, one line per value of the remaining keys: mean
-    over seeds (diverged = initial loss) with 95 % t-interval error bars; red x: a cell with
-    diverged runs, grey square: with stalled runs; dashed: the unigram baseline. The cells
-    drawn go to the .csv beside the PNG."""
+SWEEP_TITLE = ("Final validation loss vs {x}: mean over seeds, 95 % t-interval\n(diverged = initial loss; "
+               "red x: some diverged, grey square: some stalled; dashed: unigram baseline)")
+
+
+def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path, cell_table=study.cell_table,
+               ylabel: str = "final validation loss", title: str = SWEEP_TITLE, log_y: bool = False) -> None:
+    """A per-cell value against `x_key` (lr: log axis; layers: log axis too), one panel per
+    value of the first other varied key, one line per value of the remaining keys: mean over
+    seeds with 95 % t-interval error bars; red x: a cell with diverged runs, grey square: with
+    stalled runs; dashed: the unigram baseline. By default the final validation loss
+    (diverged = initial loss); `cell_table` gives another value (study.model_update_table).
+    The cells drawn go to the .csv beside the PNG."""
     plt = _pyplot()
     others = [k for k in keys if k != x_key]
     panel_key, line_keys = (others[0], others[1:]) if others else (None, [])
-    table = study.cell_table(runs, [*others, x_key], sort_key)
+    table = cell_table(runs, [*others, x_key], sort_key)
     panels = list(dict.fromkeys(table[panel_key])) if panel_key else [None]
     cols = min(len(panels), 4)
     rows = math.ceil(len(panels) / cols)
@@ -471,17 +477,17 @@ def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path) -> None
         if math.isfinite(baseline):
             ax.axhline(baseline, ls="--", color="0.3", lw=1, label=f"unigram baseline {baseline:.3f}")
         ax.set_xscale("log")
+        if log_y:
+            ax.set_yscale("log")
         ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else "", fontsize=10)
         ax.set_xlabel("learning rate" if x_key == "lr" else display_name(x_key))
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     for ax in axes[:, 0]:
-        ax.set_ylabel("final validation loss")
+        ax.set_ylabel(ylabel)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(f"Final validation loss vs {display_name(x_key)}: mean over seeds, 95 % t-interval\n"
-                 "(diverged = initial loss; red x: some diverged, grey square: some stalled; dashed: unigram baseline)",
-                 fontsize=9)
+    fig.suptitle(title.format(x=display_name(x_key)), fontsize=9)
     _save(fig, path, table.rename(columns=display_name))
 
 
@@ -516,9 +522,20 @@ def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
     rows = [[*(fmt_param(r[k]) for k in setting),
              "none" if r["deepest_learning_layers"] is None or str(r["deepest_learning_layers"]) in ("<NA>", "nan")
              else str(int(r["deepest_learning_layers"])), r["depths"], str(r["n_seeds"])] for r in table.to_dict("records")]
-    return ["## Critical depth", "", "The deepest stack at which every seed learned (completed at least stall_margin "
-            "below the unigram baseline). Data: `depth.csv`; the figure's cells: `depth_sweep.csv`.", "",
-            markdown_table(head, rows), "", "![final validation loss vs depth](depth_sweep.png)", ""]
+    lines = ["## Critical depth", "", "The deepest stack at which every seed learned (completed at least stall_margin "
+             "below the unigram baseline). Data: `depth.csv`; the figure's cells: `depth_sweep.csv`.", "",
+             markdown_table(head, rows), "", "![final validation loss vs depth](depth_sweep.png)", ""]
+    if any(study.early_model_update(r) for r in runs):
+        plot_sweep(runs, keys, "layers", out_dir / "depth_model_update.png", cell_table=study.model_update_table,
+                   ylabel="early model update", log_y=True,
+                   title="DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖ / ‖f(x;θ_0)‖ at the first step it was measured "
+                         "after 0, vs {x}\n(mean over seeds, 95 % t-interval; red x: some diverged, grey square: some "
+                         "stalled; the step: depth_model_update.csv)")
+        lines += ["How far the first updates move the model's output (Wang et al. 2022, Fig. 3): "
+                  "‖f(x;θ_t) − f(x;θ_0)‖/‖f(x;θ_0)‖ on the fixed probe at the first step after 0 where it was "
+                  "measured. Data: `depth_model_update.csv`.", "",
+                  "![early model update vs depth](depth_model_update.png)", ""]
+    return lines
 
 
 def cell_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:

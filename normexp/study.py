@@ -163,6 +163,32 @@ def sensitivity_table(runs: list[Run], keys: list[str], sort_key):
                                        "max_stable_lr", "n_seeds", "n_lrs"])
 
 
+def early_model_update(r: Run) -> tuple[int, float] | None:
+    """(step, value) of DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖/‖f(x;θ_0)‖ at the first
+    step after 0 where the run measured it (stability/model_update); None without one. How
+    far the first updates move the output: Wang et al. 2022 (Fig. 2-3) find it grows with
+    depth under Post-LN and stays bounded under DeepNorm."""
+    points = [(st, v) for st, v in r.scalars.get("stability/model_update", []) if st > 0 and math.isfinite(v)]
+    return points[0] if points else None
+
+
+def model_update_table(runs: list[Run], keys: list[str], sort_key):
+    """Like cell_table, for the early model update: one row per cell of `keys` with the mean
+    over seeds, its 95 % t-interval, n, and the step it was read at (the earliest of the cell)."""
+    import pandas as pd
+
+    rows = []
+    for values, members in sorted(cells(runs, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
+        points = [p for p in map(early_model_update, members) if p is not None]
+        mean, low, high = t_interval([v for _, v in points])
+        statuses = [r.status for r in members]
+        rows.append({**dict(zip(keys, values)), "n": len(points), "mean": mean, "low": low, "high": high,
+                     "step": min((st for st, _ in points), default=None), "n_diverged": statuses.count("diverged"),
+                     "n_stalled": statuses.count("stalled"), "baseline_loss": math.nan})
+    return pd.DataFrame(rows, columns=[*keys, "n", "mean", "low", "high", "step", "n_diverged", "n_stalled",
+                                       "baseline_loss"])
+
+
 def depth_table(runs: list[Run], keys: list[str], sort_key):
     """One row per setting (the varied keys other than layers): the deepest stack at which
     every seed learned (None: none did), the depths tried, n_seeds."""

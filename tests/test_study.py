@@ -17,6 +17,7 @@ from conftest import TINY, make_corpus, run_cli
 
 LRS = (1e-3, 1e-2, 1e3)  # 1e3 diverges
 T975_DF2 = 4.302653  # Student's t, 97.5 % quantile, 2 degrees of freedom
+T975_DF1 = 12.706205  # ... and 1 degree of freedom
 
 
 @pytest.fixture(scope="module")
@@ -260,6 +261,32 @@ def test_depth_table_and_figure_data(tmp_path):
     drawn = {(r["placement"], int(r["layers"])): r for r in read_csv(tmp_path / "depth_sweep.csv")}
     assert float(drawn[("deepnorm", 96)]["mean"]) == pytest.approx((2.0 + 5.5) / 2)  # diverged = initial loss
     assert drawn[("post", 24)]["n_stalled"] == "1" and drawn[("deepnorm", 96)]["n_diverged"] == "1"
+
+
+def test_early_model_update_against_depth_by_hand(tmp_path):
+    """The depth section's model-update figure: per cell the mean over seeds of the first value
+    after step 0 (step 0 is θ_0 itself, always 0), with its t-interval, written to its CSV."""
+    from normexp import study
+    from normexp.report import plot_sweep, sort_key
+
+    values = {("post", 6): (0.30, 0.50), ("post", 96): (2.0, 4.0), ("deepnorm", 6): (0.10, 0.20),
+              ("deepnorm", 96): (0.05, 0.15)}
+    runs = []
+    for (placement, layers), pair in values.items():
+        for seed, v in enumerate(pair):
+            r = fake_run(placement, 1e-3, seed, "completed", 2.0)
+            r.config["layers"] = layers
+            r.scalars["stability/model_update"] = [(0, 0.0), (25, v), (50, 10 * v)]
+            runs.append(r)
+    keys = ["placement.name", "layers"]
+    assert study.early_model_update(runs[0]) == (25, 0.30)
+    plot_sweep(runs, keys, "layers", tmp_path / "depth_model_update.png", cell_table=study.model_update_table, log_y=True)
+    drawn = {(r["placement"], int(r["layers"])): r for r in read_csv(tmp_path / "depth_model_update.csv")}
+    for cell, (a, b) in values.items():
+        mean, half = (a + b) / 2, T975_DF1 * abs(a - b) / 2  # s = |a-b|/√2, n = 2: t·s/√n = t·|a-b|/2
+        assert float(drawn[cell]["mean"]) == pytest.approx(mean)
+        assert float(drawn[cell]["low"]) == pytest.approx(mean - half) and float(drawn[cell]["high"]) == pytest.approx(mean + half)
+        assert drawn[cell]["n"] == "2" and float(drawn[cell]["step"]) == 25
 
 
 def test_seed_and_a_key_only_newer_runs_have_are_not_varied():
