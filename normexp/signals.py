@@ -61,6 +61,10 @@ class Preempted(Interrupted):
     """SLURM is about to stop the job (time limit or preemption) and submitit will requeue it."""
 
 
+def stop_exception(signum: int) -> Interrupted:
+    return Interrupted(signum) if signum in SIGNALS else Preempted(signum)
+
+
 class StopSignals:
     """Install with `with StopSignals(on_hard_stop) as stop:`; see the module docstring."""
 
@@ -116,7 +120,7 @@ class StopSignals:
         signum = distributed.agree_max(self.signum)
         if signum:
             self._acted.set()
-            raise (Preempted if signum not in SIGNALS else Interrupted)(signum)
+            raise stop_exception(signum)
 
     def forward(self, signum: int) -> None:
         """Hand a signal to the handler that was there before (after leaving the context):
@@ -139,7 +143,7 @@ class StopSignals:
         self.signum = signum
         if not self._deferred:
             self._acted.set()
-            raise (Preempted if signum not in SIGNALS else Interrupted)(signum)
+            raise stop_exception(signum)
 
     def _watch(self, sock) -> None:
         first = None

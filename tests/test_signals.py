@@ -85,3 +85,44 @@ def test_the_watchdog_does_not_fire_when_the_loop_stops_in_time():
             "            print('stopped', e.exit_code, hard)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "stopped 143 []", out.stderr
+
+
+def test_preemption_signal_waits_for_the_step_boundary_then_goes_to_the_previous_handler():
+    """Inside a submitit job (a Python handler for SIGUSR2 is installed), the signal is
+    deferred to `check()`, which raises Preempted; `forward` then calls the handler that was
+    there before (submitit's, which requeues the job). Without such a handler it is left alone."""
+    from normexp.signals import Interrupted, Preempted, StopSignals
+
+    calls = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
+    try:
+        stop = StopSignals()
+        with stop, stop.deferred():
+            os.kill(os.getpid(), signal.SIGUSR2)
+            time.sleep(0.1)  # the handler runs; nothing is raised mid-step
+            assert calls == []
+            try:
+                stop.check()
+                raise AssertionError("check() did not raise")
+            except Preempted as e:
+                assert isinstance(e, Interrupted) and e.signum == signal.SIGUSR2
+        assert signal.getsignal(signal.SIGUSR2) is not stop._handle  # restored on exit
+        stop.forward(signal.SIGUSR2)
+        assert calls == [signal.SIGUSR2]
+        # SIGTERM is still a plain stop
+        with StopSignals() as plain, plain.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            try:
+                plain.check()
+                raise AssertionError("check() did not raise")
+            except Preempted:
+                raise AssertionError("SIGTERM is not a preemption")
+            except Interrupted as e:
+                assert e.signum == signal.SIGTERM
+        # no Python handler for the signal (not a submitit job): StopSignals does not take it
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        with StopSignals():
+            assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
