@@ -53,7 +53,8 @@ write_conf() {
   cat >"$CONF" <<EOF
 # Written by normexp's scripts/slurm_local.sh: a one-node cluster on $host.
 ClusterName=normexp
-SlurmctldHost=$host
+# the loopback address, so the node need not resolve its own name
+SlurmctldHost=$host(127.0.0.1)
 AuthType=auth/munge
 CredType=cred/munge
 SlurmUser=root
@@ -76,7 +77,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOGS/jobcomp.log
 MinJobAge=600
-NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 }

@@ -233,6 +233,19 @@ def test_max_stable_lr_needs_every_seed_and_diverged_counts_as_initial_loss():
     assert one["n"] == 1 and math.isnan(one["low"]) and math.isnan(one["high"])  # n=1: no interval
 
 
+def test_lr_sensitivity_clips_a_run_that_ended_above_its_initial_loss():
+    """min(ℓ(η), ℓ₀): a run that ends worse than it started counts as ℓ₀ (5.5), not as 6.0.
+    By hand: cell means 2.1 and (5.5 + 5.0)/2 = 5.25, best 2.1, sensitivity (0 + 3.15)/2."""
+    from normexp import study
+    from normexp.report import sort_key
+
+    runs = [fake_run("pre", lr, seed, status, final) for lr, seed, status, final in [
+        (1e-3, 0, "completed", 2.0), (1e-3, 1, "completed", 2.2),
+        (1e-2, 0, "stalled", 6.0), (1e-2, 1, "stalled", 5.0)]]
+    row = study.sensitivity_table(runs, ["placement.name", "lr"], sort_key).iloc[0]
+    assert row["lr_sensitivity"] == pytest.approx((0 + (5.25 - 2.1)) / 2)
+
+
 def test_t_quantiles():
     from normexp.study import t975
 
