@@ -72,8 +72,18 @@ def _check(ok: bool, key: str, value, allowed: str) -> None:
         raise ConfigError(key, value, allowed)
 
 
+# the largest float32: a setting beyond it becomes inf in the model's parameters
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _finite_number(value) -> bool:
+    """A real number the model's float32 tensors can hold (nan, inf and 1e308 cannot)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and abs(value) <= FLOAT32_MAX)
+
+
 def _positive_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return _finite_number(value) and value > 0
 
 
 # --------------------------------------------------------------------------- norms
@@ -298,7 +308,7 @@ class MixNorm(Placement):
 
     def __init__(self, sublayer, make_norm, *, index: int, depth: int, ratio: float = 0.25):
         super().__init__()
-        _check(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 <= ratio < 1,
+        _check(_finite_number(ratio) and 0 <= ratio < 1,
                "placement.ratio", ratio, "must be a number in [0, 1)")
         # ⌊ρ·L⌋ of the decimal the user wrote: 0.58·50 is 28.999999999999996 in floating point, 29 blocks
         self.ratio, self.post_blocks = ratio, math.floor(round(ratio * depth, 9))
@@ -329,8 +339,7 @@ class ReZero(Placement):
 
     def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_alpha: float = 0.0):
         super().__init__()
-        _check(isinstance(init_alpha, (int, float)) and not isinstance(init_alpha, bool), "placement.init_alpha",
-               init_alpha, "must be a number")
+        _check(_finite_number(init_alpha), "placement.init_alpha", init_alpha, "must be a finite number")
         self.sublayer = sublayer
         self.alpha = nn.Parameter(torch.tensor(float(init_alpha)))
         self.init_alpha = float(init_alpha)
@@ -394,8 +403,9 @@ class LayerScale(Placement):
 
     def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_scale="auto"):
         super().__init__()
-        _check(init_scale == "auto" or _positive_number(init_scale), "placement.init_scale", init_scale,
-               'must be "auto" or a number > 0')
+        # above 1 the branch starts larger than Pre-LN's, the opposite of what LayerScale is for
+        _check(init_scale == "auto" or (_positive_number(init_scale) and init_scale <= 1), "placement.init_scale",
+               init_scale, 'must be "auto" or a number in (0, 1] (CaiT uses 0.1 to 1e-6)')
         self.init_scale = (0.1 if depth <= 18 else 1e-5 if depth <= 24 else 1e-6) if init_scale == "auto" else float(init_scale)
         self.norm = make_norm()
         self.sublayer = sublayer
