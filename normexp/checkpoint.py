@@ -111,7 +111,8 @@ def resume_command(run_dir: Path) -> str:
     """The command that continues this run, shell-quoted so it can be pasted: the job's own
     overrides plus resume=true and its folder. Inside a sweep, the sweep's command with
     resume=true and its folder instead (finished jobs are skipped, the others continue)."""
-    overrides, folder_key, folder, flags = [], "hydra.run.dir", str(run_dir), []
+    # absolute folders: the command is pasted from wherever the user is (a report, a log)
+    overrides, folder_key, folder, flags = [], "hydra.run.dir", str(Path(run_dir).resolve()), []
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
@@ -123,7 +124,7 @@ def resume_command(run_dir: Path) -> str:
 
             sweep = OmegaConf.load(Path(hc.sweep.dir) / "multirun.yaml")  # Hydra writes it first
             overrides = list(sweep.hydra.overrides.task)
-            folder_key, folder, flags = "hydra.sweep.dir", str(hc.sweep.dir), ["-m"]
+            folder_key, folder, flags = "hydra.sweep.dir", str(Path(hc.sweep.dir).resolve()), ["-m"]
     except Exception:  # noqa: BLE001 - not inside a Hydra job, or no multirun.yaml
         pass
     keep = [o for o in overrides if o.split("=")[0].lstrip("+~") not in ("resume", "hydra.run.dir", "hydra.sweep.dir")]

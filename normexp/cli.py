@@ -68,26 +68,19 @@ def _check_flags(args: list[str]) -> None:
                 fail(f"{flag} {value}: choose --cfg job, --cfg hydra or --cfg all")
 
 
-def preflight(args: list[str]) -> None:
-    """Compose the config as Hydra will and check it. Sweeps are checked for syntax, group
-    options and keys only: a bad value in one job must fail that job, not the sweep."""
-    flags, overrides = split_hydra_args(args)
-    _check_flags(args)
-    if any(f in _NO_PREFLIGHT for f in flags):
-        return
-    multirun = "-m" in flags or "--multirun" in flags
-    if multirun and any(f in ("--cfg", "-c") for f in flags):
-        fail("--cfg shows the config of one run: drop -m (or use --cfg with a single value per key)")
+def _parse(overrides: list[str]) -> list:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        return OverridesParser.create().parse_overrides(overrides)
     except HydraException as e:
         fail(f"cannot parse the overrides: {str(e).splitlines()[0]}")
-    from .validate import ConfigError, check_cache, check_output_folder, moved_key, validate
+
+
+def _check_overrides(parsed: list, multirun: bool) -> list[str]:
+    """Moved keys, group options, sweeps without -m; returns the first job's overrides."""
+    from .validate import ConfigError, moved_key
 
     first = []
     for o in parsed:
@@ -105,26 +98,101 @@ def preflight(args: list[str]) -> None:
         if o.is_sweep_override() and not multirun:
             fail(f"{o.input_line}: a sweep needs -m (normexp train -m {o.input_line})")
         first.append(f"{o.input_line.split('=')[0]}={values[0]}" if o.is_sweep_override() else o.input_line)
+    return first
+
+
+def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
+    """The config of one job, or one line naming the override Hydra could not apply."""
+    import re
+
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
-        cfg = compose_config(first, hydra=True)
+        return compose_config(job, hydra=hydra)
     except (HydraException, OmegaConfBaseException) as e:
         msg = " ".join(str(e).split())
-        if "Could not override" in msg or "Key '" in msg:
+        missing = re.search(r"Could not override '([^']+)'", msg)
+        if missing:
+            given = next((o for o in job if o.split("=")[0].lstrip("+~") == missing[1]), missing[1])
+            key = missing[1].split(".")[0]
+            chosen = next((o for o in job if o.split("=")[0] == key), None)  # e.g. placement=pre
+            where = f" of {chosen}" if chosen and key in config_groups() else ""
+            swept = "; a setting of only some swept options needs a sweep of its own" if sweep and where else ""
+            fail(f"{given}: no such setting{where}{swept}; see `normexp train --cfg job` for the keys")
+        if "Key '" in msg:
             msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
         fail(msg)
+
+
+def check_job(job, explicit) -> None:
+    """Everything about one job's settings that needs no data: validate.py's rules, then the
+    norm's and placement's own (their classes, so this imports torch)."""
+    from .validate import validate
+
+    validate(job, explicit)
+    from .model import check_settings
+
+    check_settings(job.norm, job.placement, job.layers)
+
+
+# a sweep larger than this is checked on an evenly spread sample of its jobs (~50 ms each)
+MAX_CHECKED_JOBS = 200
+
+
+def _check_sweep(parsed: list, sweeper_params, explicit) -> None:
+    """Compose every job of the sweep (a job Hydra cannot compose would stop the whole sweep
+    midway) and check its settings: if every job would fail, refuse the sweep; a value that
+    is bad in only some jobs fails just those jobs when they run."""
+    from .compose import sweep_jobs
+    from .validate import ConfigError
+
+    jobs = sweep_jobs(parsed, sweeper_params)
+    sample = jobs if len(jobs) <= MAX_CHECKED_JOBS else jobs[:: -(-len(jobs) // MAX_CHECKED_JOBS)]
+    errors = []
+    for job in sample:
+        try:
+            check_job(_compose(job, sweep=True), explicit)
+        except ConfigError as e:
+            errors.append(str(e))
+    if errors and len(errors) == len(sample):
+        fail(f"{errors[0]} (every one of the {len(jobs)} jobs of the sweep would fail)")
+    if errors:
+        typer.echo(f"normexp: warning: {len(errors)} of {len(sample)} jobs will fail: {errors[0]}", err=True)
+
+
+def preflight(args: list[str]) -> None:
+    """Compose the config as Hydra will and check it before any folder is written: one run
+    fully; a sweep job by job (see _check_sweep)."""
+    flags, overrides = split_hydra_args(args)
+    _check_flags(args)
+    if any(f in _NO_PREFLIGHT for f in flags):
+        return
+    multirun = "-m" in flags or "--multirun" in flags
+    show = any(f in ("--cfg", "-c") for f in flags)
+    if multirun and show:
+        fail("--cfg shows the config of one run: drop -m (or use --cfg with a single value per key)")
+    from omegaconf import OmegaConf
+
+    from .validate import ConfigError, check_cache, check_output_folder
+
+    parsed = _parse(overrides)
+    cfg = _compose(_check_overrides(parsed, multirun), hydra=True)
+    sweeper_params = OmegaConf.select(cfg, "hydra.sweeper.params")
+    if sweeper_params and not multirun and not show:  # a preset that is a sweep
+        preset = next((o for o in overrides if o.startswith("experiment=")), "the preset")
+        fail(f"{preset}: a sweep over {', '.join(map(str, sweeper_params))}; add -m "
+             f"(normexp train -m {' '.join(overrides)})")
     if multirun:
         from .distributed import launcher_problem  # imports torch: only sweeps need it
         if launcher_problem(cfg.hydra.launcher):
             fail(launcher_problem(cfg.hydra.launcher))
     explicit = {o.key_or_group for o in parsed}
     try:
-        if not multirun:  # a sweep checks each job's values in the job, so one bad job fails alone
-            job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-            validate(job, explicit)
-            if any(k.lstrip("+~").split(".")[0] in ("norm", "placement") and "." in k for k in explicit):
-                from .model import check_settings  # the variant's own rules: imports torch, only when asked
-
-                check_settings(job.norm, job.placement, job.layers)
+        if multirun:
+            _check_sweep(parsed, sweeper_params, explicit)
+        else:
+            check_job(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), explicit)
         check_cache()
         nothing_to_do = check_output_folder(cfg, multirun, explicit)
     except ConfigError as e:
@@ -156,6 +224,33 @@ def _mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None) -> Non
             f"the checkpoint of step {kept} is kept" if saved else "no checkpoint yet", resume_command(run_dir))
 
 
+def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hooks) -> dict:
+    """Check the job against the run already in its folder (if any), keep normexp's record of
+    a new run's settings, and train."""
+    import logging
+
+    from .runfolder import FINISHED, read_record, restore_hydra_files, trained_nothing, write_record
+    from .validate import same_settings, validate
+
+    log = logging.getLogger("normexp")
+    validate(cfg, explicit)
+    existing = previous is not None and not trained_nothing(run_dir, previous)
+    if existing and (cfg.resume or previous.get("status") == "requeued"):
+        same_settings(run_dir, cfg)  # a sweep job's only check: the pre-flight cannot see job folders
+    if existing and cfg.resume and previous.get("status") in FINISHED:  # a re-run sweep
+        restore_hydra_files(run_dir)
+        log.info("%s already finished (status %s): skipped", run_dir, previous["status"])
+        return previous
+    if existing and previous.get("status") == "requeued":  # SLURM started the job again after a preemption
+        log.info("%s was requeued by SLURM: resuming from its last checkpoint", run_dir)
+        cfg.resume = True
+    if not existing or read_record(run_dir) is None:
+        write_record(run_dir, cfg.data)
+    from .train import train  # imports torch
+
+    return train(cfg, run_dir, stop=stop, hooks=hooks)
+
+
 def hydra_task(cfg, hooks=None) -> dict | None:
     """The job Hydra runs once per run (or per sweep combination). `hooks`: see train.Hooks."""
     import logging
@@ -164,28 +259,20 @@ def hydra_task(cfg, hooks=None) -> dict | None:
     from hydra.types import RunMode
 
     from .data import DataError
-    from .runfolder import FINISHED, read_summary
+    from .runfolder import read_summary, restore_hydra_files, trained_nothing
     from .signals import Interrupted, Preempted, StopSignals
-    from .validate import ConfigError, validate
+    from .validate import ConfigError
 
     log = logging.getLogger("normexp")
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
     stop = StopSignals(on_hard_stop=lambda signum: _mark_interrupted(run_dir, signum))
+    previous = read_summary(run_dir)
     try:
         with stop:
-            validate(cfg, {o.split("=")[0].lstrip("+~") for o in hc.overrides.task})
-            previous = read_summary(run_dir) or {}
-            if cfg.resume and previous.get("status") in FINISHED:  # a re-run sweep
-                log.info("%s already finished (status %s): skipped", run_dir, previous["status"])
-                return previous
-            if previous.get("status") == "requeued":  # SLURM started the job again after a preemption
-                log.info("%s was requeued by SLURM: resuming from its last checkpoint", run_dir)
-                cfg.resume = True
-            from .train import train  # imports torch
-
-            return train(cfg, run_dir, stop=stop, hooks=hooks)
+            return _run_job(cfg, run_dir, previous, {o.split("=")[0].lstrip("+~") for o in hc.overrides.task},
+                            stop, hooks)
     except Preempted as e:
         # SLURM stops the job soon (time limit or preemption). The checkpoint is saved and the
         # status is "requeued" (also when the signal came before training began); submitit's
@@ -204,7 +291,10 @@ def hydra_task(cfg, hooks=None) -> dict | None:
             log.warning("interrupted by %s before training: start again with: %s", e, resume_command(run_dir))
         raise SystemExit(e.exit_code)
     except (ConfigError, DataError) as e:
-        _record_failure(run_dir, cfg, str(e))
+        if previous is not None and not trained_nothing(run_dir, previous):
+            restore_hydra_files(run_dir)  # a refused command leaves the run as it was, resumable
+        else:
+            _record_failure(run_dir, cfg, str(e))
         log.error("normexp: error: %s", e)
         if not multirun:
             raise SystemExit(EXIT_BAD_INPUT)
@@ -232,20 +322,45 @@ def _record_failure(run_dir: Path, cfg, message: str) -> None:
     write_summary(run_dir, {**base, **(read_summary(run_dir) or {}), "status": "failed", "error": message})
 
 
-def run_hydra(args: list[str], hooks=None) -> None:
-    """Hydra's main with `args` as its command line; each job runs `hydra_task`."""
+def run_hydra(args: list[str], hooks=None) -> list | None:
+    """Hydra's main with `args` as its command line; each job runs `hydra_task`. Returns a
+    sweep's job results (Hydra's JobReturn objects), None for a single run."""
     import hydra
+    from hydra._internal.hydra import Hydra
 
     def task(cfg):
         return hydra_task(cfg, hooks)
 
     main = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME)(task)
-    saved = sys.argv
-    sys.argv = ["normexp train", *args]
+    flags, overrides = split_hydra_args(args)
+    saved, results = sys.argv, []
+    # flags first: Hydra's argparse refuses a flag (-m, --cfg job) after the overrides
+    sys.argv = ["normexp train", *flags, *overrides]
+    # hydra.main drops the sweep's results; keep them to count the failed jobs (any launcher)
+    multirun = Hydra.multirun
+
+    def keep_results(self, *a, **kw):
+        batches = multirun(self, *a, **kw)
+        results.extend(r for batch in batches or [] for r in batch)
+        return batches
+
+    Hydra.multirun = keep_results
     try:
         main()
     finally:
-        sys.argv = saved
+        sys.argv, Hydra.multirun = saved, multirun
+    return results if any(f in ("-m", "--multirun") for f in flags) else None
+
+
+def _sweep_outcome(results: list) -> None:
+    """Exit 1 when every job of a sweep failed; say how many failed either way."""
+    failed = [r for r in results if r.status.name != "COMPLETED" or r._return_value is None]
+    if not results or not failed:
+        return
+    if len(failed) == len(results):
+        fail(f"all {len(results)} jobs of the sweep failed (each job's error is above and in its train.log)", code=1)
+    typer.echo(f"normexp: {len(failed)} of {len(results)} jobs of the sweep failed (each job's error is above and "
+               "in its train.log)", err=True)
 
 
 def run_train(args: list[str], hooks=None) -> None:
@@ -264,9 +379,10 @@ def run_train(args: list[str], hooks=None) -> None:
                 fail(str(e))
             raise SystemExit(EXIT_BAD_INPUT)
     try:
-        run_hydra(args, hooks)
+        results = run_hydra(args, hooks)
     finally:
         distributed.cleanup()
+    _sweep_outcome(results or [])
 
 
 @app.command(

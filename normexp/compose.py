@@ -43,6 +43,39 @@ def declared_names(group: str) -> tuple[str, ...]:
     return tuple(sorted(str(n) for n in names if n is not None))
 
 
+@lru_cache(maxsize=None)
+def declared_keys(group: str, name: str) -> tuple[str, ...]:
+    """The settings a group's option named `name` declares (e.g. schedule cosine: min_lr_ratio):
+    the union over the option files whose `name:` is `name` (the Hub presets share name hub)."""
+    from omegaconf import OmegaConf
+
+    keys = set()
+    for o in group_options(group):
+        option = OmegaConf.create((_package() / group / f"{o}.yaml").read_text())
+        if option.get("name") == name:
+            keys.update(str(k) for k in option if k != "name")
+    return tuple(sorted(keys))
+
+
+@lru_cache(maxsize=None)
+def top_level_keys() -> tuple[str, ...]:
+    """The dotted keys train.yaml declares outside the groups (`lr`, `optim.eps`, `log.progress`...)."""
+    from omegaconf import OmegaConf
+
+    primary = OmegaConf.to_container(OmegaConf.create((_package() / f"{CONFIG_NAME}.yaml").read_text()))
+    keys = []
+
+    def walk(node, prefix):
+        for k, v in node.items():
+            if isinstance(v, dict) and v:
+                walk(v, f"{prefix}{k}.")
+            else:
+                keys.append(f"{prefix}{k}")
+
+    walk({k: v for k, v in primary.items() if k not in ("defaults", "hydra")}, "")
+    return tuple(sorted(keys))
+
+
 def compose_config(overrides=(), hydra: bool = False):
     """The config `normexp train OVERRIDES` would run (with the `hydra` node if asked, e.g. for
     hydra.run.dir). Raises Hydra's and OmegaConf's own exceptions for bad overrides."""
@@ -71,3 +104,23 @@ def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
             overrides.append(a)
         i += 1
     return flags, overrides
+
+
+def sweep_jobs(parsed: list, sweeper_params) -> list[list[str]]:
+    """The override list of every job of a sweep, as Hydra's basic sweeper forms them: the
+    cross product of the command line's sweeps and the preset's `hydra.sweeper.params`
+    (a key on the command line replaces the preset's). `parsed`: Hydra's parsed overrides."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = {o.key_or_group.lstrip("+~") for o in parsed}
+    extra = [f"{k}={v}" for k, v in (sweeper_params or {}).items() if str(k) not in given]
+    axes = []
+    for o in [*parsed, *OverridesParser.create().parse_overrides(extra)]:
+        if o.is_sweep_override():
+            key = o.input_line.split("=")[0]
+            axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            axes.append([o.input_line])
+    return [list(job) for job in itertools.product(*axes)]

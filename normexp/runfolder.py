@@ -151,3 +151,81 @@ def find_runs(root: Path) -> list[Path]:
     """Every run folder under root (a folder with .hydra/config.yaml), sorted by path."""
     root = Path(root)
     return sorted(p.parent.parent for p in root.rglob(".hydra/config.yaml"))
+
+
+# ------------------------------------------------------------- the run's own record
+# Hydra rewrites <run>/.hydra/config.yaml when a job starts, before normexp sees it, so a
+# resumed sweep job cannot compare against it. normexp keeps its own copy, written once when
+# the run begins: the job config and overrides as Hydra wrote them, and the identity of the
+# data files (data.files is left out of sweep folder names, so a changed corpus reuses the folder).
+RECORD = "normexp_run.json"
+
+
+def file_identity(path) -> dict:
+    """{path (absolute), bytes, mtime_ns, sha256} of a data file."""
+    import hashlib
+
+    p = Path(str(path)).expanduser().resolve()
+    digest = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    st = p.stat()
+    return {"path": str(p), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest.hexdigest()}
+
+
+def same_file(recorded: dict) -> bool:
+    """Does the file still hold what it held when recorded? (size and mtime unchanged: yes;
+    else its hash decides, so a copy or a `touch` is not a change)."""
+    p = Path(recorded["path"])
+    try:
+        st = p.stat()
+    except OSError:
+        return False
+    if st.st_size != recorded["bytes"]:
+        return False
+    return st.st_mtime_ns == recorded["mtime_ns"] or file_identity(p)["sha256"] == recorded["sha256"]
+
+
+def data_files(data) -> list[str]:
+    """The local files a data config reads (data=text: files and val_files), as written."""
+    if data.get("name") != "text":
+        return []
+    return [str(f) for f in [*(data.get("files") or []), *(data.get("val_files") or [])]]
+
+
+def write_record(run_dir: Path, data) -> None:
+    """Keep the job config Hydra just wrote into <run>/.hydra, and the data files' identity."""
+    hydra_dir = Path(run_dir) / ".hydra"
+    record = {name: (hydra_dir / f"{name}.yaml").read_text() for name in ("config", "overrides")
+              if (hydra_dir / f"{name}.yaml").is_file()}
+    record["data_files"] = [file_identity(f) for f in data_files(data)]
+    atomic_write_bytes(Path(run_dir) / RECORD, (json.dumps(record, indent=1) + "\n").encode())
+
+
+def read_record(run_dir: Path) -> dict | None:
+    try:
+        record = json.loads((Path(run_dir) / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("config"), str) else None
+
+
+def restore_hydra_files(run_dir: Path) -> None:
+    """Put back the run's own .hydra/config.yaml and overrides.yaml after Hydra rewrote them
+    for a job that was then refused."""
+    record = read_record(run_dir)
+    if record is None:
+        return
+    (Path(run_dir) / ".hydra").mkdir(parents=True, exist_ok=True)
+    for name in ("config", "overrides"):
+        if isinstance(record.get(name), str):
+            atomic_write_bytes(Path(run_dir) / ".hydra" / f"{name}.yaml", record[name].encode())
+
+
+def trained_nothing(run_dir: Path, summary: dict | None) -> bool:
+    """A run that failed before training began (no checkpoint, no TensorBoard events): its
+    folder may be reused by the corrected command, as nothing in it would be lost."""
+    run_dir = Path(run_dir)
+    return (summary or {}).get("status") == "failed" and not any(run_dir.glob("checkpoints/step_*.pt")) \
+        and not any(run_dir.glob("events.out.tfevents*"))

@@ -33,7 +33,7 @@ from . import distributed
 from .instruments import Instruments, scalar_tags
 from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
 from .model import GPT, IGNORE_TARGET, ModelConfig
-from .runfolder import STATUSES, hparams_row, learned, summary_record, write_summary
+from .runfolder import STATUSES, hparams_row, learned, read_summary, summary_record, write_summary
 from .schedules import lr_multiplier
 from .signals import Interrupted, Preempted, StopSignals
 from .validate import ConfigError
@@ -217,7 +217,9 @@ class Trainer:
             return None
         state = ckpt.load_latest(self.run_dir, map_location=self.device)
         if state is None:
-            log.info("resume=true but no checkpoint in %s: starting from scratch", self.run_dir)
+            # the pre-flight refused a folder without a run, so this run stopped before its first checkpoint
+            log.warning("resume=true but %s holds no checkpoint yet (status %s): training starts again from step 0",
+                        self.run_dir, (read_summary(self.run_dir) or {}).get("status", "unknown"))
             return None
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])

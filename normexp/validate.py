@@ -10,6 +10,8 @@ settings (eps, alpha, ratio, ...) are checked by its class in model.py, which ow
 
 from __future__ import annotations
 
+import difflib
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -17,8 +19,8 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .compose import declared_names
-from .runfolder import FINISHED, RUN_SETTINGS, cache_root
+from .compose import config_groups, declared_keys, declared_names, top_level_keys
+from .runfolder import FINISHED, RECORD, RUN_SETTINGS, cache_root
 
 # Keys that moved, and where to: the old key gets one line naming the new one.
 MOVED_KEYS = {"deepnorm.alpha": "placement.alpha", "deepnorm.beta": "placement.beta", "deepnorm": "placement.alpha"}
@@ -36,7 +38,9 @@ class ConfigError(Exception):
 # ----------------------------------------------------------------- small checks
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite real number: nan and inf pass `> 0`-style tests one way or the other, so a
+    range check alone would let them through (lr=inf trains and "diverges" at step 0)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _integer(v) -> bool:
@@ -100,13 +104,14 @@ def _validate(cfg: DictConfig, explicit) -> None:
         _positive_int(cfg, key)
     if cfg.d_model % cfg.heads:
         raise ConfigError("heads", cfg.heads, f"must divide d_model={cfg.d_model}")
+    _known_keys(cfg)
     if not _number(cfg.lr) or cfg.lr <= 0:
-        raise ConfigError("lr", cfg.lr, "must be a number > 0")
+        raise ConfigError("lr", cfg.lr, "must be a finite number > 0")
     w = cfg.warmup
     if not _integer(w) or w < 0 or (w > cfg.steps and "warmup" in explicit):
         raise ConfigError("warmup", w, f"must be an integer step count from 0 to steps={cfg.steps}")
     if cfg.grad_clip is not None and (not _number(cfg.grad_clip) or cfg.grad_clip <= 0):
-        raise ConfigError("grad_clip", cfg.grad_clip, "must be null (off) or a number > 0")
+        raise ConfigError("grad_clip", cfg.grad_clip, "must be null (off) or a finite number > 0")
     if not _integer(cfg.seed) or cfg.seed < 0:
         raise ConfigError("seed", cfg.seed, "must be a non-negative integer")
     margin = cfg.get("stall_margin", 0.02)
@@ -118,11 +123,17 @@ def _validate(cfg: DictConfig, explicit) -> None:
     _choice("placement", cfg.placement.name, "placement")
     _choice("init", cfg.init.name, "init")
     if not _number(cfg.z_loss) or cfg.z_loss < 0:
-        raise ConfigError("z_loss", cfg.z_loss, "must be a number >= 0 (0 = off; PaLM uses 1e-4)")
+        raise ConfigError("z_loss", cfg.z_loss, "must be a finite number >= 0 (0 = off; PaLM uses 1e-4)")
+    if cfg.qk_norm and cfg.norm.name == "none":
+        raise ConfigError("qk_norm", "true", "norm=none has no norm to apply to queries and keys; "
+                          "choose a norm (e.g. norm=rms) or drop qk_norm=true")
     if cfg.schedule.name not in SCHEDULES:
         raise ConfigError("schedule", cfg.schedule.name, f"choose from {', '.join(sorted(SCHEDULES))}")
+    floor = cfg.schedule.get("min_lr_ratio", 0.0)
+    if not _number(floor) or not 0 <= floor <= 1:
+        raise ConfigError("schedule.min_lr_ratio", floor, "must be a number in [0, 1] (the final lr as a fraction of lr)")
     if not _number(cfg.divergence.max_loss) or cfg.divergence.max_loss <= 0:
-        raise ConfigError("divergence.max_loss", cfg.divergence.max_loss, "must be a number > 0")
+        raise ConfigError("divergence.max_loss", cfg.divergence.max_loss, "must be a finite number > 0")
     if not _integer(cfg.checkpoint_every) or cfg.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", cfg.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
     _positive_int(cfg, "keep_checkpoints")
@@ -139,6 +150,30 @@ def _validate(cfg: DictConfig, explicit) -> None:
         raise ConfigError("threads", threads, 'must be "auto" or a positive integer')
     check_tokenizer(cfg.tokenizer)
     check_data(cfg.data)
+
+
+# groups whose settings the variant classes in model.py check (model.variant names the key)
+_CLASS_CHECKED = ("norm", "placement", "init")
+
+
+def _known_keys(cfg) -> None:
+    """Every key must be one train.yaml or the chosen group option declares: `+lrr=0.5` or
+    `schedule=constant +schedule.min_lr_ratio=0.5` would otherwise run without a word."""
+    allowed = set(top_level_keys())
+    groups = set(config_groups())
+    for key, value in _flat(cfg).items():
+        group, _, setting = key.partition(".")
+        if group in _CLASS_CHECKED or (group in groups and setting == "name"):
+            continue
+        if group in groups and isinstance(cfg.get(group), DictConfig):
+            name = cfg[group].get("name")
+            if setting.split(".")[0] not in declared_keys(group, name):
+                takes = ", ".join(declared_keys(group, name)) or "no settings"
+                raise ConfigError(key, value, f"{group} {name} takes {takes}")
+        elif key not in allowed:
+            close = difflib.get_close_matches(key, sorted(allowed), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(key, value, f"unknown setting; {hint}see `normexp train --cfg job` for the keys")
 
 
 def moved_key(key: str, value) -> None:
@@ -159,9 +194,9 @@ def _optimizer(cfg) -> None:
     if not isinstance(betas, (list, ListConfig)) or len(betas) != 2 or not all(_number(b) and 0 <= b < 1 for b in betas):
         raise ConfigError("optim.betas", betas, "must be two numbers in [0, 1), e.g. optim.betas=[0.9,0.98]")
     if not _number(cfg.optim.eps) or cfg.optim.eps <= 0:
-        raise ConfigError("optim.eps", cfg.optim.eps, "must be a number > 0")
+        raise ConfigError("optim.eps", cfg.optim.eps, "must be a finite number > 0")
     if not _number(cfg.optim.weight_decay) or cfg.optim.weight_decay < 0:
-        raise ConfigError("optim.weight_decay", cfg.optim.weight_decay, "must be a number >= 0")
+        raise ConfigError("optim.weight_decay", cfg.optim.weight_decay, "must be a finite number >= 0")
 
 
 def _device(device) -> None:
@@ -263,22 +298,41 @@ def _flat(cfg) -> dict:
     return out
 
 
-def _same_settings(run_dir: Path, job: DictConfig) -> None:
-    """A resumed run must compute what the run it continues computed."""
-    saved = run_dir / ".hydra" / "config.yaml"
+def _recorded_settings(run_dir: Path) -> dict | None:
+    """{dotted.key: value} of the run's own settings: normexp's record, or for a run made before
+    there was one, .hydra/config.yaml (only trustworthy before Hydra rewrites it for a new job)."""
+    from .runfolder import read_record
+
+    record = read_record(run_dir)
     try:
-        old = _flat(OmegaConf.load(saved))
+        return _flat(OmegaConf.create(record["config"]) if record else OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
     except (OSError, OmegaConfBaseException, ValueError):
-        return  # no readable record of the old settings: the checkpoint decides
+        return None
+
+
+def same_settings(run_dir: Path, job: DictConfig) -> None:
+    """A resumed run must compute what the run it continues computed: the same settings (run
+    settings such as threads aside) and the same contents in its data files."""
+    from .runfolder import data_files, read_record, same_file
+
+    old = _recorded_settings(Path(run_dir))
+    if old is None:
+        raise ConfigError("hydra.run.dir", run_dir, f"the run's settings are unreadable (no .hydra/config.yaml, "
+                          f"no {RECORD}), so a resume cannot be checked against them; train in a new folder")
     new = _flat(job)
     for key in sorted(set(old) | set(new)):
         if key in RUN_SETTINGS or key.split(".")[0] in RUN_SETTINGS:
             continue
         if old.get(key) != new.get(key):
-            shown = new.get(key, "<unset>")
-            raise ConfigError(key, shown if not isinstance(shown, list) else "[" + ",".join(map(str, shown)) + "]",
-                              f"differs from the run in {run_dir} ({key}={old.get(key, '<unset>')}); "
+            shown, was = (v if not isinstance(v, list) else "[" + ",".join(map(str, v)) + "]"
+                          for v in (new.get(key, "<unset>"), old.get(key, "<unset>")))
+            raise ConfigError(key, shown, f"differs from the run in {run_dir} ({key}={was}); "
                               "resume with the run's own settings, or train in a new folder")
+    recorded = (read_record(run_dir) or {}).get("data_files") or []
+    for entry, given in zip(recorded, data_files(job.data)):
+        if not same_file(entry):
+            raise ConfigError("data.files", given, f"{entry['path']} is not the file the run in {run_dir} began on "
+                              "(its size or contents changed); resume on the same data, or train in a new folder")
 
 
 def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | frozenset[str]) -> str | None:
@@ -288,7 +342,7 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
 
     An existing run is never overwritten: without resume=true a folder holding a run is
     refused; with resume=true the settings must match the run's own."""
-    from .runfolder import find_runs, read_summary
+    from .runfolder import find_runs, read_summary, trained_nothing
 
     job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     resume = job.get("resume") is True
@@ -304,16 +358,20 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
     run_dir = Path(str(cfg.hydra.run.dir))
     _check_creatable("hydra.run.dir", run_dir)
     previous = read_summary(run_dir)
+    if previous is None and (run_dir / "summary.json").exists():
+        raise ConfigError("hydra.run.dir", run_dir, "holds an unreadable summary.json; choose another folder")
+    if trained_nothing(run_dir, previous):  # failed before training: the corrected command may use it
+        return None
     if previous is None:
-        if (run_dir / "summary.json").exists():
-            raise ConfigError("hydra.run.dir", run_dir, "holds an unreadable summary.json; choose another folder")
+        if resume:  # most likely a mistyped path: starting afresh would pass for a resume
+            raise ConfigError("hydra.run.dir", run_dir, "resume=true but no run here (no summary.json); give the "
+                              "run's folder as hydra.run.dir=PATH, or drop resume=true to start a new run")
         return None
     if not resume:
         raise ConfigError("hydra.run.dir", run_dir, f"already holds a run (status {previous.get('status')}); "
                           "pass resume=true to continue it, or choose another folder")
-    _same_settings(run_dir, job)
+    same_settings(run_dir, job)
     if previous.get("status") in FINISHED:
         return (f"hydra.run.dir={run_dir} already finished (status {previous['status']} at step "
                 f"{previous.get('steps_completed')}); nothing to resume, nothing written")
     return None
-

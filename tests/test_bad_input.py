@@ -43,7 +43,7 @@ CASES = [
     ("empty-data-file", ["data.files=[{empty}]"], "data.files={empty}: the file is empty"),
     ("directory-as-data-file", ["data.files=[{folder}]"], "data.files={folder}: is a directory"),
     ("no-data-files", ["data.files=null"], "data.files"),
-    ("unknown-key", ["foo=1"], "'foo'"),
+    ("unknown-key", ["foo=1"], "foo=1: no such setting; see `normexp train --cfg job` for the keys"),
     ("malformed-override", ["layers="], "layers="),
     ("unparsable-list", ["layers=[1,2"], "cannot parse the overrides"),
     ("sweep-without-m", ["heads=2,4"], "heads=2,4: a sweep needs -m"),
@@ -190,11 +190,11 @@ def test_sweep_goes_on_past_a_failed_and_a_diverged_job(world, tmp_path):
     assert set(ended) <= {"completed", "stalled"}
     assert runs[0.002]["steps_completed"] == runs[0.001]["steps_completed"] == 5
     assert runs[10000.0]["status"] == "diverged" and runs[10000.0]["diverged_at_step"] is not None
-    assert runs[-1]["status"] == "failed" and runs[-1]["error"] == "lr=-1: must be a number > 0"
+    assert runs[-1]["status"] == "failed" and runs[-1]["error"] == "lr=-1: must be a finite number > 0"
 
     report = run_cli(["report", str(sweep)], env)
     assert "4 runs under" in report.stdout
     counts = [f"{ended.count(s)} {s}" for s in ("completed", "stalled") if s in ended]
     for status in (*counts, "1 diverged", "1 failed"):
         assert status in report.stdout, report.stdout
-    assert "lr=-1: must be a number > 0" in report.stdout
+    assert "lr=-1: must be a finite number > 0" in report.stdout

@@ -71,7 +71,7 @@ def test_sweep_runs_as_a_job_array_fails_a_bad_job_alone_and_reports(tmp_path, c
     for placement in ("pre", "post"):
         good, bad = runs[(placement, 0.002)], runs[(placement, -1)]
         assert good["status"] in ("completed", "stalled") and good["steps_completed"] == 5, good
-        assert bad["status"] == "failed" and bad["error"] == "lr=-1: must be a number > 0", bad
+        assert bad["status"] == "failed" and bad["error"] == "lr=-1: must be a finite number > 0", bad
 
     # every run was a task of one SLURM job array, and SLURM saw each task end
     tasks = sorted(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name))
@@ -80,7 +80,7 @@ def test_sweep_runs_as_a_job_array_fails_a_bad_job_alone_and_reports(tmp_path, c
         assert settled_job(task).get("JobState") == "COMPLETED", task  # a failed run is a job that ended cleanly
 
     report = run_cli(["report", str(sweep)], cli_env)
-    assert "4 runs under" in report.stdout and "lr=-1: must be a number > 0" in report.stdout
+    assert "4 runs under" in report.stdout and "lr=-1: must be a finite number > 0" in report.stdout
     assert (sweep / "runs.csv").exists() and (sweep / "report.md").exists()
 
 
