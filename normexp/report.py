@@ -129,15 +129,36 @@ def fmt_rate(value) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
-def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
-    head = ["#", *map(display_name, keys), *METRIC_COLUMNS]
+def table_rows(runs: list[Run], keys: list[str], left_out: dict | None = None) -> tuple[list[str], list[list[str]]]:
+    """One row per run; the last column says whether it is in the statistics (`left_out`:
+    {run index: short reason}, from `left_out_of_statistics`)."""
+    head = ["#", *map(display_name, keys), *METRIC_COLUMNS, "in stats"]
     rows = []
     for r in runs:
         m = r.metrics()
+        why = (left_out or {}).get(r.index)
         rows.append([str(r.index), *(fmt_param(r.config.get(k)) for k in keys), r.status, fmt(m.get("steps_completed")),
                      fmt(m.get("final_val_loss")), fmt(m.get("best_val_loss")), fmt(m.get("diverged_at_step")),
-                     fmt_rate(m.get("tokens_per_second"))])
+                     fmt_rate(m.get("tokens_per_second")), "yes" if why is None else f"no: {why}"])
     return head, rows
+
+
+def left_out_of_statistics(runs: list[Run], keys: list[str]) -> list[tuple[Run, str, str]]:
+    """(run, short reason, why) of every run the settings' statistics leave out (study.screen),
+    in run order."""
+    out = [item for members in study.cells(runs, keys).values() for item in study.screen(members).left_out]
+    return sorted(out, key=lambda item: item[0].index)
+
+
+def screening_notes(left_out: list[tuple[Run, str, str]]) -> list[str]:
+    """The rule, and a line per run left out of the statistics."""
+    if not left_out:
+        return []
+    notes = [f"{len(left_out)} run{'s' * (len(left_out) != 1)} left out of the statistics (means, intervals, LR "
+             "sensitivity, max stable lr, critical depth): only finished runs (completed, stalled, diverged) are "
+             "replicates, one per seed; of several finished runs of one setting and seed the newest is kept"]
+    notes += [f"run #{r.index} left out: {why} ({r.rel})" for r, _, why in left_out]
+    return notes
 
 
 def text_table(head: list[str], rows: list[list[str]]) -> str:
@@ -161,14 +182,15 @@ def _is_number(text: str) -> bool:
         return text == "-"
 
 
-def write_csv(path: Path, runs: list[Run], keys: list[str]) -> None:
+def write_csv(path: Path, runs: list[Run], keys: list[str], left_out: dict) -> None:
+    """runs.csv: one row per run; `left_out` {run index: why it is not in the statistics}."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["run", "path", *map(display_name, keys), *CSV_METRICS])
+        w.writerow(["run", "path", *map(display_name, keys), *CSV_METRICS, "left_out"])
         for r in runs:
             m = r.metrics()
             w.writerow([r.index, r.rel, *(r.config.get(k) for k in keys), r.status,
-                        *("" if m.get(c) is None else m.get(c) for c in CSV_METRICS[1:])])
+                        *("" if m.get(c) is None else m.get(c) for c in CSV_METRICS[1:]), left_out.get(r.index, "")])
 
 
 # ------------------------------------------------------------------------ figures
@@ -283,7 +305,7 @@ def _cell_text(members: list[Run]) -> tuple[float, str]:
     notes = [f"div@{r.summary.get('diverged_at_step')}" if c["n"] == 1 else f"{c['n_diverged']} div"
              for r in members if r.status == "diverged"][:1]
     notes += [f"{c['n_stalled']} stalled"] * bool(c["n_stalled"]) + ["failed"] * bool(c["n_failed"])
-    notes += sorted({r.status for r in members if r.unfinished})
+    notes += [f"{c['n_left_out']} left out"] * bool(c["n_left_out"])
     return c["mean"], "\n".join(text + notes)
 
 
@@ -497,11 +519,12 @@ def sensitivity_section(runs: list[Run], keys: list[str], out_dir: Path) -> list
     table.rename(columns=display_name).to_csv(out_dir / "sensitivity.csv", index=False)
     plot_sweep(runs, keys, "lr", out_dir / "lr_sensitivity.png")
     setting = [k for k in keys if k != "lr"]
-    head = [*map(display_name, setting), "LR sensitivity", "95 % bootstrap interval", "max stable lr", "seeds", "lrs"]
+    head = [*map(display_name, setting), "LR sensitivity", "95 % bootstrap interval", "max stable lr", "seeds", "lrs",
+            "left out"]
     rows = [[*(fmt_param(r[k]) for k in setting), fmt(r["lr_sensitivity"]),
              "-" if not math.isfinite(r["lr_sensitivity_low"]) else f"{r['lr_sensitivity_low']:.4f} … {r['lr_sensitivity_high']:.4f}",
              "none" if r["max_stable_lr"] is None or r["max_stable_lr"] != r["max_stable_lr"] else fmt_param(r["max_stable_lr"]),
-             str(r["n_seeds"]), str(r["n_lrs"])] for r in table.to_dict("records")]
+             str(r["n_seeds"]), str(r["n_lrs"]), left_out_cell(r)] for r in table.to_dict("records")]
     return ["## Learning-rate sensitivity", "",
             "LR sensitivity = mean over the swept lr grid of min(ℓ(η), ℓ₀) − ℓ* (Wortsman et al. 2023 §3): ℓ(η) the "
             "mean final validation loss over seeds at η (a diverged run counts as its initial loss ℓ₀), ℓ* the best "
@@ -518,10 +541,11 @@ def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
     table.rename(columns=display_name).to_csv(out_dir / "depth.csv", index=False)
     plot_sweep(runs, keys, "layers", out_dir / "depth_sweep.png")
     setting = [k for k in keys if k != "layers"]
-    head = [*map(display_name, setting), "deepest stack that learns", "depths tried", "seeds"]
+    head = [*map(display_name, setting), "deepest stack that learns", "depths tried", "seeds", "left out"]
     rows = [[*(fmt_param(r[k]) for k in setting),
              "none" if r["deepest_learning_layers"] is None or str(r["deepest_learning_layers"]) in ("<NA>", "nan")
-             else str(int(r["deepest_learning_layers"])), r["depths"], str(r["n_seeds"])] for r in table.to_dict("records")]
+             else str(int(r["deepest_learning_layers"])), r["depths"], str(r["n_seeds"]), left_out_cell(r)]
+            for r in table.to_dict("records")]
     lines = ["## Critical depth", "", "The deepest stack at which every seed learned (completed at least stall_margin "
              "below the unigram baseline). Data: `depth.csv`; the figure's cells: `depth_sweep.csv`.", "",
              markdown_table(head, rows), "", "![final validation loss vs depth](depth_sweep.png)", ""]
@@ -542,12 +566,18 @@ def cell_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[st
     """The settings table: one row per cell (runs that differ only in seed)."""
     table = study.cell_table(runs, keys, sort_key)
     head = [*map(display_name, keys), "n", "mean final val", "95 % t-interval", "below baseline", "diverged", "stalled",
-            "failed"]
+            "failed", "left out"]
     rows = [[*(fmt_param(r[k]) for k in keys), str(r["n"]), fmt(r["mean"]) if math.isfinite(r["mean"]) else "-",
              f"{r['low']:.4f} … {r['high']:.4f}" if math.isfinite(r["low"]) else "-",
              f"{100 * r['margin_below_baseline']:.1f} %" if math.isfinite(r["margin_below_baseline"]) else "-",
-             str(r["n_diverged"]), str(r["n_stalled"]), str(r["n_failed"])] for r in table.to_dict("records")]
+             str(r["n_diverged"]), str(r["n_stalled"]), str(r["n_failed"]), left_out_cell(r)]
+            for r in table.to_dict("records")]
     return head, rows
+
+
+def left_out_cell(row: dict) -> str:
+    """"0", or "2: 1 killed, 1 duplicate seed"."""
+    return str(row["n_left_out"]) + (f": {row['left_out']}" if row["n_left_out"] else "")
 
 
 # ------------------------------------------------------------------------- report
@@ -558,10 +588,16 @@ def run_notes(runs: list[Run]) -> list[str]:
     for r in runs:
         if r.status == "failed":
             notes.append(f"run #{r.index} failed: {r.summary.get('error') or 'no error recorded'} ({r.rel})")
+        elif r.status == "malformed":
+            notes.append(f"run #{r.index}: {r.problem}; its numbers are not read (fix or remove that file; "
+                         f"the run's events and checkpoints are untouched)")
         elif r.status == "killed":
+            # absolute: the hint is pasted from wherever the user is, not from the report's folder
+            resume = (f"`normexp train ... resume=true hydra.run.dir={r.path.resolve()}` continues it from its last "
+                      "checkpoint" if any(r.path.glob("checkpoints/step_*.pt")) else
+                      "it saved no checkpoint, so it can only be run again from step 0")
             notes.append(f"run #{r.index} was killed (its process {r.summary.get('pid')} is gone) before it could "
-                         f"write a final status: its values are read from its event file; `normexp train ... "
-                         f"resume=true hydra.run.dir={r.rel}` continues it from its last checkpoint")
+                         f"write a final status: its values are read from its event file; {resume}")
         elif r.status == "requeued":
             notes.append(f"run #{r.index} was stopped by SLURM (time limit or preemption) after a checkpoint at step "
                          f"{r.summary.get('steps_completed')} and requeued ({r.summary.get('requeues')} time(s)): it "
@@ -639,12 +675,14 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     runs.sort(key=lambda r: ([sort_key(r.config.get(k)) for k in run_keys], r.rel))
     for i, r in enumerate(runs, 1):
         r.index = i
-    head, rows = table_rows(runs, run_keys)
+    left_out = left_out_of_statistics(runs, keys)
+    left_out_short = {r.index: short for r, short, _ in left_out}
+    head, rows = table_rows(runs, run_keys, left_out_short)
     cell_head, cell_body = cell_rows(runs, keys)
     study.cell_table(runs, keys, sort_key).rename(columns=display_name).to_csv(out_dir / "settings.csv", index=False)
     overview = overview_line(runs, keys, root)
     figures, notes = draw_figures(runs, keys, out_dir)
-    notes += run_notes(runs)
+    notes += screening_notes(left_out) + run_notes(runs)
     if len(keys) > 2:
         notes.append(f"the final-loss grid shows {display_name(keys[0])} × {display_name(keys[1])} and "
                      f"pools {', '.join(map(display_name, keys[2:]))}")
@@ -656,10 +694,11 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
         sections += depth_section(runs, keys, out_dir)
         extra += ["depth.csv", "depth_sweep.png"]
     csv_path, md_path = out_dir / "runs.csv", out_dir / "report.md"
-    write_csv(csv_path, runs, run_keys)
+    write_csv(csv_path, runs, run_keys, left_out_short)
     md = [f"# normexp report: `{root}`", "", overview, "", "## Settings (seeds pooled)", "",
           "Mean final validation loss over seeds, a diverged run counted as its initial loss; 95 % t-interval "
-          "over seeds (none for n = 1); below baseline: how far the mean sits below the unigram baseline.", "",
+          "over seeds (none for n = 1); below baseline: how far the mean sits below the unigram baseline. "
+          "n: the runs in the mean, finished ones only and one per seed; left out: the others and why (Notes).", "",
           markdown_table(cell_head, cell_body), "", *sections, "## Runs", "", markdown_table(head, rows), ""]
     if notes:
         md += ["## Notes", "", *(f"- {n}" for n in notes), ""]
@@ -675,4 +714,4 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     written = [csv_path, md_path, *(out_dir / name for _, name in figures), *(out_dir / n for n in extra)]
     echo("wrote " + ", ".join(str(p) for p in written))
     return {"runs": runs, "keys": keys, "figures": [out_dir / n for _, n in figures], "notes": notes,
-            "csv": csv_path, "markdown": md_path}
+            "csv": csv_path, "markdown": md_path, "left_out": left_out}

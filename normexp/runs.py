@@ -15,23 +15,28 @@ It reads the run-folder contract (runfolder.py) and nothing else:
 
 A run still going (status "running"; "killed" if its process is gone from this host) has
 no final numbers in summary.json: its values come from its event file, as far as flushed.
+A summary.json that is not a JSON object of the expected types (hand-edited, written by
+another tool) makes the run "malformed": its numbers are not read, and `problem` (the
+frame's `error`) names the file and what is wrong; the other runs are read as usual.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .runfolder import find_runs, read_summary
+from .runfolder import STATUSES, find_runs
 
 # summary.json fields that load() puts in its frame (the hyperparameters come from the config)
 SUMMARY_FIELDS = ("steps_completed", "final_val_loss", "best_val_loss", "final_train_loss", "initial_loss",
                   "baseline_loss", "stall_margin", "diverged_at_step", "tokens_per_second", "wall_seconds",
                   "parameters", "error")
+NUMERIC_FIELDS = tuple(f for f in SUMMARY_FIELDS if f != "error") + ("requeues",)
 
 
 @dataclass
@@ -43,12 +48,16 @@ class Run:
     summary: dict                  # {} if there is no summary.json yet
     scalars: dict = field(default_factory=dict)  # tag -> [(step, value)], sorted by step
     index: int = 0
+    problem: str | None = None     # why summary.json could not be read ("malformed"), else None
 
     @property
     def status(self) -> str:
         """summary.json's status, except "killed" for a run that says "running" but whose
         process is gone (SIGKILL, out of memory, a lost node): checked when the run was
-        started on this host; elsewhere there is no telling, and it stays "running"."""
+        started on this host; elsewhere there is no telling, and it stays "running".
+        "malformed": summary.json is there but not readable as a summary (see `problem`)."""
+        if self.problem:
+            return "malformed"
         status = self.summary.get("status") or "unknown"
         if status == "running" and not process_alive(self.summary):
             return "killed"
@@ -68,6 +77,8 @@ class Run:
         """Summary values; for a run without final numbers yet (running, or no summary),
         the latest values in its event file."""
         s = dict(self.summary)
+        if self.problem:
+            s["error"] = self.problem
         if self.unfinished or self.status == "unknown":
             val = [v for _, v in self.scalars.get("val/loss", [])]
             steps = [st + 1 for st, _ in self.scalars.get("train/loss", [])]
@@ -98,6 +109,39 @@ def process_alive(summary: dict) -> bool:
     except OSError:  # exists, but belongs to someone else
         return True
     return True
+
+
+def summary_problem(summary) -> str | None:
+    """What makes a parsed summary.json unusable, or None: not an object, an unknown status,
+    or a number field holding something else (a string loss, a list)."""
+    if not isinstance(summary, dict):
+        return f"holds a JSON {type(summary).__name__}, not an object"
+    status = summary.get("status")
+    if status is not None and status not in STATUSES:
+        return f"status {status!r} is not one of {', '.join(STATUSES)}"
+    for key in NUMERIC_FIELDS:
+        v = summary.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"{key} is {json.dumps(v)[:40]}, not a number"
+    return None
+
+
+def read_summary_checked(run_dir: Path) -> tuple[dict, str | None]:
+    """(summary, None), or ({}, the problem naming the file) if summary.json cannot be used;
+    ({}, None) if there is none yet."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return {}, None
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        return {}, f"{path}: cannot be read ({e.strerror})"
+    except ValueError as e:  # written atomically by normexp, so never half a file: damaged
+        return {}, f"{path}: not valid JSON ({e})"
+    problem = summary_problem(data)
+    if problem:
+        return {}, f"{path}: {problem}"
+    return data, None
 
 
 def flatten(node, prefix: str = "") -> dict:
@@ -168,8 +212,9 @@ def read_runs(root: str | Path) -> list[Run]:
     runs = []
     for run_dir in find_runs(root):
         rel = str(run_dir.relative_to(root)) if run_dir != root else "."
-        runs.append(Run(run_dir, rel, load_config(run_dir), load_overrides(run_dir),
-                        read_summary(run_dir) or {}, load_scalars(run_dir)))
+        summary, problem = read_summary_checked(run_dir)
+        runs.append(Run(run_dir, rel, load_config(run_dir), load_overrides(run_dir), summary,
+                        load_scalars(run_dir), problem=problem))
     return runs
 
 
@@ -193,7 +238,8 @@ def load(path: str | Path):
     """The runs under `path` as a pandas DataFrame, one row per run.
 
     Columns: `run` (folder relative to `path`), `path`, `status` (running, completed, stalled,
-    diverged, failed, interrupted; "killed" for a run whose process is gone), the summary's
+    diverged, failed, interrupted, requeued; "killed" for a run whose process is gone;
+    "malformed" for an unusable summary.json, with `error` saying what is wrong), the summary's
     numbers (steps_completed, final_val_loss, best_val_loss, final_train_loss, initial_loss,
     baseline_loss, stall_margin, diverged_at_step, tokens_per_second, wall_seconds, parameters,
     error) and every config key, flattened with dots as in .hydra/config.yaml

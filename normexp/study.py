@@ -1,11 +1,17 @@
 """Seeds as replicates: the statistics `normexp report` draws from a sweep.
 
 Runs that differ only in `seed` are replicates of one *cell* (one setting of the varied
-keys). Per cell: n, the mean final validation loss with a 95 % t-interval over seeds
-(mean ± t₀.₉₇₅,ₙ₋₁ · s/√n; n = 1 gives no interval), and how many runs diverged, stalled
-or failed. A diverged run enters the loss statistics as its loss at initialisation ℓ₀
-(summary.json's initial_loss), as Wortsman et al. 2023 do, never dropped; a failed run
-(no loss) and a run still going are counted but carry no loss.
+keys). Which runs of a cell are replicates (`screen`): only finished runs (completed,
+stalled, diverged) and one per seed. A run still going, killed, interrupted or requeued
+has no final number yet, a failed one has none at all, a malformed summary.json is not
+trusted: each is left out, with its reason. Two finished runs of one setting with the same
+seed are one replicate, not two: the newest (by its summary.json's time) is kept. Per cell:
+n (the runs in the mean), the mean final validation loss with a 95 % t-interval over seeds
+(mean ± t₀.₉₇₅,ₙ₋₁ · s/√n; n = 1 gives no interval), how many diverged, stalled or failed,
+and how many were left out and why. A diverged run enters as its loss at initialisation ℓ₀
+(summary.json's initial_loss), as Wortsman et al. 2023 do; one that diverged before it had
+a finite loss has no ℓ₀: it is left out of the mean (said so), but still counts as a run
+that did not learn.
 
 LR sensitivity of a setting (the varied keys other than lr and seed; Wortsman et al. 2023
 §3): E_η[min(ℓ(η), ℓ₀) − ℓ*] over the swept lr grid, ℓ(η) the mean over seeds of the
@@ -20,9 +26,11 @@ learned is the setting's critical depth.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .runfolder import FINISHED, RUN_SETTINGS
 from .runs import Run
 
 REPLICATE_KEYS = ("seed",)
@@ -60,9 +68,7 @@ def run_loss(r: Run) -> float | None:
     """The loss a run enters the statistics with: final validation loss; ℓ₀ (initial_loss)
     if it diverged; None if it has none (failed, or no value yet)."""
     m = r.metrics()
-    if r.status == "diverged":
-        return m.get("initial_loss")
-    v = m.get("final_val_loss")
+    v = m.get("initial_loss") if r.status == "diverged" else m.get("final_val_loss")
     return v if v is not None and math.isfinite(v) else None
 
 
@@ -83,17 +89,100 @@ def cells(runs: list[Run], keys: list[str]) -> dict[tuple, list[Run]]:
     return out
 
 
+@dataclass
+class Screened:
+    """A cell's runs sorted for the statistics (see `screen`)."""
+
+    kept: list[Run] = field(default_factory=list)       # finished, one per seed: learned or not
+    losses: list[float] = field(default_factory=list)   # the loss of each kept run that has one
+    entered: list[Run] = field(default_factory=list)    # ... and those runs: the mean's n
+    left_out: list[tuple[Run, str, str]] = field(default_factory=list)  # (run, short reason, why)
+
+    def left_out_text(self) -> str:
+        """"1 killed, 1 duplicate seed": how many were left out of the mean, by reason."""
+        counts: dict[str, int] = {}
+        for _, short, _ in self.left_out:
+            counts[short] = counts.get(short, 0) + 1
+        return ", ".join(f"{n} {short}" for short, n in counts.items())
+
+
+def setting_identity(r: Run) -> tuple:
+    """Everything that makes a run what it computes: its config but how it ran (RUN_SETTINGS)."""
+    return tuple(sorted((k, repr(v)) for k, v in r.config.items() if k not in RUN_SETTINGS))
+
+
+def unfinished_reason(r: Run) -> tuple[str, str] | None:
+    """(short, why) a run has no final number to pool, or None if it finished."""
+    status = r.status
+    if status in FINISHED:
+        return None
+    if status == "failed":
+        return "failed", "failed: it has no loss (counted as failed, never as a loss)"
+    if status == "malformed":
+        return "malformed", f"{r.problem}: its numbers are not trusted"
+    if status == "unknown":
+        return "no summary", "no summary.json yet: nothing to pool"
+    return status, f"{status}: unfinished, its last loss is not a final one"
+
+
+def screen(members: list[Run]) -> Screened:
+    """Which runs of a cell enter the statistics. Unfinished, failed and malformed runs are
+    left out; of several finished runs with one setting and seed the newest is kept (by
+    summary.json's modification time, then path), the others left out as duplicates; a kept
+    run without a loss (diverged before any finite loss: no ℓ₀) is left out of the mean only."""
+    out, newest = Screened(), {}
+    for r in members:
+        reason = unfinished_reason(r)
+        if reason:
+            out.left_out.append((r, *reason))
+            continue
+        key = setting_identity(r)
+        if key not in newest or _age(r) > _age(newest[key]):
+            newest[key] = r
+    for r in members:
+        keeper = newest.get(setting_identity(r))
+        if r.status not in FINISHED or keeper is None:
+            continue
+        if r is not keeper:
+            out.left_out.append((r, "duplicate seed", f"same setting and seed {r.config.get('seed')} as {keeper.rel}, "
+                                 "which finished later and is kept: one seed is one replicate"))
+            continue
+        out.kept.append(r)
+        loss = run_loss(r)
+        if loss is None:
+            out.left_out.append((r, "no initial loss", "diverged before its first finite loss, so it has no ℓ₀ "
+                                 "to count as: left out of the mean (which is then too low), counted as diverged"))
+        else:
+            out.losses.append(loss)
+            out.entered.append(r)
+    return out
+
+
+def _age(r: Run) -> tuple:
+    try:
+        mtime = (r.path / "summary.json").stat().st_mtime_ns
+    except OSError:
+        mtime = -1
+    return mtime, r.rel
+
+
 def cell_stats(members: list[Run]) -> dict:
-    """n, mean and 95 % t-interval of the loss (diverged = ℓ₀), counts by outcome."""
-    losses = [run_loss(r) for r in members]
-    mean, low, high = t_interval(losses)
-    statuses = [r.status for r in members]
-    baselines = [r.summary.get("baseline_loss") for r in members if r.summary.get("baseline_loss") is not None]
-    return {"n": len(members), "n_loss": sum(v is not None for v in losses), "mean": mean, "low": low, "high": high,
+    """n (the runs in the mean), mean and 95 % t-interval of the loss (diverged = ℓ₀), counts
+    by outcome of the kept runs, failed runs, and the runs left out of the mean and why."""
+    sc = screen(members)
+    mean, low, high = t_interval(sc.losses)
+    statuses = [r.status for r in sc.kept]
+    baselines = [r.summary.get("baseline_loss") for r in sc.kept if r.summary.get("baseline_loss") is not None]
+    return {"n": len(sc.losses), "mean": mean, "low": low, "high": high,
             "n_diverged": statuses.count("diverged"), "n_stalled": statuses.count("stalled"),
-            "n_failed": statuses.count("failed"), "n_learned": sum(map(learned, members)),
+            "n_failed": sum(r.status == "failed" for r in members), "n_learned": sum(map(learned, sc.kept)),
+            "n_left_out": len(sc.left_out), "left_out": sc.left_out_text(),
             "baseline_loss": float(np.mean(baselines)) if baselines else math.nan,
             "margin_below_baseline": (1 - mean / np.mean(baselines)) if baselines and math.isfinite(mean) else math.nan}
+
+
+CELL_COLUMNS = ["n", "mean", "low", "high", "n_diverged", "n_stalled", "n_failed", "n_learned", "n_left_out",
+                "left_out", "baseline_loss", "margin_below_baseline"]
 
 
 def cell_table(runs: list[Run], keys: list[str], sort_key):
@@ -103,19 +192,17 @@ def cell_table(runs: list[Run], keys: list[str], sort_key):
     rows = []
     for values, members in sorted(cells(runs, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
         rows.append({**dict(zip(keys, values)), **cell_stats(members)})
-    return pd.DataFrame(rows, columns=[*keys, "n", "n_loss", "mean", "low", "high", "n_diverged", "n_stalled",
-                                       "n_failed", "n_learned", "baseline_loss", "margin_below_baseline"])
+    return pd.DataFrame(rows, columns=[*keys, *CELL_COLUMNS])
 
 
 # ------------------------------------------------------------------ LR sensitivity
 
 def _clipped_losses(members: list[Run]) -> np.ndarray:
-    """min(ℓ, ℓ₀) of each seed of one lr cell (runs without a loss left out)."""
+    """min(ℓ, ℓ₀) of each seed of one lr cell that enters the statistics (see `screen`)."""
     out = []
-    for r in members:
+    for r in screen(members).entered:
         v, l0 = run_loss(r), r.summary.get("initial_loss")
-        if v is not None:
-            out.append(min(v, l0) if l0 is not None and math.isfinite(l0) else v)
+        out.append(min(v, l0) if l0 is not None and math.isfinite(l0) else v)
     return np.asarray(out, dtype=float)
 
 
@@ -138,15 +225,26 @@ def bootstrap_sensitivity(grid: list[np.ndarray], samples: int = BOOTSTRAP_SAMPL
     return float(low), float(high)
 
 
-def largest_learning(members_by_x: dict, ) -> float | None:
-    """The largest x whose runs all learned (every seed completed below the baseline)."""
-    good = [x for x, members in members_by_x.items() if members and all(map(learned, members))]
+def largest_learning(members_by_x: dict) -> float | None:
+    """The largest x whose runs all learned: every seed that finished (one run per seed, see
+    `screen`) completed below the baseline, and at least one did."""
+    good = [x for x, members in members_by_x.items()
+            if (kept := screen(members).kept) and all(map(learned, kept))]
     return max(good) if good else None
+
+
+def _left_out_over(groups) -> tuple[int, str]:
+    """(count, "1 killed, 2 duplicate seed") of the runs left out over several cells."""
+    total = Screened()
+    for members in groups:
+        total.left_out += screen(members).left_out
+    return len(total.left_out), total.left_out_text()
 
 
 def sensitivity_table(runs: list[Run], keys: list[str], sort_key):
     """One row per setting (the varied keys other than lr): lr_sensitivity with its bootstrap
-    interval, max_stable_lr, n_seeds (the fewest seeds of any lr cell), n_lrs."""
+    interval, max_stable_lr, n_seeds (the fewest seeds in the statistics of any lr cell), n_lrs,
+    and the runs left out of them (n_left_out, left_out: see `screen`)."""
     import pandas as pd
 
     setting_keys = [k for k in keys if k != "lr"]
@@ -156,11 +254,13 @@ def sensitivity_table(runs: list[Run], keys: list[str], sort_key):
         grid = [_clipped_losses(by_lr[lr]) for lr in sorted(by_lr)]
         grid = [g for g in grid if len(g)]
         point, (low, high) = (sensitivity_of(grid), bootstrap_sensitivity(grid)) if grid else (math.nan, (math.nan,) * 2)
+        n_out, why = _left_out_over(by_lr.values())
         rows.append({**dict(zip(setting_keys, values)), "lr_sensitivity": point, "lr_sensitivity_low": low,
                      "lr_sensitivity_high": high, "max_stable_lr": largest_learning(by_lr),
-                     "n_seeds": min(len(ms) for ms in by_lr.values()) if by_lr else 0, "n_lrs": len(grid)})
+                     "n_seeds": min(len(screen(ms).entered) for ms in by_lr.values()) if by_lr else 0,
+                     "n_lrs": len(grid), "n_left_out": n_out, "left_out": why})
     return pd.DataFrame(rows, columns=[*setting_keys, "lr_sensitivity", "lr_sensitivity_low", "lr_sensitivity_high",
-                                       "max_stable_lr", "n_seeds", "n_lrs"])
+                                       "max_stable_lr", "n_seeds", "n_lrs", "n_left_out", "left_out"])
 
 
 def early_model_update(r: Run) -> tuple[int, float] | None:
@@ -191,15 +291,19 @@ def model_update_table(runs: list[Run], keys: list[str], sort_key):
 
 def depth_table(runs: list[Run], keys: list[str], sort_key):
     """One row per setting (the varied keys other than layers): the deepest stack at which
-    every seed learned (None: none did), the depths tried, n_seeds."""
+    every seed learned (None: none did), the depths tried, n_seeds (the fewest finished seeds
+    of any depth), and the runs left out (see `screen`)."""
     import pandas as pd
 
     setting_keys = [k for k in keys if k != "layers"]
     rows = []
     for values, members in sorted(cells(runs, setting_keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
         by_depth = {d: ms for (d,), ms in cells(members, ["layers"]).items() if d is not None}
+        n_out, why = _left_out_over(by_depth.values())
         rows.append({**dict(zip(setting_keys, values)), "deepest_learning_layers": largest_learning(by_depth),
                      "depths": " ".join(str(d) for d in sorted(by_depth)),
-                     "n_seeds": min(len(ms) for ms in by_depth.values()) if by_depth else 0})
-    table = pd.DataFrame(rows, columns=[*setting_keys, "deepest_learning_layers", "depths", "n_seeds"])
+                     "n_seeds": min(len(screen(ms).kept) for ms in by_depth.values()) if by_depth else 0,
+                     "n_left_out": n_out, "left_out": why})
+    table = pd.DataFrame(rows, columns=[*setting_keys, "deepest_learning_layers", "depths", "n_seeds", "n_left_out",
+                                        "left_out"])
     return table.astype({"deepest_learning_layers": "Int64"})  # a whole number, or empty: none learned
