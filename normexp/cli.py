@@ -244,7 +244,9 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
     if existing and previous.get("status") == "requeued":  # SLURM started the job again after a preemption
         log.info("%s was requeued by SLURM: resuming from its last checkpoint", run_dir)
         cfg.resume = True
-    if not existing or read_record(run_dir) is None:
+    from .distributed import is_main
+
+    if is_main() and (not existing or read_record(run_dir) is None):  # under torchrun rank 0 writes
         write_record(run_dir, cfg.data)
     from .train import train  # imports torch
 

@@ -1,0 +1,75 @@
+"""Every numeric setting, wherever it is declared (train.yaml, a group option, a norm's or
+placement's constructor), refuses nan and inf with a ConfigError naming it: the list of
+settings is read from the declarations, so a setting added later is covered too."""
+
+import inspect
+
+import pytest
+from omegaconf import OmegaConf
+
+from normexp.cli import check_job
+from normexp.compose import compose_config, group_options, top_level_keys
+from normexp.model import NORMS, PLACEMENTS
+from normexp.validate import ConfigError
+
+NOT_SETTINGS = {"self", "d", "sublayer", "make_norm", "index", "depth"}
+TEXT_FILES = {"text": [f"data.files=[{__file__}]"]}  # data=text needs a real, non-empty file
+
+
+def top_level_numbers() -> list[str]:
+    """train.yaml's keys that hold a number (or "auto", or null for grad_clip) by default."""
+    cfg = compose_config([])
+    keys = [k for k in top_level_keys()
+            if (isinstance(v := OmegaConf.select(cfg, k), (int, float)) and not isinstance(v, bool)) or v == "auto"]
+    return [*keys, "grad_clip"]
+
+
+def group_numbers() -> list[list[str]]:
+    """[group=option, key=] for every numeric setting a group option file declares."""
+    out = []
+    for group in ("schedule", "data", "tokenizer"):
+        for option in group_options(group):
+            declared = OmegaConf.to_container(compose_config([f"{group}={option}"])[group], resolve=False)
+            for key, value in declared.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out.append([f"{group}={option}", *TEXT_FILES.get(option, []), f"{group}.{key}"])
+    return out
+
+
+def variant_settings() -> list[list[str]]:
+    """[group=name, key] for every setting a norm or placement class takes."""
+    out = []
+    for group, registry in (("norm", NORMS), ("placement", PLACEMENTS)):
+        for name, cls in registry.items():
+            for p in inspect.signature(cls.__init__).parameters.values():
+                if p.name not in NOT_SETTINGS and p.default is not p.empty:
+                    out.append([f"{group}={name}", f"{group}.{p.name}"])
+    return out
+
+
+CASES = [*([k] for k in top_level_numbers()), *group_numbers(), *variant_settings()]
+
+
+def test_the_declarations_were_found():
+    keys = {case[-1] for case in CASES}
+    assert {"lr", "grad_clip", "z_loss", "optim.weight_decay", "divergence.max_loss", "schedule.min_lr_ratio",
+            "norm.eps", "placement.alpha", "placement.init_scale"} <= keys
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: " ".join(x for x in c if not x.startswith("data.files")))
+def test_non_finite_numbers_are_refused_naming_the_key(case, value):
+    *choose, key = case
+    prefix = "" if OmegaConf.select(compose_config(choose), key, default="<absent>") != "<absent>" else "+"
+    check_job(compose_config(choose), set())  # the default passes: only the value makes it fail
+    with pytest.raises(ConfigError) as e:
+        check_job(compose_config([*choose, f"{prefix}{key}={value}"]), {key})
+    assert str(e.value).startswith(f"{key}={value}:"), str(e.value)
+
+
+@pytest.mark.parametrize("case", variant_settings(), ids=" ".join)
+def test_variant_settings_beyond_float32_are_refused(case):
+    """1e308 is finite in Python but inf in the model's float32 parameters."""
+    choose, key = case
+    with pytest.raises(ConfigError, match=rf"^{key}=1e\+308:"):
+        check_job(compose_config([choose, f"++{key}=1e308"]), {key})
