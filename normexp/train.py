@@ -171,7 +171,10 @@ class Trainer:
             self.max_loss = max(self.max_loss, 2 * self.summary["initial_loss"])
         self.progress = Progress(cfg.log.progress if self.main else "off", cfg.steps, self.step)
         self.profiles_every = profiles_every(cfg)
-        self.timer_start, self.timer_steps, self.tps = time.perf_counter(), 0, self.summary.get("tokens_per_second")
+        # tokens/s counts training steps only: each step's time is summed from its start to the start of
+        # after_step, less what log_step spends drawing images and histograms (step_extra)
+        self.step_began, self.step_extra = time.perf_counter(), 0.0
+        self.timer_seconds, self.timer_steps, self.tps = 0.0, 0, self.summary.get("tokens_per_second")
         self.model.train()
         if hooks.on_start:
             hooks.on_start()
@@ -331,11 +334,13 @@ class Trainer:
         s = self.step - 1
         write_scalars(self.writer, {**scalar_tags(values), "train/loss": values["loss"], "train/lr": lr}, s)
         every = self.profiles_every
+        t0 = time.perf_counter()
         if every and (s % every == 0 or s == self.cfg.steps - 1):
             self.writer.add_figure("depth_profile", depth_profile_figure(values, s), s)
         if self.cfg.log.histograms:
             for i, t in enumerate(block_outputs(self.model, x)):
                 self.writer.add_histogram(f"act_hist/layer_{i:02d}", t, s)
+        self.step_extra += time.perf_counter() - t0  # drawing is not training: kept out of tokens/s
 
     # ---------------------------------------------------------------- after a step
 
@@ -344,17 +349,15 @@ class Trainer:
         "diverged" if the validation loss is not finite."""
         cfg, step = self.cfg, self.step
         logged = (step - 1) % cfg.log_every == 0 or step == cfg.steps
+        self.timer_seconds += time.perf_counter() - self.step_began - self.step_extra
         self.timer_steps += 1
         if logged:  # throughput over the steps since the last logging step (the first is warm-up)
             if step - 1 > self.start_step:
-                self.tps = round(self.timer_steps * cfg.batch_size * cfg.seq_len
-                                 / max(time.perf_counter() - self.timer_start, 1e-9), 1)
+                self.tps = round(self.timer_steps * cfg.batch_size * cfg.seq_len / max(self.timer_seconds, 1e-9), 1)
                 self.writer.add_scalar("perf/tokens_per_second", self.tps, step - 1)
-            self.timer_start, self.timer_steps = time.perf_counter(), 0
+            self.timer_seconds, self.timer_steps = 0.0, 0
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            t_eval = time.perf_counter()
             val = self.evaluate()
-            self.timer_start += time.perf_counter() - t_eval  # keep evaluation out of tokens/s
             self.summary["final_val_loss"] = val
             self.best_val = min(self.best_val, val)
             self._log_val(val, step)
@@ -369,6 +372,8 @@ class Trainer:
         self.progress.update(step - 1, fields, line=logged)
         if self.hooks.on_step:
             self.hooks.on_step(step - 1)
+        # evaluation, checkpoint, progress and the hook above are not the step: the next one starts here
+        self.step_began, self.step_extra = time.perf_counter(), 0.0
         return None
 
     def evaluate(self) -> float:

@@ -1,0 +1,59 @@
+"""tokens/s measures training steps only: drawing a depth-profile image and saving a
+checkpoint are replaced here by a sleep each, and every reported throughput must still match
+the steps' own time, read off the loop's end-of-step timestamps with those sleeps taken out."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import make_corpus
+
+SLEEP = 0.3
+BATCH, SEQ = 4, 32
+
+
+def test_tokens_per_second_leaves_out_images_and_checkpoints(tmp_path, monkeypatch):
+    from normexp import checkpoint, runs
+    from normexp import train as train_module
+    from normexp.compose import compose_config
+    from normexp.train import Hooks, train
+    from torch.utils.tensorboard import SummaryWriter
+
+    monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
+    sleeps: list[tuple[float, float]] = []  # (start, end) of each slow extra
+
+    def sleep(*_a, **_k):
+        t0 = time.perf_counter()
+        time.sleep(SLEEP)
+        sleeps.append((t0, time.perf_counter()))
+
+    # the image and the checkpoint become pure sleeps, so the rest of each interval is the steps
+    # (and a 2-batch evaluation): the sleeps are the only large thing tokens/s must leave out
+    monkeypatch.setattr(train_module, "depth_profile_figure", sleep)
+    monkeypatch.setattr(SummaryWriter, "add_figure", lambda *_a, **_k: None)
+    monkeypatch.setattr(checkpoint, "save", sleep)
+    corpus = make_corpus(tmp_path / "corpus.txt")
+    cfg = compose_config(["data=text", f"data.files=[{corpus}]", "steps=20", "log_every=5", "log.profiles_every=5",
+                          "checkpoint_every=5", "eval_every=10", "layers=2", "d_model=32", "heads=2",
+                          f"seq_len={SEQ}", f"batch_size={BATCH}", "eval_batches=2", "log.progress=off", "threads=1",
+                          "warmup=0"])
+    stamps: dict[int, float] = {}
+    run = tmp_path / "run"
+    run.mkdir()
+    summary = train(cfg, run, hooks=Hooks(on_step=lambda s: stamps.__setitem__(s, time.perf_counter())))
+    assert len(sleeps) >= 5 + 3  # images at 0, 5, 10, 15, 19; checkpoints after steps 5, 10, 15
+
+    reported = dict(runs.load_scalars(run)["perf/tokens_per_second"])  # the TensorBoard scalars
+    assert sorted(reported) == [5, 10, 15, 19]  # every logging step but the first (warm-up)
+    logged = [0, 5, 10, 15, 19]
+    for a, b in zip(logged, logged[1:]):
+        slept = sum(e - s for s, e in sleeps if stamps[a] < s < stamps[b])
+        assert slept >= SLEEP  # each interval holds at least one slow extra
+        steps_time = stamps[b] - stamps[a] - slept  # the steps, plus evaluation and bookkeeping
+        floor = (b - a) * BATCH * SEQ / steps_time
+        # the timed steps are part of steps_time, so the rate is at least floor; with the sleeps
+        # counted it would be below (b - a)·B·T / SLEEP, far under floor for this tiny model
+        assert floor <= reported[b] <= 3 * floor, (a, b, reported[b], floor)
+    assert summary["tokens_per_second"] == pytest.approx(reported[19], rel=1e-5)
+    assert (Path(run) / "summary.json").is_file()
