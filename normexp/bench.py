@@ -109,14 +109,28 @@ def default_shape() -> Shape:
 
 
 def parse_shape(text: str) -> Shape:
-    """NAME=LAYERSxWIDTH,SEQ,BATCH, e.g. tiny=2x32,32,4."""
+    """NAME=LAYERSxWIDTH,SEQ,BATCH, e.g. tiny=2x32,32,4; a shape no model can have is a BenchError."""
     try:
         name, spec = text.split("=")
         size, seq, batch = spec.split(",")
         layers, width = size.lower().split("x")
-        return Shape(name, int(layers), int(width), int(seq), int(batch), heads=2 if int(width) < 64 else 4)
+        shape = Shape(name.strip(), int(layers), int(width), int(seq), int(batch), heads=2 if int(width) < 64 else 4)
     except ValueError:
         raise BenchError(f"--shape {text!r}: write NAME=LAYERSxWIDTH,SEQ,BATCH, e.g. tiny=2x32,32,4") from None
+    if not shape.name:
+        raise BenchError(f"--shape {text!r}: the shape needs a NAME before '=', e.g. tiny=2x32,32,4")
+    sizes = {"layers": shape.layers, "width": shape.d_model, "sequence length": shape.seq_len, "batch": shape.batch_size}
+    bad = [f"{what} {v}" for what, v in sizes.items() if v < 1]
+    if bad:
+        raise BenchError(f"--shape {text!r}: {', '.join(bad)} must be at least 1, e.g. tiny=2x32,32,4")
+    if shape.seq_len > MAX_SEQ_LEN:
+        raise BenchError(f"--shape {text!r}: sequence length {shape.seq_len} is longer than the bench's validation "
+                         f"text allows; use at most {MAX_SEQ_LEN}")
+    if shape.d_model % shape.heads:
+        raise BenchError(f"--shape {text!r}: width {shape.d_model} must be a multiple of its {shape.heads} attention "
+                         f"heads (2 below width 64, else 4), e.g. {shape.name}={shape.layers}x"
+                         f"{shape.heads * max(1, round(shape.d_model / shape.heads))},{shape.seq_len},{shape.batch_size}")
+    return shape
 
 
 # ---------------------------------------------------------------- the baseline model
@@ -357,7 +371,11 @@ def load_average() -> str:
     return "?"
 
 
-def make_corpus(folder: Path, n_bytes: int = 400_000, seed: int = 0) -> Path:
+CORPUS_BYTES = 400_000  # the bench's own text; data=text holds out the last 10 % for validation
+MAX_SEQ_LEN = CORPUS_BYTES // 10 - 2  # a validation batch needs seq_len + 1 bytes of it
+
+
+def make_corpus(folder: Path, n_bytes: int = CORPUS_BYTES, seed: int = 0) -> Path:
     """Random lowercase words: the bench times steps, so the text only needs enough tokens."""
     import random
 
@@ -654,8 +672,15 @@ def table(shapes: list[Shape], results: dict, peak: float, threads: int, peak_si
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one BenchError line (not a usage block and exit 2 of its own)."""
+
+    def error(self, message):
+        raise BenchError(f"{message}; `normexp bench --help` lists the options")
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="normexp bench", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="normexp bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default="A,B,C", help="shapes to run, from A,B,C and --shape names (default A,B,C)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=LxD,SEQ,BATCH",
                    help="an extra shape, e.g. tiny=2x32,32,4 (add its NAME to --only)")
@@ -695,6 +720,26 @@ def select_shapes(args) -> tuple[dict, list]:
     return known, [known[n] for n in names]
 
 
+def check_args(args, cores: int) -> None:
+    """Everything that can be checked before the bench runs, so that no measurement is lost
+    to a bad argument at the end (the --json path is written last)."""
+    at_least = {"--rounds": (args.rounds, 1), "--peak-size": (args.peak_size, 1), "--sweep-steps": (args.sweep_steps, 1)}
+    if args.threads is not None:
+        at_least["--threads"] = (args.threads, 1)
+    for flag, (value, low) in at_least.items():
+        if value < low:
+            raise BenchError(f"{flag} {value}: must be at least {low}"
+                             + (f" (this machine lets the process use {cores} cores)" if flag == "--threads" else ""))
+    out = args.json
+    if out.is_dir():
+        raise BenchError(f"--json {out} is a folder; give a file name, e.g. {out / 'bench.json'}")
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise BenchError(f"--json {out}: no folder {folder}; create it first or choose another path")
+    if not os.access(folder, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise BenchError(f"--json {out}: cannot write there; choose another path")
+
+
 def extras_text(sweep: dict | None, startup: dict | None, profiles: dict | None, cores: int, sweep_steps: int) -> str:
     """The lines of the optional measurements (--sweep, --startup, --profiles) under the table;
     sets sweep["faster"]."""
@@ -731,11 +776,11 @@ def main(argv: list[str] | None = None) -> dict:
     from .distributed import available_cores
 
     cores = available_cores()
+    known, shapes = select_shapes(args)
+    check_args(args, cores)
     threads = args.threads or cores
     torch.set_num_threads(threads)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731 - progress on stderr, table on stdout
-
-    known, shapes = select_shapes(args)
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     logging.getLogger("normexp").setLevel(logging.ERROR)  # the runs' own log lines would drown the table
@@ -769,7 +814,10 @@ def main(argv: list[str] | None = None) -> dict:
     report = {"profiles": profiles, "threads": threads, "cores": cores, "torch": torch.__version__, "matmul_peak_gflops": peak,
               "flops_per_token": "6*N + 12*L*T*d (N = matmul weights incl. tied head)",
               "load_average_at_end": load_average(), "shapes": results, "sweep": sweep, "startup": startup}
-    args.json.write_text(json.dumps(report, indent=2))
+    try:
+        args.json.write_text(json.dumps(report, indent=2))
+    except OSError as e:  # checked up front; the table above is printed, so nothing is lost
+        raise BenchError(f"cannot write {args.json} ({e.strerror}); the table above holds the results") from None
     say(f"wrote {args.json}")
     return report
 
@@ -779,7 +827,7 @@ def run(argv: list[str] | None = None) -> None:
     try:
         main(argv)
     except BenchError as e:
-        print(f"normexp bench: error: {e}", file=sys.stderr)
+        print(f"normexp: error: {e}", file=sys.stderr)  # the one-line form of every normexp command
         raise SystemExit(2) from None
 
 

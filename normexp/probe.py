@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -337,6 +338,24 @@ def plot(records: list[dict], out_dir: Path) -> list[Path]:
     fig.savefig(paths[1], dpi=110)
     plt.close(fig)
     return paths
+
+
+def check_out_dir(out_dir: Path | None) -> None:
+    """Refuse an --out the outputs cannot be written to, before anything is computed: a file,
+    a folder under a file, or a place this user cannot write. None (the default) is fine."""
+    if out_dir is None:
+        return
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ProbeError(f"--out {out_dir} is a file; give a folder (created if missing), e.g. --out probe_out")
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ProbeError(f"--out {out_dir}: {existing} is a file, so no folder can be made under it; "
+                         "choose another --out")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ProbeError(f"--out {out_dir}: cannot write in {existing}; choose another --out")
 
 
 def write_outputs(records: list[dict], out_dir: Path) -> list[Path]:

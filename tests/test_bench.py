@@ -109,3 +109,40 @@ def test_bad_bench_arguments_get_one_line_and_exit_2(cli_env):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown shape Z" in lines[0] and "--shape" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rounds", "0"], "--rounds 0: must be at least 1"),
+    (["--threads", "-1"], "--threads -1: must be at least 1"),
+    (["--rounds", "abc"], "argument --rounds: invalid int value: 'abc'"),
+    (["--only", "t", "--shape", "t=2x33,32,4"], "width 33 must be a multiple of its 2 attention heads"),
+    (["--only", "t", "--shape", "t=0x32,32,4"], "layers 0 must be at least 1"),
+    (["--only", "t", "--shape", "t=2x32,0,4"], "sequence length 0 must be at least 1"),
+    (["--only", "t", "--shape", "t=2x32,99999,4"], "sequence length 99999 is longer"),
+    (["--json", "{missing}/bench.json"], "--json {missing}/bench.json: no folder {missing}"),
+    (["--json", "{tmp}"], "--json {tmp} is a folder"),
+])
+def test_bad_bench_arguments_are_refused_before_anything_runs(tmp_path, capsys, monkeypatch, args, message):
+    """In-process, with every measurement replaced by a tripwire: a bad argument must end the
+    bench (one line, exit 2) before the first measurement, so nothing measured is lost."""
+    from normexp import bench
+
+    def tripwire(*_a, **_k):
+        raise AssertionError("the bench started measuring")
+
+    for name in ("bench_shapes", "matmul_gflops", "make_corpus", "bench_startup"):
+        monkeypatch.setattr(bench, name, tripwire)
+    fill = dict(missing=tmp_path / "missing", tmp=tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        bench.run([a.format(**fill) for a in args])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("normexp: error: ") and message.format(**fill) in err[0], err
+
+
+def test_a_good_shape_is_parsed_as_written():
+    from normexp.bench import parse_shape
+
+    s = parse_shape("deep=12x96,48,8")
+    assert (s.name, s.layers, s.d_model, s.seq_len, s.batch_size, s.heads) == ("deep", 12, 96, 48, 8, 4)
+    assert s.d_model % s.heads == 0 and s.tokens_per_step == 48 * 8

@@ -369,3 +369,31 @@ def test_probe_bad_input_is_one_line(args, message):
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exception
     assert message in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_an_out_that_cannot_be_a_folder_is_refused_before_computing(tmp_path):
+    """`check_out_dir` runs before the models are built: an existing file, a folder under a
+    file, or an unwritable place is one ProbeError naming --out; a new or existing folder is fine."""
+    from normexp.probe import check_out_dir
+
+    afile = tmp_path / "probe_out"
+    afile.write_text("not a folder")
+    with pytest.raises(ProbeError, match=re.escape(f"--out {afile} is a file; give a folder")):
+        check_out_dir(afile)
+    with pytest.raises(ProbeError, match=re.escape(f"--out {afile / 'sub'}: {afile} is a file")):
+        check_out_dir(afile / "sub")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        import os
+
+        if not os.access(locked, os.W_OK):  # root can write anywhere: nothing to refuse then
+            with pytest.raises(ProbeError, match=re.escape(f"cannot write in {locked}")):
+                check_out_dir(locked / "new")
+    finally:
+        locked.chmod(0o700)
+    check_out_dir(tmp_path / "new" / "deeper")  # created later by write_outputs
+    check_out_dir(tmp_path)
+    check_out_dir(None)
+    assert afile.read_text() == "not a folder" and not (tmp_path / "new").exists()  # checking writes nothing
