@@ -236,7 +236,8 @@ def _outcome_note(members: list[Run]) -> str:
 def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
     """Validation loss against step: one panel per value of the first varied key, one line per
     cell (runs that differ only in seed) labelled by the other varied keys: the mean over
-    seeds with its 95 % t-interval shaded. The drawn data go to the .csv beside the PNG.
+    seeds with its 95 % t-interval shaded: the cell's replicates (study.screen) once one has
+    finished, every run (dashed) before. The drawn data go to the .csv beside the PNG.
     Returns a note if there is nothing to draw."""
     with_val = [r for r in runs if r.scalars.get("val/loss")]
     if not with_val:
@@ -255,6 +256,8 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
         for cell, members in groups:
             if panel_key and cell[0] != value:
                 continue
+            # once a run of the cell has finished, its curve averages the replicates the statistics use
+            members = study.screen(members).kept or members
             points = _curve_points(members)
             steps, means, lows, highs, ns = map(list, zip(*points))
             lab = _label(members[0], line_keys)
@@ -588,9 +591,6 @@ def run_notes(runs: list[Run]) -> list[str]:
     for r in runs:
         if r.status == "failed":
             notes.append(f"run #{r.index} failed: {r.summary.get('error') or 'no error recorded'} ({r.rel})")
-        elif r.status == "malformed":
-            notes.append(f"run #{r.index}: {r.problem}; its numbers are not read (fix or remove that file; "
-                         f"the run's events and checkpoints are untouched)")
         elif r.status == "killed":
             # absolute: the hint is pasted from wherever the user is, not from the report's folder
             resume = (f"`normexp train ... resume=true hydra.run.dir={r.path.resolve()}` continues it from its last "

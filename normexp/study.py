@@ -119,7 +119,8 @@ def unfinished_reason(r: Run) -> tuple[str, str] | None:
     if status == "failed":
         return "failed", "failed: it has no loss (counted as failed, never as a loss)"
     if status == "malformed":
-        return "malformed", f"{r.problem}: its numbers are not trusted"
+        return "malformed", (f"{r.problem}; its numbers are not read (fix or remove that file: the run's events "
+                             "and checkpoints are untouched)")
     if status == "unknown":
         return "no summary", "no summary.json yet: nothing to pool"
     return status, f"{status}: unfinished, its last loss is not a final one"

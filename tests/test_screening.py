@@ -136,6 +136,8 @@ def test_every_run_is_listed_with_why_it_is_left_out(reported):
     assert f"{root / 'lr=0.1,seed=0' / 'summary.json'}: holds a JSON list, not an object" in notes
     assert 'final_val_loss is "2.1", not a number' in notes
     assert "it saved no checkpoint" in notes  # the killed run has none: no promise of one
+    assert notes.count("holds a JSON list") == 1  # said once, with the fix
+    assert "fix or remove that file" in notes
     assert "no: duplicate seed" in printed and "note: run #" in printed
     md = (root / "report.md").read_text()
     assert "| left out |" in md and "7 runs left out" in md
@@ -180,3 +182,23 @@ def test_two_finished_duplicates_keep_the_newest_whatever_the_order(tmp_path):
     assert [r.rel for r in sc.kept] == ["a_new"] and sc.losses == [3.2]
     assert [(r.rel, short) for r, short, _ in sc.left_out] == [("z_old", "duplicate seed")]
     assert study.largest_learning({1e-3: read_runs(root)}) is None  # the kept replicate stalled
+
+
+def test_the_val_curve_of_a_cell_averages_its_replicates_only(tmp_path):
+    """A finished seed 0 (val 3.0 then 2.0) and seed 1 (3.2, 2.4), and a killed seed-0 run
+    (3.0, 1.0 at its last eval): once runs have finished, the curve is their mean alone."""
+    from normexp.report import plot_val_curves
+    from normexp.runs import Run
+
+    def run(name, seed, summary, curve):
+        r = Run(tmp_path / name, name, {"lr": 1e-3, "seed": seed}, [], summary)
+        r.scalars["val/loss"] = curve
+        return r
+
+    runs = [run("a", 0, {"status": "completed", "final_val_loss": 2.0}, [(0, 3.0), (10, 2.0)]),
+            run("b", 1, {"status": "completed", "final_val_loss": 2.4}, [(0, 3.2), (10, 2.4)]),
+            run("c", 0, killed(5), [(0, 3.0), (10, 1.0)])]
+    plot_val_curves(runs, ["lr"], tmp_path / "val_loss.png")
+    drawn = {int(r["step"]): r for r in read_csv(tmp_path / "val_loss.csv")}
+    assert float(drawn[10]["mean"]) == pytest.approx((2.0 + 2.4) / 2) and drawn[10]["n"] == "2"
+    assert float(drawn[0]["mean"]) == pytest.approx((3.0 + 3.2) / 2)
