@@ -246,6 +246,8 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
     panel_key, line_keys = (keys[0], keys[1:]) if keys else (None, [])
     panels = sorted({r.config.get(panel_key) for r in with_val}, key=sort_key) if panel_key else [None]
     groups = sorted(study.cells(with_val, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]])
+    # once a run of a cell has finished, its curve averages the replicates the statistics use
+    groups = [(cell, study.screen(members).kept or members) for cell, members in groups]
     labels = list(dict.fromkeys(_label(ms[0], line_keys) for _, ms in groups))
     colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
     cols = min(len(panels), 4)
@@ -256,8 +258,6 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
         for cell, members in groups:
             if panel_key and cell[0] != value:
                 continue
-            # once a run of the cell has finished, its curve averages the replicates the statistics use
-            members = study.screen(members).kept or members
             points = _curve_points(members)
             steps, means, lows, highs, ns = map(list, zip(*points))
             lab = _label(members[0], line_keys)

@@ -198,6 +198,8 @@ def test_the_val_curve_of_a_cell_averages_its_replicates_only(tmp_path):
     runs = [run("a", 0, {"status": "completed", "final_val_loss": 2.0}, [(0, 3.0), (10, 2.0)]),
             run("b", 1, {"status": "completed", "final_val_loss": 2.4}, [(0, 3.2), (10, 2.4)]),
             run("c", 0, killed(5), [(0, 3.0), (10, 1.0)])]
+    for i, r in enumerate(sorted(runs, key=lambda r: r.rel != "c"), 1):  # the killed run first, as a report may sort it
+        r.index = i
     plot_val_curves(runs, ["lr"], tmp_path / "val_loss.png")
     drawn = {int(r["step"]): r for r in read_csv(tmp_path / "val_loss.csv")}
     assert float(drawn[10]["mean"]) == pytest.approx((2.0 + 2.4) / 2) and drawn[10]["n"] == "2"
