@@ -154,9 +154,10 @@ def screening_notes(left_out: list[tuple[Run, str, str]]) -> list[str]:
     """The rule, and a line per run left out of the statistics."""
     if not left_out:
         return []
-    notes = [f"{len(left_out)} run{'s' * (len(left_out) != 1)} left out of the statistics (means, intervals, LR "
-             "sensitivity, max stable lr, critical depth): only finished runs (completed, stalled, diverged) are "
-             "replicates, one per seed; of several finished runs of one setting and seed the newest is kept"]
+    notes = [f"{len(left_out)} run{'s' * (len(left_out) != 1)} left out of the loss statistics (means, intervals, "
+             "LR sensitivity): only finished runs (completed, stalled, diverged) are replicates, one per seed, and of "
+             "several finished runs of one setting and seed the newest is kept; max stable lr and critical depth "
+             "use the same replicates, where a run that diverged without an initial loss still counts as not learned"]
     notes += [f"run #{r.index} left out: {why} ({r.rel})" for r, _, why in left_out]
     return notes
 

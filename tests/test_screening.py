@@ -131,7 +131,7 @@ def test_every_run_is_listed_with_why_it_is_left_out(reported):
     assert status["lr=0.1,seed=0"] == status["lr=0.001,seed=3"] == "malformed"
     assert status["lr=0.001,seed=1,killed"] == "killed"
     notes = "\n".join(result["notes"])
-    assert "7 runs left out of the statistics" in notes and "the newest is kept" in notes
+    assert "7 runs left out of the loss statistics" in notes and "the newest is kept" in notes
     assert "same setting and seed 1 as lr=0.001,seed=1" in notes
     assert f"{root / 'lr=0.1,seed=0' / 'summary.json'}: holds a JSON list, not an object" in notes
     assert 'final_val_loss is "2.1", not a number' in notes
