@@ -131,9 +131,10 @@ def check_job(job, explicit) -> None:
     from .validate import validate
 
     validate(job, explicit)
-    from .model import check_settings
+    from .model import INITS, check_settings, variant
 
     check_settings(job.norm, job.placement, job.layers)
+    variant(INITS, "init", job.init)  # settings the init does not take (found at model build otherwise)
 
 
 # a sweep larger than this is checked on an evenly spread sample of its jobs (~50 ms each)

@@ -78,6 +78,7 @@ CASES = [
     ("unknown-top-level-key", ["+lrr=0.5"], "lrr=0.5: unknown setting; did you mean lr?"),
     ("setting-of-another-schedule", ["schedule=constant", "+schedule.min_lr_ratio=0.5"],
      "schedule.min_lr_ratio=0.5: schedule constant takes no settings"),
+    ("setting-the-init-does-not-take", ["+init.foo=1"], "init.foo=1: init xavier takes no settings"),
     ("qk-norm-without-norm", ["qk_norm=true", "norm=none"], "qk_norm=true: norm=none has no norm"),
     ("preset-without-m", ["experiment=warmup_sensitivity"], "experiment=warmup_sensitivity: a sweep over placement, warmup, seed; add -m"),
     ("resume-on-a-folder-without-a-run", ["resume=true", "hydra.run.dir={missing}"],
