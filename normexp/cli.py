@@ -440,7 +440,8 @@ def probe(
     (Xiong et al. 2020, §3 and Fig. 3): table, probe.json and figures."""
     import time as _time
 
-    from .probe import ProbeError, ProbeSettings, format_table, parse_list, probe_tokens, run_probe, write_outputs
+    from .probe import (ProbeError, ProbeSettings, check_out_dir, format_table, parse_list, probe_tokens, run_probe,
+                        write_outputs)
 
     try:
         settings = ProbeSettings(
@@ -450,6 +451,7 @@ def probe(
             seeds=seeds, batches=batches, norm=norm, d_model=d_model, heads=heads, seq_len=seq_len,
             batch_size=batch_size, threads=threads)
         settings.check()
+        check_out_dir(out)  # before anything is computed
         if data_file is not None and not data_file.is_file():
             fail(f"--data-file {data_file}: no such file; give a UTF-8 text file")
         start = _time.perf_counter()
