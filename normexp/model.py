@@ -420,12 +420,13 @@ class LayerScale(Placement):
 
 
 # -------------------------------------------------------------------- init schemes
-# INITS[name](d_model, layers): `embedding(w)` and `matrix(w, gain, residual_output)` draw
-# the initial weights. `gain` is the placement's init_gain (DeepNorm's β) on value, output
-# and MLP matrices (1 for queries and keys); `residual_output` marks the two matrices whose
-# output joins the residual stream (attention output, second MLP matrix).
+# INITS[name](d_model, layers): `embedding(w)`, `matrix(w, gain, role)` and `bias(b, w, gain, role)`
+# draw the initial weights. `role` names the matrix: query, key, value, attn_out, mlp_in, mlp_out
+# (attn_out and mlp_out are the residual outputs, whose output joins the stream). `gain` is the
+# placement's init_gain (DeepNorm's β) on value, attn_out and both MLP matrices, 1 on query and key.
 
 INITS: dict[str, type] = {}
+RESIDUAL_OUTPUTS = ("attn_out", "mlp_out")
 
 
 @register(INITS, "xavier")
@@ -440,8 +441,11 @@ class XavierInit:
     def embedding(self, w: torch.Tensor) -> None:
         nn.init.normal_(w, std=self.d_model ** -0.5)
 
-    def matrix(self, w: torch.Tensor, gain: float = 1.0, residual_output: bool = False) -> None:
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
         nn.init.xavier_normal_(w, gain=gain)
+
+    def bias(self, b: torch.Tensor, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
+        nn.init.zeros_(b)
 
 
 @register(INITS, "gpt2")
@@ -453,8 +457,8 @@ class GPT2Init(XavierInit):
     def embedding(self, w: torch.Tensor) -> None:
         nn.init.normal_(w, std=0.02)
 
-    def matrix(self, w: torch.Tensor, gain: float = 1.0, residual_output: bool = False) -> None:
-        nn.init.normal_(w, std=gain * 0.02 / (math.sqrt(2 * self.layers) if residual_output else 1.0))
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
+        nn.init.normal_(w, std=gain * 0.02 / (math.sqrt(2 * self.layers) if role in RESIDUAL_OUTPUTS else 1.0))
 
 
 @register(INITS, "small")
@@ -462,14 +466,50 @@ class SmallInit(XavierInit):
     """SmallInit (Nguyen & Salazar 2019, "Transformers without Tears"): every matrix
     N(0, 2/(5d)), i.e. std √(2/(5d)), times the placement's gain; embeddings as xavier's."""
 
-    def matrix(self, w: torch.Tensor, gain: float = 1.0, residual_output: bool = False) -> None:
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
         nn.init.normal_(w, std=gain * math.sqrt(2 / (5 * self.d_model)))
 
 
+@register(INITS, "torchscale")
+class TorchscaleInit(XavierInit):
+    """The init of the DeepNet reference code (torchscale; its attention init is fairseq's), so
+    its numbers can be reproduced (Wang et al. 2022). Query, key and value: Xavier-uniform with
+    gain 1/√2 on each d×d matrix (std 1/√(2d)), biases `nn.Linear`'s default U(±1/√fan_in); the
+    attention output: Xavier-uniform (gain 1), bias 0; both MLP matrices and biases `nn.Linear`'s
+    default, kaiming-uniform with a = √5, i.e. U(±1/√fan_in). Embeddings N(0, 1/d), as xavier's.
+    The placement's gain multiplies weights *and* biases: under DeepNorm, torchscale divides
+    those of value, attention output and both MLP matrices by (8N)^¼, i.e. multiplies by β."""
+
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
+        if role in ("query", "key", "value"):
+            nn.init.xavier_uniform_(w, gain=2 ** -0.5)
+        elif role == "attn_out":
+            nn.init.xavier_uniform_(w)
+        else:
+            nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+        w.mul_(gain)
+
+    def bias(self, b: torch.Tensor, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
+        if role == "attn_out":
+            nn.init.zeros_(b)
+        else:
+            bound = gain / math.sqrt(w.shape[1])
+            nn.init.uniform_(b, -bound, bound)
+
+
 # ----------------------------------------------------------------------- sublayers
-# Each sublayer's `init_weights(gain, init)`: matrices drawn by the init scheme, zero biases;
-# `gain` scales the value, output and MLP matrices (the placement's init_gain), queries and
-# keys keep 1.
+# Each sublayer's `init_weights(gain, init)`: matrices, then biases, drawn by the init scheme
+# (`_draw`); `gain` scales the value, output and MLP matrices (the placement's init_gain),
+# queries and keys keep 1.
+
+
+def _draw(init: XavierInit, parts) -> None:
+    """parts: (weight, bias, gain, role) each; every matrix first, then every bias, so an
+    init with zero biases draws exactly what it drew before biases had a say."""
+    for w, _, gain, role in parts:
+        init.matrix(w, gain, role)
+    for w, b, gain, role in parts:
+        init.bias(b, w, gain, role)
 
 
 class CausalSelfAttention(nn.Module):
@@ -498,11 +538,10 @@ class CausalSelfAttention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
     def init_weights(self, gain: float, init: XavierInit) -> None:
-        q, k, v = self.qkv.weight.data.split(self.qkv.in_features)  # views: each d×d matrix on its own
-        for w, g, out in ((q, 1.0, False), (k, 1.0, False), (v, gain, False), (self.proj.weight, gain, True)):
-            init.matrix(w, g, residual_output=out)
-        for lin in (self.qkv, self.proj):
-            nn.init.zeros_(lin.bias)
+        d = self.qkv.in_features
+        (q, k, v), (bq, bk, bv) = self.qkv.weight.data.split(d), self.qkv.bias.data.split(d)  # views: each d×d on its own
+        _draw(init, ((q, bq, 1.0, "query"), (k, bk, 1.0, "key"), (v, bv, gain, "value"),
+                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")))
 
 
 class CrossAttention(nn.Module):
@@ -525,11 +564,10 @@ class CrossAttention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
     def init_weights(self, gain: float, init: XavierInit) -> None:
-        k, v = self.kv.weight.data.split(self.q.in_features)
-        for w, g, out in ((self.q.weight, 1.0, False), (k, 1.0, False), (v, gain, False), (self.proj.weight, gain, True)):
-            init.matrix(w, g, residual_output=out)
-        for lin in (self.q, self.kv, self.proj):
-            nn.init.zeros_(lin.bias)
+        d = self.q.in_features
+        (k, v), (bk, bv) = self.kv.weight.data.split(d), self.kv.bias.data.split(d)
+        _draw(init, ((self.q.weight.data, self.q.bias.data, 1.0, "query"), (k, bk, 1.0, "key"), (v, bv, gain, "value"),
+                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")))
 
 
 class MLP(nn.Module):
@@ -545,9 +583,8 @@ class MLP(nn.Module):
         return self.fc_out(F.gelu(self.fc_in(x)))
 
     def init_weights(self, gain: float, init: XavierInit) -> None:
-        for lin, out in ((self.fc_in, False), (self.fc_out, True)):
-            init.matrix(lin.weight, gain, residual_output=out)
-            nn.init.zeros_(lin.bias)
+        _draw(init, ((self.fc_in.weight.data, self.fc_in.bias.data, gain, "mlp_in"),
+                     (self.fc_out.weight.data, self.fc_out.bias.data, gain, "mlp_out")))
 
 
 class Block(nn.Module):
