@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from .compose import CONFIG_MODULE, CONFIG_NAME, compose_config, config_groups, group_options, split_hydra_args
+from .compose import CONFIG_MODULE, CONFIG_NAME, compose_config, expose_plugins, config_groups, group_options, split_hydra_args
 from .signals import GRACE_SECONDS
 
 app = typer.Typer(
@@ -162,6 +162,19 @@ def _check_sweep(parsed: list, sweeper_params, explicit) -> None:
         typer.echo(f"normexp: warning: {len(errors)} of {len(sample)} jobs will fail: {errors[0]}", err=True)
 
 
+def _check_boundary_search(sweeper, parsed: list) -> None:
+    """hydra/sweeper=boundary: its own settings, and the searched key not swept as well."""
+    from .boundary import check_settings
+
+    problem = check_settings(sweeper.key, sweeper.lower, sweeper.upper, sweeper.ratio, sweeper.initial_points)
+    if problem:
+        fail(problem)
+    swept = {o.key_or_group for o in parsed if o.is_sweep_override()} | set((sweeper.get("params") or {}).keys())
+    if sweeper.key in swept:
+        fail(f"{sweeper.key}: the boundary sweeper searches it between hydra.sweeper.lower={sweeper.lower} and "
+             f"hydra.sweeper.upper={sweeper.upper}; drop the list of {sweeper.key} values")
+
+
 def preflight(args: list[str]) -> None:
     """Compose the config as Hydra will and check it before any folder is written: one run
     fully; a sweep job by job (see _check_sweep)."""
@@ -184,6 +197,8 @@ def preflight(args: list[str]) -> None:
         preset = next((o for o in overrides if o.startswith("experiment=")), "the preset")
         fail(f"{preset}: a sweep over {', '.join(map(str, sweeper_params))}; add -m "
              f"(normexp train -m {' '.join(overrides)})")
+    if multirun and "boundary_sweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_")):
+        _check_boundary_search(cfg.hydra.sweeper, parsed)
     if multirun:
         from .distributed import launcher_problem  # imports torch: only sweeps need it
         if launcher_problem(cfg.hydra.launcher):
@@ -334,6 +349,7 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
     def task(cfg):
         return hydra_task(cfg, hooks)
 
+    expose_plugins()  # hydra/sweeper=boundary, also from an editable install
     main = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME)(task)
     flags, overrides = split_hydra_args(args)
     saved, results = sys.argv, []

@@ -8,6 +8,7 @@ each group are read from the package (so the check needs no torch). Torch-free.
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
 CONFIG_MODULE = "normexp.configs"
 CONFIG_NAME = "train"
@@ -76,10 +77,33 @@ def top_level_keys() -> tuple[str, ...]:
     return tuple(sorted(keys))
 
 
+PLUGIN_PACKAGE = "hydra_plugins.normexp_boundary_sweeper"  # hydra/sweeper=boundary
+
+
+@lru_cache(maxsize=None)
+def expose_plugins() -> None:
+    """Make normexp's Hydra plugins findable before Hydra scans for plugins. Installed from a
+    wheel they sit in site-packages/hydra_plugins, where Hydra looks anyway; installed editable
+    (`pip install -e .`) the namespace holds only an import hook, which Hydra's scan (pkgutil)
+    cannot list, so the plugins' real folder is added to the namespace's path."""
+    import importlib.util
+
+    import hydra_plugins
+
+    spec = importlib.util.find_spec(PLUGIN_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return
+    folder = str(Path(list(spec.submodule_search_locations)[0]).parent)
+    if folder not in list(hydra_plugins.__path__):
+        hydra_plugins.__path__.append(folder)
+
+
 def compose_config(overrides=(), hydra: bool = False):
     """The config `normexp train OVERRIDES` would run (with the `hydra` node if asked, e.g. for
     hydra.run.dir). Raises Hydra's and OmegaConf's own exceptions for bad overrides."""
     from hydra import compose, initialize_config_module
+
+    expose_plugins()
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         return compose(config_name=CONFIG_NAME, overrides=list(overrides), return_hydra_config=hydra)

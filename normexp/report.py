@@ -566,6 +566,59 @@ def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
     return lines
 
 
+def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
+    """The boundary sweeper's results (boundary.csv and boundary_points.csv of each search under
+    the folder): a table, and boundary.png, one row per setting: every probed value as a green
+    dot (every seed learned) or a red x (some seed did not), the bracket shaded between them."""
+    import pandas as pd
+
+    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
+    points = pd.concat([pd.read_csv(t.with_name("boundary_points.csv")) for t in tables], ignore_index=True)
+    key = str(table["key"].iloc[0])
+    setting_cols = [c for c in table.columns if c not in boundary_columns()]
+    label = lambda row: ", ".join(f"{c}={fmt_param(row[c])}" for c in setting_cols) or "all runs"  # noqa: E731
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(table) + 1.4))
+    for y, row in enumerate(table.to_dict("records")):
+        mine = points
+        for c in setting_cols:
+            mine = mine[mine[c].astype(str) == str(row[c])]
+        at = mine.groupby(key)["learned"].apply(lambda v: bool((v == "yes").all()))
+        ax.plot([x for x, ok in at.items() if ok], [y] * int(at.sum()), "o", color="tab:green", ms=5)
+        ax.plot([x for x, ok in at.items() if not ok], [y] * int((~at).sum()), "x", color="tab:red", ms=7, mew=2)
+        if pd.notna(row["last_stable"]) and pd.notna(row["first_unstable"]):
+            ax.fill_betweenx([y - 0.3, y + 0.3], row["last_stable"], row["first_unstable"], color="0.6", alpha=0.5)
+    ax.set_yticks(range(len(table)), [label(r) for r in table.to_dict("records")], fontsize=7)
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_xlabel("learning rate" if key == "lr" else key)
+    ax.grid(alpha=0.3, which="both", axis="x")
+    ax.set_title(f"Boundary search over {key}: green dot = every seed learned, red x = some seed did not; "
+                 "grey = the bracket", fontsize=8)
+    _save(fig, out_dir / "boundary_search.png", points)
+    head = [*setting_cols, "last stable", "first unstable", "ratio", "points", "runs", "monotone", "seeds"]
+    rows = [[*(fmt_param(r[c]) for c in setting_cols), _or_word(r["last_stable"], "none"),
+             _or_word(r["first_unstable"], "none (upper bound held)"), _or_word(r["ratio"], "-", "{:.2f}"),
+             str(r["points_probed"]), str(r["runs_used"]), str(r["monotone"]), str(r["seeds"])]
+            for r in table.to_dict("records")]
+    echo(f"\nboundary of {key} (last stable .. first unstable, every seed learned below):\n" + text_table(head, rows))
+    return [f"## Boundary of {key}", "", f"The largest {key} at which every seed learned (last stable) and the "
+            "smallest at which some seed did not (first unstable), found by the boundary sweeper's bisection; "
+            "monotone = no stable point lies above the first unstable one. Data: `boundary.csv`, "
+            "`boundary_points.csv` (every probed point and seed).", "", markdown_table(head, rows), "",
+            f"![boundary of {key}](boundary_search.png)", ""]
+
+
+def boundary_columns() -> set[str]:
+    """The columns of boundary.csv that are results, not the setting."""
+    return {"key", "last_stable", "first_unstable", "ratio", "verdict", "points_probed", "runs_used", "monotone",
+            "seeds"}
+
+
+def _or_word(value, word: str, pattern: str = "{:g}") -> str:
+    return word if value is None or value != value else pattern.format(value)
+
+
 def cell_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     """The settings table: one row per cell (runs that differ only in seed)."""
     table = study.cell_table(runs, keys, sort_key)
@@ -688,10 +741,14 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
         notes.append(f"the final-loss grid shows {display_name(keys[0])} × {display_name(keys[1])} and "
                      f"pools {', '.join(map(display_name, keys[2:]))}")
     sections, extra = [], []
-    if swept(runs, keys, "lr"):
+    searched = sorted(root.rglob("boundary.csv"))
+    if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
+        sections += boundary_section(searched, out_dir, echo)
+        extra += ["boundary_search.png"]
+    if swept(runs, keys, "lr") and not searched:
         sections += sensitivity_section(runs, keys, out_dir)
         extra += ["sensitivity.csv", "lr_sensitivity.png"]
-    if swept(runs, keys, "layers"):
+    if swept(runs, keys, "layers") and not searched:
         sections += depth_section(runs, keys, out_dir)
         extra += ["depth.csv", "depth_sweep.png"]
     csv_path, md_path = out_dir / "runs.csv", out_dir / "report.md"

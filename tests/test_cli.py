@@ -10,7 +10,7 @@ def test_help_lists_commands_and_config_groups(cli_env):
     top = run_cli(["--help"], cli_env).stdout
     assert "train" in top
     groups = run_cli(["train", "--help"], cli_env).stdout
-    for line in ("norm: batch, dyt, layer, none, rms", "placement: admin, deepnorm, layerscale, mix, peri, post, pre, rezero, sandwich", "init: gpt2, small, xavier",
+    for line in ("norm: batch, dyt, layer, none, rms", "placement: admin, deepnorm, layerscale, mix, peri, post, pre, rezero, sandwich", "init: gpt2, small, torchscale, xavier",
                  "schedule: constant, cosine, inverse_sqrt, linear", "tokenizer: bpe, byte"):
         assert line in groups
     assert "experiment: depth_ladder, depth_stability, lr_sensitivity, norm_types, stabilizers, warmup_sensitivity" in groups
