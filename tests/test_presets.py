@@ -35,7 +35,17 @@ PRESET_VALUES = {
                        "checkpoint_every": 0},
     "stabilizers": {"schedule.name": "cosine", "steps": 200, "layers": 12, "d_model": 64, "warmup": 0,
                     "checkpoint_every": 0},
+    "lr_boundary": {"schedule.name": "cosine", "steps": 200, "layers": 6, "d_model": 64, "seq_len": 64,
+                    "checkpoint_every": 0},
+    "depth_boundary": {"schedule.name": "constant", "steps": 200, "lr": 1e-3, "warmup": 100, "d_model": 64,
+                       "seq_len": 64, "checkpoint_every": 0},
 }
+# Presets searched by the boundary sweeper (not a grid): the key searched, and a shrunken search
+# (two settings, one seed, the two bounds only) that a 2-step tiny run cannot learn, so each
+# setting's lower bound fails and the search ends after round 0: settings × 2 runs.
+BOUNDARY = {"lr_boundary": "lr", "depth_boundary": "layers"}
+BOUNDARY_SHRINK = ["hydra.sweeper.params.placement=post", "hydra.sweeper.params.init='xavier,torchscale'",
+                   "hydra.sweeper.params.seed=0", "hydra.sweeper.initial_points=2"]
 # The shrunken copy of a preset's grid: its names (placements, norms) kept, its numbers
 # replaced by values small enough for 2 steps of a tiny model.
 SHRINK = {"layers": [1, 2], "warmup": [0, 2], "lr": [1e-3, 1e-2], "seed": [0]}
@@ -81,7 +91,11 @@ def sweeps(tmp_path_factory):
     corpus = make_corpus(root / "corpus.txt", n_bytes=20_000)
     data = ["data=text", f"data.files=[{corpus}]", "eval_batches=1", "log.progress=off"]
     jobs = {}
-    for preset in PRESET_VALUES:
+    for preset, key in BOUNDARY.items():
+        bounds = ["hydra.sweeper.lower=1", "hydra.sweeper.upper=2"] if key == "layers" else []
+        jobs[preset] = ["train", "-m", f"experiment={preset}", *TINY, *data, f"steps={STEPS}", "warmup=0",
+                        *BOUNDARY_SHRINK, *bounds, f"hydra.sweep.dir={root / preset}"]
+    for preset in set(PRESET_VALUES) - set(BOUNDARY):
         grid = shrunk_grid(preset)
         tiny = [o for o in TINY if o.split("=")[0] not in grid and o.split("=")[0] not in ("eval_batches", "log.progress")]
         shrink = [f"hydra.sweeper.params.{k}='{','.join(map(str, v))}'" for k, v in grid.items() if k in SHRINK]
@@ -118,7 +132,22 @@ def test_every_preset_norm_and_placement_is_tested():
     assert sorted(NORMS) == sorted(group_options("norm")) and sorted(PLACEMENTS) == sorted(group_options("placement"))
 
 
-@pytest.mark.parametrize("preset", sorted(PRESET_VALUES))
+@pytest.mark.parametrize("preset", sorted(BOUNDARY))
+def test_shrunken_boundary_preset_searches_each_setting(sweeps, preset):
+    import csv
+
+    root, _, procs = sweeps
+    assert "Traceback" not in procs[preset].stderr
+    runs = summaries(root / preset)
+    assert sorted(s["init"] for s in runs) == ["torchscale", "torchscale", "xavier", "xavier"]  # 2 settings × 2 bounds
+    with open(root / preset / "boundary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["init"] for r in rows) == ["torchscale", "xavier"]
+    for r in rows:  # 2 steps learn nothing: the lower bound fails, nothing is bisected
+        assert r["key"] == BOUNDARY[preset] and r["verdict"] == "none" and r["runs_used"] == "2", r
+
+
+@pytest.mark.parametrize("preset", sorted(set(PRESET_VALUES) - set(BOUNDARY)))
 def test_shrunken_preset_sweep_runs_every_combination(sweeps, preset):
     root, _, procs = sweeps
     assert "Traceback" not in procs[preset].stderr
