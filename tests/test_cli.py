@@ -13,7 +13,7 @@ def test_help_lists_commands_and_config_groups(cli_env):
     for line in ("norm: batch, dyt, layer, none, rms", "placement: admin, deepnorm, layerscale, mix, peri, post, pre, rezero, sandwich", "init: gpt2, small, torchscale, xavier",
                  "schedule: constant, cosine, inverse_sqrt, linear", "tokenizer: bpe, byte"):
         assert line in groups
-    assert "experiment: depth_ladder, depth_stability, lr_sensitivity, norm_types, stabilizers, warmup_sensitivity" in groups
+    assert "experiment: depth_boundary, depth_ladder, depth_stability, lr_boundary, lr_sensitivity, norm_types, stabilizers, warmup_sensitivity" in groups
 
 
 def test_cfg_job_shows_the_composed_config_and_runs_nothing(tmp_path, cli_env):
