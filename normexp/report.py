@@ -593,7 +593,7 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     ax.invert_yaxis()
     ax.set_xlabel("learning rate" if key == "lr" else key)
     ax.grid(alpha=0.3, which="both", axis="x")
-    ax.set_title(f"Boundary search over {key}: green dot = every seed learned, red x = some seed did not; "
+    ax.set_title(f"Boundary search over {key}: green dot = every seed learned,\nred x = some seed did not; "
                  "grey = the bracket", fontsize=8)
     _save(fig, out_dir / "boundary_search.png", points)
     head = [*setting_cols, "last stable", "first unstable", "ratio", "points", "runs", "monotone", "seeds"]
