@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .runfolder import FINISHED
+
 SEARCHABLE = {"lr": False, "layers": True}  # key -> whole numbers?
 
 
@@ -110,9 +112,6 @@ class Search:
                 "points_probed": len(self.outcomes), "runs_used": self.runs,
                 "monotone": "yes" if self.monotone else "no",
                 "seeds": min((len(o) for o in self.outcomes.values()), default=0)}
-
-
-FINISHED = ("completed", "stalled", "diverged")  # runfolder.FINISHED (kept torch- and hydra-free here)
 
 
 def record(search: Search, x, seed, summary) -> None:
