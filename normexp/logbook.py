@@ -7,19 +7,10 @@ import logging
 import sys
 from pathlib import Path
 
-from .instruments import LAYOUT_FAMILIES
-from .runfolder import HPARAMS, STATUSES
+from . import names as n
+from .names import HPARAM_METRICS, HPARAMS, LAYER_FAMILIES
 
 log = logging.getLogger("normexp")
-
-# The HParams table's metric columns: (tag, display name). Written once at the end of a run.
-HPARAM_METRICS = (
-    ("hparams/final_val_loss", "final val loss"),
-    ("hparams/best_val_loss", "best val loss"),
-    ("hparams/final_train_loss", "final train loss"),
-    ("hparams/status", "status: " + ", ".join(f"{i} {s}" for i, s in enumerate(STATUSES))),
-    ("hparams/diverged_at_step", "diverged at step"),
-)
 
 
 def _import_summary_writer():
@@ -48,26 +39,26 @@ def open_writer(run_dir: Path, purge_step: int | None, main: bool = True):
 
     writer = _import_summary_writer()(str(run_dir), purge_step=purge_step, flush_secs=30)
     if purge_step is None:
-        charts = {f"{family}: {what}": ["Multiline", [rf"{family}/layer_\d+"]] for family, what in LAYOUT_FAMILIES.items()}
+        charts = {f"{family}: {f.about}": ["Multiline", [n.layer_tag_pattern(family)]] for family, f in LAYER_FAMILIES.items()}
         layout = {
             "per layer": charts,
             "stability": {
-                "activation std max": ["Multiline", [r"stability/act_std_max"]],
-                "gradient norm max, last/first": ["Multiline", [r"stability/grad_norm_max", r"stability/grad_norm_top_over_bottom"]],
-                "model update (DeepNet)": ["Multiline", [r"stability/model_update"]],
+                "activation std max": ["Multiline", [n.ACT_STD_MAX]],
+                "gradient norm max, last/first": ["Multiline", [n.GRAD_NORM_MAX, n.GRAD_NORM_TOP_OVER_BOTTOM]],
+                "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
             },
             "training": {
-                "loss": ["Multiline", [r"train/loss", r"val/loss"]],
-                "lr": ["Multiline", [r"train/lr"]],
-                "global grad norm": ["Multiline", [r"train/grad_norm"]],
+                "loss": ["Multiline", [n.TRAIN_LOSS, n.VAL_LOSS]],
+                "lr": ["Multiline", [n.TRAIN_LR]],
+                "global grad norm": ["Multiline", [n.TRAIN_GRAD_NORM]],
             },
             # one line per run and tag: readable across a sweep of many runs
             "across a sweep": {
-                "validation loss": ["Multiline", [r"val/loss"]],
-                "activation std: first and last block": ["Multiline", [r"stability/act_std_(first|last)"]],
-                "gradient norm: first and last block": ["Multiline", [r"stability/grad_norm_(first|last)"]],
-                "gradient norm last/first": ["Multiline", [r"stability/grad_norm_top_over_bottom"]],
-                "model update (DeepNet)": ["Multiline", [r"stability/model_update"]],
+                "validation loss": ["Multiline", [n.VAL_LOSS]],
+                "activation std: first and last block": ["Multiline", [n.ACT_STD_FIRST, n.ACT_STD_LAST]],
+                "gradient norm: first and last block": ["Multiline", [n.GRAD_NORM_FIRST, n.GRAD_NORM_LAST]],
+                "gradient norm last/first": ["Multiline", [n.GRAD_NORM_TOP_OVER_BOTTOM]],
+                "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
             },
         }
         writer.file_writer.add_summary(custom_scalars(layout))
@@ -100,11 +91,11 @@ def write_hparams(writer, hparams: dict, chosen: set[str] = frozenset()) -> None
         hparam_infos=[api_pb2.HParamInfo(name=k, type=kinds.get(type(v), api_pb2.DATA_TYPE_FLOAT64), differs=k in chosen)
                       for k, v in clean.items()],
         metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag), display_name=name)
-                      for tag, name in HPARAM_METRICS])
+                      for tag, name, _ in HPARAM_METRICS])
     content = plugin_data_pb2.HParamsPluginData(experiment=experiment, version=metadata.PLUGIN_DATA_VERSION)
     writer.file_writer.add_summary(Summary(value=[Summary.Value(
         tag=metadata.EXPERIMENT_TAG, metadata=metadata.create_summary_metadata(content))]))
-    _, start, end = hparams_summary(clean, {tag: 0.0 for tag, _ in HPARAM_METRICS})
+    _, start, end = hparams_summary(clean, {m.tag: 0.0 for m in HPARAM_METRICS})
     for s in (start, end):
         writer.file_writer.add_summary(s)
 
@@ -142,7 +133,8 @@ def swept_keys() -> set[str]:
 
 
 def depth_profile_figure(values: dict, step: int):
-    """act_std, grad_norm and update_ratio against layer index at one logging step, from the
+    """The families with a profile_title (names.py: act_std, grad_norm, update_ratio) against
+    layer index at one logging step, from the
     values the instruments already read (no extra sync): one image per logging step that the
     Images tab's step slider plays through training."""
     import matplotlib
@@ -151,14 +143,14 @@ def depth_profile_figure(values: dict, step: int):
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
 
-    fig = Figure(figsize=(9, 2.6), dpi=72)
-    panels = (("act_std", "activation std"), ("grad_norm", "gradient norm"), ("update_ratio", "update ‖Δθ‖/‖θ‖"))
-    for ax, (key, title) in zip(fig.subplots(1, 3), panels):
+    panels = {key: f for key, f in LAYER_FAMILIES.items() if f.profile_title}
+    fig = Figure(figsize=(3 * len(panels), 2.6), dpi=72)
+    for ax, (key, family) in zip(fig.subplots(1, len(panels)), panels.items()):
         ys = values.get(key) or []
         ax.plot(range(len(ys)), ys, marker="o", ms=3)
-        if key != "act_std" and ys and min(ys) > 0:
+        if family.log_scale and ys and min(ys) > 0:
             ax.set_yscale("log")
-        ax.set_title(f"{title} (step {step})", fontsize=9)
+        ax.set_title(f"{family.profile_title} (step {step})", fontsize=9)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("layer", fontsize=8)

@@ -18,23 +18,16 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 
 from .compose import config_groups
+from .names import CSV_FIELDS, LAYER_FAMILIES, TABLE_FIELDS, VAL_LOSS, layer_tag_pattern
 from .runfolder import RUN_SETTINGS
 from . import study
 from .runs import Run, flatten, load_config, load_overrides, load_scalars, process_alive, read_runs  # noqa: F401
 # Tie-break order for varied keys the overrides do not mention (e.g. set by an experiment file).
 PRIORITY = ("placement.name", "norm.name", "layers", "warmup", "lr", "d_model", "schedule.name", "seed")
-LAYER_FAMILIES = {"grad_norm": "gradient norm of each block's parameters",
-                  "act_std": "std of the residual stream leaving each block",
-                  # the warning signals that precede instability (instruments.py)
-                  "update_rms": "RMS of the optimizer's update of each block's matrices",
-                  "attn_logit_max": "largest attention logit |q·k|/√d_head",
-                  "attn_entropy": "mean attention entropy over heads and queries"}
-METRIC_COLUMNS = ("status", "steps", "final val", "best val", "diverged at", "tok/s")
-CSV_METRICS = ("status", "steps_completed", "final_val_loss", "best_val_loss", "final_train_loss",
-               "diverged_at_step", "tokens_per_second", "wall_seconds", "parameters", "error")
 
 
 class ReportError(Exception):
@@ -132,14 +125,15 @@ def fmt_rate(value) -> str:
 def table_rows(runs: list[Run], keys: list[str], left_out: dict | None = None) -> tuple[list[str], list[list[str]]]:
     """One row per run; the last column says whether it is in the statistics (`left_out`:
     {run index: short reason}, from `left_out_of_statistics`)."""
-    head = ["#", *map(display_name, keys), *METRIC_COLUMNS, "in stats"]
+    head = ["#", *map(display_name, keys), *TABLE_FIELDS.values(), "in stats"]
     rows = []
     for r in runs:
-        m = r.metrics()
+        m = {**r.metrics(), "status": r.status}  # the status as the report sees it ("killed")
+        shown = (m["status"] if f == "status" else fmt_rate(m.get(f)) if f == "tokens_per_second" else fmt(m.get(f))
+                 for f in TABLE_FIELDS)
         why = (left_out or {}).get(r.index)
-        rows.append([str(r.index), *(fmt_param(r.config.get(k)) for k in keys), r.status, fmt(m.get("steps_completed")),
-                     fmt(m.get("final_val_loss")), fmt(m.get("best_val_loss")), fmt(m.get("diverged_at_step")),
-                     fmt_rate(m.get("tokens_per_second")), "yes" if why is None else f"no: {why}"])
+        rows.append([str(r.index), *(fmt_param(r.config.get(k)) for k in keys), *shown,
+                     "yes" if why is None else f"no: {why}"])
     return head, rows
 
 
@@ -187,11 +181,11 @@ def write_csv(path: Path, runs: list[Run], keys: list[str], left_out: dict) -> N
     """runs.csv: one row per run; `left_out` {run index: why it is not in the statistics}."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["run", "path", *map(display_name, keys), *CSV_METRICS, "left_out"])
+        w.writerow(["run", "path", *map(display_name, keys), *CSV_FIELDS, "left_out"])
         for r in runs:
-            m = r.metrics()
-            w.writerow([r.index, r.rel, *(r.config.get(k) for k in keys), r.status,
-                        *("" if m.get(c) is None else m.get(c) for c in CSV_METRICS[1:]), left_out.get(r.index, "")])
+            m = {**r.metrics(), "status": r.status}  # the status as the report sees it ("killed")
+            w.writerow([r.index, r.rel, *(r.config.get(k) for k in keys),
+                        *("" if m.get(c) is None else m.get(c) for c in CSV_FIELDS), left_out.get(r.index, "")])
 
 
 # ------------------------------------------------------------------------ figures
@@ -210,7 +204,7 @@ def _label(r: Run, keys: list[str]) -> str:
 def _curve_points(members: list[Run]) -> list[tuple[int, float, float, float, int]]:
     """(step, mean, low, high, n) of val/loss over a cell's seeds; after a run diverged it
     counts as its initial loss ℓ₀ (as in the loss statistics), never dropped."""
-    curves = [(dict(r.scalars.get("val/loss", [])), r) for r in members]
+    curves = [(dict(r.scalars.get(VAL_LOSS, [])), r) for r in members]
     steps = sorted({st for c, _ in curves for st in c})
     out = []
     for st in steps:
@@ -240,7 +234,7 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
     seeds with its 95 % t-interval shaded: the cell's replicates (study.screen) once one has
     finished, every run (dashed) before. The drawn data go to the .csv beside the PNG.
     Returns a note if there is nothing to draw."""
-    with_val = [r for r in runs if r.scalars.get("val/loss")]
+    with_val = [r for r in runs if r.scalars.get(VAL_LOSS)]
     if not with_val:
         return "no run has logged val/loss yet: the validation-loss figure is skipped"
     plt = _pyplot()
@@ -269,7 +263,7 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
             data += [{**dict(zip(map(display_name, keys), cell)), "step": p[0], "mean": p[1], "low": p[2], "high": p[3],
                       "n": p[4]} for p in points]
             for r in members:
-                finite = [(st, v) for st, v in r.scalars["val/loss"] if math.isfinite(v)]
+                finite = [(st, v) for st, v in r.scalars[VAL_LOSS] if math.isfinite(v)]
                 if r.status == "diverged" and finite:  # the cross sits at the divergence step
                     at = r.summary.get("diverged_at_step")
                     ax.plot(at if at is not None else finite[-1][0], finite[-1][1], marker="x", color="red", ms=9, mew=2)
@@ -379,7 +373,7 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
 
 def layer_profile(r: Run, family: str) -> dict[int, list[float]]:
     """{step: [value of layer_00, layer_01, ...]} for the steps where every layer is logged."""
-    tags = sorted(t for t in r.scalars if t.startswith(f"{family}/layer_"))
+    tags = sorted(t for t in r.scalars if re.fullmatch(layer_tag_pattern(family), t))
     if not tags:
         return {}
     per_tag = [dict(r.scalars[t]) for t in tags]
@@ -441,7 +435,7 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     axes[0].set_ylabel(family)
-    fig.suptitle(f"{family}/layer_XX: {LAYER_FAMILIES[family]}", fontsize=10)
+    fig.suptitle(f"{family}/layer_XX: {LAYER_FAMILIES[family].about}", fontsize=10)
     _save(fig, path, _profile_rows(drawn, profiles, keys))
     return None
 
@@ -693,7 +687,7 @@ def draw_figures(runs: list[Run], keys: list[str], out_dir: Path) -> tuple[list,
         notes.append(note)
     else:
         figures.append((f"Final validation loss ({kind})", "final_val_loss.png"))
-    for family in LAYER_FAMILIES:
+    for family in (name for name, f in LAYER_FAMILIES.items() if f.in_report):
         note = plot_layer_profiles(runs, keys, family, out_dir / f"{family}_layers.png")
         if note:
             notes.append(note)

@@ -14,24 +14,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-# The statuses a run can have, the ones that end it for good, and the ones a run holds
-# while it may still go on ("killed": the report's word for a run whose process is gone).
-# "stalled": completed, but the final validation loss is not `stall_margin` below the unigram
-# baseline (see learned): the run learned nothing beyond token frequencies.
-# "requeued": SLURM stopped the job (time limit, preemption) after a checkpoint, and submitit
-# queued it again; it resumes from the checkpoint when it next runs.
-STATUSES = ("running", "completed", "stalled", "diverged", "failed", "interrupted", "requeued")
-FINISHED = ("completed", "stalled", "diverged")
+from .names import FINISHED, HPARAMS, OUTCOME_FIELDS, SETTINGS_FIELDS, STATUSES  # noqa: F401 - re-exported
 
 # Keys that say how to run, not what to compute: a resumed run may change them, the report
 # never calls them "varied", and run names leave them out (train.yaml's exclude_keys holds
 # them too, with the path keys; tests/test_cli.py checks the two agree).
 RUN_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints")
-
-# The hyperparameters every summary records (and TensorBoard's HParams shows), most often
-# varied first; a variant's own settings follow as placement.<key> / norm.<key>.
-HPARAMS = ("placement", "norm", "layers", "warmup", "lr", "seed", "d_model", "heads", "steps", "batch_size",
-           "seq_len", "schedule", "grad_clip", "data", "tokenizer", "init", "qk_norm", "z_loss")
 
 
 def cache_root() -> Path:
@@ -49,31 +37,32 @@ def data_label(cfg) -> str:
     return str(cfg.data.get("config") or cfg.data.get("path") or cfg.data.name)
 
 
+def hyperparameters(cfg) -> dict:
+    """The HPARAMS of a composed config as the summary records them: a config group by its
+    option's name, the warmup as run (at most `steps`), the corpus by `data_label`."""
+    from collections.abc import Mapping
+
+    row = {k: cfg[k].name if isinstance(cfg[k], Mapping) else cfg[k] for k in HPARAMS}
+    if isinstance(cfg.warmup, int) and isinstance(cfg.steps, int):
+        row["warmup"] = min(cfg.warmup, cfg.steps)
+    row["data"] = data_label(cfg)
+    return row
+
+
 def summary_record(cfg, **facts) -> dict:
     """The one summary record: summary.json, the TensorBoard HParams row and the report all
-    read it. Starts from the config's hyperparameters (the warmup as run: at most `steps`);
-    `facts` add or replace fields (the model's resolved settings, the outcome)."""
-    record = {
-        "status": "running", "steps_completed": 0, "final_train_loss": None, "final_val_loss": None,
-        "best_val_loss": None, "diverged_at_step": None, "initial_loss": None, "tokens_per_second": None,
-        "parameters": None, "wall_seconds": None, "error": None, "baseline_loss": None,
-        "stall_margin": cfg.get("stall_margin", 0.02), "requeues": 0,
-        "placement": cfg.placement.name, "norm": cfg.norm.name, "layers": cfg.layers,
-        "warmup": min(cfg.warmup, cfg.steps) if isinstance(cfg.warmup, int) and isinstance(cfg.steps, int) else cfg.warmup,
-        "lr": cfg.lr, "seed": cfg.seed, "d_model": cfg.d_model, "heads": cfg.heads, "steps": cfg.steps,
-        "batch_size": cfg.batch_size, "seq_len": cfg.seq_len, "schedule": cfg.schedule.name,
-        "grad_clip": cfg.grad_clip, "data": data_label(cfg), "tokenizer": cfg.tokenizer.name,
-        "init": cfg.init.name if cfg.get("init") else "xavier", "qk_norm": cfg.get("qk_norm", False),
-        "z_loss": cfg.get("z_loss", 0.0),
-        "placement_settings": {}, "norm_settings": {},
-    }
+    read it (its fields: names.py). Starts from the config's hyperparameters; `facts` add or
+    replace fields (the model's resolved settings, where it ran, the outcome)."""
+    record = {**dict.fromkeys(OUTCOME_FIELDS), "status": "running", "steps_completed": 0, "requeues": 0,
+              "stall_margin": cfg.stall_margin, **hyperparameters(cfg), **{f: {} for f in SETTINGS_FIELDS.values()}}
     record.update(facts)
     return record
 
 
-def learned(final_val_loss, baseline_loss, margin: float) -> bool:
+def beat_baseline(final_val_loss, baseline_loss, margin: float) -> bool:
     """Did a run learn beyond the unigram baseline: final_val_loss <= (1 - margin) * baseline?
-    Without a baseline (an old run) a finite loss counts as learned."""
+    Without a baseline (an old run) a finite loss counts as learned. Decides "completed"
+    against "stalled" when a run ends."""
     import math
 
     if final_val_loss is None or not math.isfinite(final_val_loss):
@@ -81,12 +70,15 @@ def learned(final_val_loss, baseline_loss, margin: float) -> bool:
     return baseline_loss is None or final_val_loss <= (1 - margin) * baseline_loss
 
 
+learned = beat_baseline  # the old name, until train.py's call site (being reworked) is committed: then removed
+
+
 def hparams_row(summary: dict) -> dict:
     """The HParams row of a run: HPARAMS in order, then the variant settings the run used
     (a placement without settings adds none, rather than a 0 that reads as a value)."""
     row = {k: summary.get(k) for k in HPARAMS}
-    row.update({f"placement.{k}": v for k, v in (summary.get("placement_settings") or {}).items()})
-    row.update({f"norm.{k}": v for k, v in (summary.get("norm_settings") or {}).items()})
+    for group, field in SETTINGS_FIELDS.items():
+        row.update({f"{group}.{k}": v for k, v in (summary.get(field) or {}).items()})
     return row
 
 

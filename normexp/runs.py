@@ -30,13 +30,11 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .runfolder import STATUSES, find_runs
+from .names import NUMERIC_FIELDS, OUTCOME_FIELDS, STATUSES, TOKENS_PER_SECOND, TRAIN_LOSS, VAL_LOSS
+from .runfolder import find_runs
 
-# summary.json fields that load() puts in its frame (the hyperparameters come from the config)
-SUMMARY_FIELDS = ("steps_completed", "final_val_loss", "best_val_loss", "final_train_loss", "initial_loss",
-                  "baseline_loss", "stall_margin", "diverged_at_step", "tokens_per_second", "wall_seconds",
-                  "parameters", "error")
-NUMERIC_FIELDS = tuple(f for f in SUMMARY_FIELDS if f != "error") + ("requeues",)
+# summary.json fields that load() puts in its frame besides the status (the hyperparameters come from the config)
+FRAME_FIELDS = tuple(f for f in OUTCOME_FIELDS if f not in ("status", "requeues"))
 
 
 @dataclass
@@ -80,18 +78,18 @@ class Run:
         if self.problem:
             s["error"] = self.problem
         if self.unfinished or self.status == "unknown":
-            val = [v for _, v in self.scalars.get("val/loss", [])]
-            steps = [st + 1 for st, _ in self.scalars.get("train/loss", [])]
-            steps += [st for st, _ in self.scalars.get("val/loss", [])]
+            val = [v for _, v in self.scalars.get(VAL_LOSS, [])]
+            steps = [st + 1 for st, _ in self.scalars.get(TRAIN_LOSS, [])]
+            steps += [st for st, _ in self.scalars.get(VAL_LOSS, [])]
             s.setdefault("final_val_loss", None)
             if s.get("final_val_loss") is None and val:
                 s["final_val_loss"] = val[-1]
             if s.get("best_val_loss") is None and val:
                 s["best_val_loss"] = min(val)
             if s.get("final_train_loss") is None:
-                s["final_train_loss"] = self.last("train/loss")
+                s["final_train_loss"] = self.last(TRAIN_LOSS)
             if s.get("tokens_per_second") is None:
-                s["tokens_per_second"] = self.last("perf/tokens_per_second")
+                s["tokens_per_second"] = self.last(TOKENS_PER_SECOND)
             if steps:
                 s["steps_completed"] = max(steps)
         return s
@@ -221,14 +219,14 @@ def read_runs(root: str | Path) -> list[Run]:
 def frame(runs: list[Run]):
     """One row per run: `run` (its folder relative to the root), `path`, `status` (as the
     report sees it: "killed" for a run whose process is gone), the summary's numbers
-    (SUMMARY_FIELDS; a running run's from its event file) and every flattened config key."""
+    (FRAME_FIELDS; a running run's from its event file) and every flattened config key."""
     import pandas as pd
 
     rows = []
     for r in runs:
         m = r.metrics()
         row = {"run": r.rel, "path": str(r.path), "status": r.status}
-        row.update({k: m.get(k) for k in SUMMARY_FIELDS})
+        row.update({k: m.get(k) for k in FRAME_FIELDS})
         row.update({k: v for k, v in r.config.items() if k not in row})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -240,9 +238,8 @@ def load(path: str | Path):
     Columns: `run` (folder relative to `path`), `path`, `status` (running, completed, stalled,
     diverged, failed, interrupted, requeued; "killed" for a run whose process is gone;
     "malformed" for an unusable summary.json, with `error` saying what is wrong), the summary's
-    numbers (steps_completed, final_val_loss, best_val_loss, final_train_loss, initial_loss,
-    baseline_loss, stall_margin, diverged_at_step, tokens_per_second, wall_seconds, parameters,
-    error) and every config key, flattened with dots as in .hydra/config.yaml
+    outcome (FRAME_FIELDS, described in names.OUTCOME_FIELDS: steps_completed, final_val_loss,
+    best_val_loss, ..., error) and every config key, flattened with dots as in .hydra/config.yaml
     (placement.name, norm.name, layers, warmup, lr, seed, optim.weight_decay, ...).
     Raises FileNotFoundError if `path` does not exist."""
     if not Path(path).exists():

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .names import MODEL_UPDATE
 from .runfolder import FINISHED, RUN_SETTINGS
 from .runs import Run
 
@@ -72,8 +73,9 @@ def run_loss(r: Run) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def learned(r: Run) -> bool:
-    """Finished and at least stall_margin below the unigram baseline: status completed."""
+def counts_as_learned(r: Run) -> bool:
+    """Whether the statistics count a run as learned: status completed (finished at least
+    stall_margin below the unigram baseline, see runfolder.beat_baseline)."""
     return r.status == "completed"
 
 
@@ -176,7 +178,7 @@ def cell_stats(members: list[Run]) -> dict:
     baselines = [r.summary.get("baseline_loss") for r in sc.kept if r.summary.get("baseline_loss") is not None]
     return {"n": len(sc.losses), "mean": mean, "low": low, "high": high,
             "n_diverged": statuses.count("diverged"), "n_stalled": statuses.count("stalled"),
-            "n_failed": sum(r.status == "failed" for r in members), "n_learned": sum(map(learned, sc.kept)),
+            "n_failed": sum(r.status == "failed" for r in members), "n_learned": sum(map(counts_as_learned, sc.kept)),
             "n_left_out": len(sc.left_out), "left_out": sc.left_out_text(),
             "baseline_loss": float(np.mean(baselines)) if baselines else math.nan,
             "margin_below_baseline": (1 - mean / np.mean(baselines)) if baselines and math.isfinite(mean) else math.nan}
@@ -230,7 +232,7 @@ def largest_learning(members_by_x: dict) -> float | None:
     """The largest x whose runs all learned: every seed that finished (one run per seed, see
     `screen`) completed below the baseline, and at least one did."""
     good = [x for x, members in members_by_x.items()
-            if (kept := screen(members).kept) and all(map(learned, kept))]
+            if (kept := screen(members).kept) and all(map(counts_as_learned, kept))]
     return max(good) if good else None
 
 
@@ -269,7 +271,7 @@ def early_model_update(r: Run) -> tuple[int, float] | None:
     step after 0 where the run measured it (stability/model_update); None without one. How
     far the first updates move the output: Wang et al. 2022 (Fig. 2-3) find it grows with
     depth under Post-LN and stays bounded under DeepNorm."""
-    points = [(st, v) for st, v in r.scalars.get("stability/model_update", []) if st > 0 and math.isfinite(v)]
+    points = [(st, v) for st, v in r.scalars.get(MODEL_UPDATE, []) if st > 0 and math.isfinite(v)]
     return points[0] if points else None
 
 

@@ -195,13 +195,13 @@ LEARNS = ["steps=60", "lr=3e-3", "warmup=0", "batch_size=16", "eval_every=60", "
 
 def test_the_stall_rule_by_hand():
     """Learned means final <= (1 - margin) · baseline: 2 % below a baseline of 3.0 is 2.94."""
-    from normexp.runfolder import learned
+    from normexp.runfolder import beat_baseline
 
-    assert learned(2.94, 3.0, 0.02) and learned(2.5, 3.0, 0.02)
-    assert not learned(2.95, 3.0, 0.02) and not learned(2.99, 3.0, 0.02) and not learned(3.2, 3.0, 0.02)
-    assert learned(2.95, 3.0, 0.01) and not learned(2.95, 3.0, 0.2)
-    assert not learned(float("nan"), 3.0, 0.02) and not learned(None, 3.0, 0.02)
-    assert learned(2.99, None, 0.02)  # a run without a baseline (older cache) counts a finite loss
+    assert beat_baseline(2.94, 3.0, 0.02) and beat_baseline(2.5, 3.0, 0.02)
+    assert not beat_baseline(2.95, 3.0, 0.02) and not beat_baseline(2.99, 3.0, 0.02) and not beat_baseline(3.2, 3.0, 0.02)
+    assert beat_baseline(2.95, 3.0, 0.01) and not beat_baseline(2.95, 3.0, 0.2)
+    assert not beat_baseline(float("nan"), 3.0, 0.02) and not beat_baseline(None, 3.0, 0.02)
+    assert beat_baseline(2.99, None, 0.02)  # a run without a baseline (older cache) counts a finite loss
 
 
 # --------------------------------------------------------------------- unit checks

@@ -7,7 +7,7 @@ import math
 import pytest
 from conftest import TINY, run_cli
 
-from normexp.logbook import HPARAM_METRICS
+from normexp.names import HPARAM_METRICS
 from normexp.runfolder import STATUSES
 
 
@@ -62,7 +62,7 @@ def test_hparams_mark_the_chosen_keys_and_leave_out_unused_settings(runs):
     assert not any(n.startswith("placement.") for n in names)  # Pre-LN has no settings: no 0 written
     deepnorm_names = {h.name for h in deepnorm.hparam_infos}
     assert {"placement.alpha", "placement.beta"} <= deepnorm_names
-    assert [(m.name.tag, m.display_name) for m in pre.metric_infos] == list(HPARAM_METRICS)
+    assert [(m.name.tag, m.display_name) for m in pre.metric_infos] == [(m.tag, m.display_name) for m in HPARAM_METRICS]
 
 
 def test_hparams_metrics_hold_the_final_numbers_and_the_status_code(runs):
