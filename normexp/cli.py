@@ -484,16 +484,62 @@ def probe(
     typer.echo(f"\nwrote {', '.join(str(p) for p in written)} ({_time.perf_counter() - start:.1f} s)")
 
 
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
-    add_help_option=False,
-)
-def bench(ctx: typer.Context):
-    """Time training steps on this machine: normexp vs a hand-written GPT, MFU, instrument
-    overhead; `--all` adds torch.compile, parallel sweeps and start-up. `normexp bench --help`."""
-    from .bench import run  # imports torch: only when benchmarking
+class _OneLineUsage(typer.core.TyperCommand):
+    """A bad option value is one line and exit 2, like the command's other errors (not a usage box)."""
 
-    run(list(ctx.args))
+    # click's UsageError as typer raises it (newer typer vendors click: `import click` may be another class)
+    _usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+    def _one_line(self, ctx, call):
+        try:
+            return call()
+        except self._usage_error as e:
+            fail(f"{e.format_message().rstrip('.')}; `normexp {ctx.info_name} --help` lists the options")
+
+    def parse_args(self, ctx, args):  # unknown options, missing values
+        return self._one_line(ctx, lambda: super(_OneLineUsage, self).parse_args(ctx, args))
+
+    def invoke(self, ctx):  # values that do not convert (typer converts them when it calls the command)
+        return self._one_line(ctx, lambda: super(_OneLineUsage, self).invoke(ctx))
+
+
+@app.command(cls=_OneLineUsage)
+def bench(
+    # the defaults repeat bench.suite.BenchOptions': importing it here would import torch at start-up
+    only: str = typer.Option("A,B,C", help="Shapes to run, from A,B,C,deep and --shape names "
+                                           "(deep = 1000 DeepNorm blocks × 32 wide: slow, not in the default)."),
+    shape: list[str] = typer.Option([], "--shape", metavar="NAME=LxD,SEQ,BATCH",
+                                    help="An extra shape, e.g. tiny=2x32,32,4 (add its NAME to --only); repeatable."),
+    instruments: str = typer.Option("B,C", help="Shapes whose instrument overhead is measured."),
+    steps: int = typer.Option(32, help="Steps per timed run."),
+    rounds: int = typer.Option(3, help="Interleaved rounds (each figure is the best round)."),
+    peak_size: int = typer.Option(4096, "--peak-size", help="n of the n×n fp32 matmul that measures the peak."),
+    threads: int = typer.Option(None, help="Torch threads (default: the cores this process may use)."),
+    compile: bool = typer.Option(False, "--compile", help="Also time normexp with compile=true."),
+    sweep: bool = typer.Option(False, "--sweep", help="Also compare parallel 1-thread jobs with sequential jobs."),
+    sweep_shape: str = typer.Option("B", "--sweep-shape", metavar="NAME", help="The shape of the sweep comparison."),
+    sweep_steps: int = typer.Option(150, "--sweep-steps", help="Steps per job of the CLI sweep comparison."),
+    startup: bool = typer.Option(False, "--startup", help="Also time `normexp train` from launch to step 0."),
+    profiles: bool = typer.Option(False, "--profiles", help="Also time the depth-profile images."),
+    all_: bool = typer.Option(False, "--all", help="--compile --sweep --startup --profiles."),
+    json: Path = typer.Option(Path("bench.json"), "--json", help="Where to write the results."),
+):
+    """Time training steps on this machine: normexp vs a hand-written GPT, MFU, instrument
+    overhead, model build and TensorBoard bytes per logging step; `--all` adds torch.compile,
+    parallel sweeps, start-up and the depth-profile images."""
+    from .bench import BenchError
+    from .bench.suite import BenchOptions, run, write_report  # imports torch: only when benchmarking
+
+    opts = BenchOptions(only=only, shape=list(shape), instruments=instruments, steps=steps, rounds=rounds,
+                        peak_size=peak_size, threads=threads, compile=compile, sweep=sweep, sweep_shape=sweep_shape,
+                        sweep_steps=sweep_steps, startup=startup, profiles=profiles, all=all_, json=json)
+    try:
+        report, text = run(opts)
+        typer.echo(text)
+        write_report(report, opts.json)
+    except BenchError as e:
+        fail(str(e))
+    typer.echo(f"wrote {opts.json}", err=True)
 
 
 def main():

@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""Training-step benchmark: `python scripts/bench.py --all` (same as `normexp bench --all`).
+"""Training-step benchmark: `python scripts/bench.py --all` (the same as `normexp bench --all`).
 
-See normexp/bench.py for what is measured and how; `--help` lists the options."""
+See normexp/bench/ for what is measured and how; `--help` lists the options."""
 
-from normexp.bench import run
+import sys
+
+from normexp.cli import app
 
 if __name__ == "__main__":
-    run()
+    app(["bench", *sys.argv[1:]], prog_name="normexp")
