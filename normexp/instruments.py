@@ -2,15 +2,45 @@
 
 Everything is computed as device tensors and flattened into one vector, so a logged
 step costs a single host–device synchronisation (`.tolist()`), never one per layer.
-Nothing here runs on non-logging steps.
+Nothing here runs on non-logging steps: the instruments attach to the model for one forward
+(`with recording(model) as trace:`, forward hooks on what the model declares in
+`GPT.readouts()`) and detach after it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
 import torch
 
 from . import distributed
-from .model import GPT
+from .model import GPT, read_outputs
+
+# batch rows whose attention the instruments recompute on a logging step: one sequence gives
+# heads·T(T+1)/2 logits (33k at the default shape), and each row costs ~5 ms a logging step
+# there (T² scores per head and block), a tenth of a plain step at log_every=1
+SIGNAL_ROWS = 1
+
+
+@contextlib.contextmanager
+def recording(model: GPT, only: tuple[str, ...] | None = None) -> Iterator[dict[str, list[torch.Tensor]]]:
+    """Within the block, each forward of `model` (directly, or through DDP or another
+    wrapper) fills the trace {name: [tensor per place]} with what `model.readouts()` names
+    (only those named in `only`, if given), detached; the queries and keys of the first SIGNAL_ROWS rows
+    only. On leaving the block the hooks are removed: the model runs as if never watched."""
+    readouts = model.readouts()
+    if only is not None:
+        readouts = {name: readouts[name] for name in only}
+    for name in ("queries", "keys"):  # keep only the rows the attention signals use
+        if name in readouts:
+            readouts[name] = [dataclasses.replace(r, pick=lambda out, pick=r.pick: pick(out)[:SIGNAL_ROWS])
+                              for r in readouts[name]]
+    with read_outputs(readouts) as trace:
+        yield trace
+from .names import (ACT_STD_FIRST, ACT_STD_LAST, ACT_STD_MAX, GRAD_NORM_FIRST, GRAD_NORM_LAST, GRAD_NORM_MAX,
+                    GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, layer_tag)
 
 
 def _std(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -31,7 +61,7 @@ def _std(tensors: list[torch.Tensor]) -> torch.Tensor:
 @torch.no_grad()
 def attention_signals(qk: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Per block, from the queries and keys of the first rows of the batch (see
-    model.SIGNAL_ROWS), as the dot product saw them (after QK-norm, if any):
+    SIGNAL_ROWS), as the dot product saw them (after QK-norm, if any):
     attn_logit_max, the largest |q·k|/√d_head over heads and causal positions (attention-logit
     growth: Dehghani et al. 2023; Wortsman et al. 2023), and attn_entropy, the mean over heads
     and query positions of −Σ_j A_tj log A_tj (entropy collapse: Zhai et al. 2023)."""
@@ -70,7 +100,7 @@ class Instruments:
         self.has_final_norm = any(g == self.layers + 1 for g in groups)
         self.params = params
         self.group_index = torch.tensor(groups, device=params[0].device)
-        mlp_out = {id(b.mlp_output_matrix) for b in model.blocks}
+        mlp_out = {id(w) for w in model.residual_output_weights()["mlp_out"]}
         self.mlp_out_index = torch.tensor([i for i, p in enumerate(params) if id(p) in mlp_out], device=params[0].device)
         # the blocks' matrices, for update_rms: their index into params and their sizes per block
         matrices = [i for i, p in enumerate(params) if p.dim() >= 2 and groups[i] < self.layers]
@@ -83,8 +113,10 @@ class Instruments:
         # only BatchNorm behaves differently in eval mode; switching just those modules
         # costs nothing, model.eval() walks all ~700 modules of a 48-layer model (~6 ms)
         self.batch_norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-        self.probe_idx = None
-        self.probe_h0 = None
+        # DeepNet's model update is measured on a fixed reference batch: its input and h₀,
+        # the final hidden state on it at the initial weights
+        self.reference_idx = None
+        self.reference_h0 = None
         self._before = None
 
     def _group_norms(self, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,18 +131,19 @@ class Instruments:
         rows, gradients); `read` turns them into numbers with one sync."""
         return {"loss": distributed.mean(loss.detach().float()), **self.activations(trace, rows), **self.gradients()}
 
-    # ---- activations (from the trace of a forward with record=True)
+    # ---- activations (from the trace of a forward inside `recording`)
     def activations(self, trace: dict, rows: int | None = None) -> dict[str, torch.Tensor]:
         """Stats of the first `rows` batch rows (all by default): the rows after them are the
-        model-update probe when it rides along in the training forward (`fused_probe_rows`)."""
+        reference batch when it rides along in the training forward (`fused_reference_rows`).
+        output_log_z: mean log Z of the output logits, the divergence signal of Wortsman et al. 2023."""
         rows = slice(rows)  # slice(None): all rows
         return {
             "act_std": _std([t[rows] for t in trace["block"]]),
             "attn_out_std": _std([t[rows] for t in trace["attn_out"]]),
             "mlp_out_std": _std([t[rows] for t in trace["mlp_out"]]),
-            "embedding_std": trace["embed"][rows].detach().float().std(correction=0),
-            **attention_signals([(q[rows], k[rows]) for q, k in trace["qk"]]),
-            "output_log_z": trace["log_z"][rows].mean(),
+            "embedding_std": trace["embed"][0][rows].float().std(correction=0),
+            **attention_signals([(q[rows], k[rows]) for q, k in zip(trace["queries"], trace["keys"])]),
+            "output_log_z": torch.logsumexp(trace["logits"][0][rows].float(), dim=-1).mean(),
         }
 
     # ---- gradients (after backward, before clipping and the optimizer step)
@@ -152,22 +185,30 @@ class Instruments:
             out["update_ratio_final_norm"] = ratio[self.layers + 1]
         return out
 
-    # ---- DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖ / ‖f(x;θ_0)‖ on a fixed probe batch
+    # ---- DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖ / ‖f(x;θ_0)‖ on a fixed reference batch
     @torch.no_grad()
-    def _probe_hidden(self, autocast) -> torch.Tensor:
+    def _reference_hidden(self, autocast) -> torch.Tensor:
         modes = [m.training for m in self.batch_norms]
-        for m in self.batch_norms:  # running statistics, and no running-stat updates from the probe
+        for m in self.batch_norms:  # running statistics, and no running-stat updates from the reference batch
             m.training = False
         with autocast():
-            h = self.model.hidden(self.probe_idx).float()
+            h = self.model.hidden(self.reference_idx).float()
         for m, mode in zip(self.batch_norms, modes):
             m.training = mode
         return h
 
-    def set_probe(self, idx: torch.Tensor, autocast):
+    def set_reference_batch(self, idx: torch.Tensor, autocast):
+        """The model update's fixed input; h₀ is computed now, at the initial weights."""
         if self.model_update:
-            self.probe_idx = idx
-            self.probe_h0 = self._probe_hidden(autocast)
+            self.reference_idx = idx
+            self.reference_h0 = self._reference_hidden(autocast)
+
+    def state_dict(self) -> dict:
+        """What a checkpoint must keep for the model update to continue: h₀."""
+        return {"reference_h0": self.reference_h0}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.reference_h0 = state.get("reference_h0")
 
     def model_update_due(self, step: int, log_every: int, last_step: int) -> bool:
         """Whether logging step `step` measures the model update: when its last log_every
@@ -175,27 +216,27 @@ class Instruments:
         least that), and at the last step. A rule of the step alone, so a resumed run
         measures where the uninterrupted one would."""
         every = self.model_update_every
-        return self.probe_h0 is not None and (step == last_step or step // every > (step - log_every) // every)
+        return self.reference_h0 is not None and (step == last_step or step // every > (step - log_every) // every)
 
-    def fused_probe_rows(self) -> torch.Tensor | None:
-        """The probe batch, to append to a logging step's training batch, or None.
+    def fused_reference_rows(self) -> torch.Tensor | None:
+        """The reference batch, to append to a logging step's training batch, or None.
 
-        A separate probe forward costs ~10 % of a step at depth 48 (a batch of one is all
-        per-op overhead); riding along in the training forward costs only its share of the
-        FLOPs. The probe rows get target −100 (ignored by the loss), so loss and gradients
-        are those of the training rows alone. Not with BatchNorm, whose batch statistics
-        would mix the rows: there the probe runs on its own, in eval mode."""
-        if self.probe_h0 is None or self.batch_norms:
+        A separate forward costs ~10 % of a step at depth 48 (a batch of one is all per-op
+        overhead); riding along in the training forward costs only its share of the FLOPs.
+        The reference rows get target −100 (ignored by the loss), so loss and gradients are
+        those of the training rows alone. Not with BatchNorm, whose batch statistics would
+        mix the rows: there the reference batch runs on its own, in eval mode."""
+        if self.reference_h0 is None or self.batch_norms:
             return None
-        return self.probe_idx
+        return self.reference_idx
 
-    def model_update_size(self, autocast, probe_hidden: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """‖h − h₀‖/‖h₀‖ with h the final hidden state on the probe at the current weights:
-        `probe_hidden` if the training forward computed it, else a forward of its own."""
-        if self.probe_h0 is None:
+    def model_update_size(self, autocast, reference_hidden: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """‖h − h₀‖/‖h₀‖ with h the final hidden state on the reference batch at the current
+        weights: `reference_hidden` if the training forward computed it, else a forward of its own."""
+        if self.reference_h0 is None:
             return {}
-        h = self._probe_hidden(autocast) if probe_hidden is None else probe_hidden.detach().float()
-        return {"model_update": (h - self.probe_h0).norm() / self.probe_h0.norm().clamp_min(1e-30)}
+        h = self._reference_hidden(autocast) if reference_hidden is None else reference_hidden.detach().float()
+        return {"model_update": (h - self.reference_h0).norm() / self.reference_h0.norm().clamp_min(1e-30)}
 
     # ---- one sync for everything collected this step
     @staticmethod
@@ -212,45 +253,22 @@ class Instruments:
 
 
 def scalar_tags(values: dict[str, float | list[float]]) -> dict[str, float]:
-    """TensorBoard tags: per-layer vectors become `<family>/layer_XX`; summaries go under
-    `stability/`, `grad_norm/`, `update_ratio/`, `act_std/`."""
+    """TensorBoard tags (names.py): per-layer vectors become `<family>/layer_XX`, one-group
+    values their GROUP_TAGS, and the first/last/max over depth go under `stability/`."""
     tags: dict[str, float] = {}
     for key, v in values.items():
         if isinstance(v, list):
             for i, x in enumerate(v):
-                tags[f"{key}/layer_{i:02d}"] = x
-    single = {
-        "embedding_std": "act_std/embedding",
-        "grad_norm_embedding": "grad_norm/embedding",
-        "grad_norm_final_norm": "grad_norm/final_norm",
-        "update_ratio_embedding": "update_ratio/embedding",
-        "update_ratio_final_norm": "update_ratio/final_norm",
-        "model_update": "stability/model_update",
-        "output_log_z": "output/log_z",
-        "grad_norm_global": "train/grad_norm",
-    }
-    for key, tag in single.items():
+                tags[layer_tag(key, i)] = x
+    for key, tag in GROUP_TAGS.items():
         if key in values:
             tags[tag] = values[key]
     if "act_std" in values:
-        tags["stability/act_std_max"] = max(values["act_std"])
-        tags["stability/act_std_first"], tags["stability/act_std_last"] = values["act_std"][0], values["act_std"][-1]
+        tags[ACT_STD_MAX] = max(values["act_std"])
+        tags[ACT_STD_FIRST], tags[ACT_STD_LAST] = values["act_std"][0], values["act_std"][-1]
     if "grad_norm" in values:
         g = values["grad_norm"]
-        tags["stability/grad_norm_max"] = max(g)
-        tags["stability/grad_norm_first"], tags["stability/grad_norm_last"] = g[0], g[-1]
-        tags["stability/grad_norm_top_over_bottom"] = g[-1] / g[0] if g[0] > 0 else float("inf")
+        tags[GRAD_NORM_MAX] = max(g)
+        tags[GRAD_NORM_FIRST], tags[GRAD_NORM_LAST] = g[0], g[-1]
+        tags[GRAD_NORM_TOP_OVER_BOTTOM] = g[-1] / g[0] if g[0] > 0 else float("inf")
     return tags
-
-
-LAYOUT_FAMILIES = {
-    "act_std": "residual stream std leaving each block",
-    "attn_out_std": "attention output std (before the residual)",
-    "mlp_out_std": "MLP output std (before the residual)",
-    "grad_norm": "gradient norm of each block",
-    "grad_norm_mlp_out": "gradient norm of each block's second MLP matrix (Xiong et al. Fig. 3)",
-    "update_ratio": "‖Δθ‖/‖θ‖ of each block per step",
-    "update_rms": "RMS of the optimizer's update of each block's matrices",
-    "attn_logit_max": "largest attention logit |q·k|/√d_head (first rows of the batch)",
-    "attn_entropy": "mean attention entropy over heads and queries (first rows of the batch)",
-}

@@ -14,9 +14,10 @@ A new variant is one class here and one yaml file there.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -203,14 +204,14 @@ class Placement(nn.Module):
     * `forward(x, *context)` returns (new residual stream, contribution): the contribution is
       F's output as it joins the stream (the attn_out_std / mlp_out_std instruments read it);
       `context` (the encoder output, for cross-attention) goes to F unchanged.
-    * `final_norm`: whether the stream leaving this sublayer is unnormalized, so that the
-      model must add a Norm after the last block (Pre-LN does, Post-LN does not).
+    * `needs_final_norm`: whether the stream leaving this sublayer is unnormalized, so that
+      the model must add a Norm after the last block (Pre-LN does, Post-LN does not).
     * `init_gain`: the Xavier gain the placement wants for F's value, output and MLP
       matrices (query and key keep gain 1); DeepNorm's β.
     * `resolved()`: the numbers it actually uses ("auto" worked out), for summary.json.
     """
 
-    final_norm = True
+    needs_final_norm = True
     init_gain = 1.0
 
     def resolved(self) -> dict:
@@ -221,7 +222,7 @@ class Placement(nn.Module):
 class PostNorm(Placement):
     """Post-LN (Vaswani et al. 2017): x ← Norm(x + F(x)). No final norm is needed."""
 
-    final_norm = False
+    needs_final_norm = False
 
     def __init__(self, sublayer, make_norm, *, index: int, depth: int):
         super().__init__()
@@ -263,7 +264,7 @@ class DeepNorm(Placement):
     ("auto") the model update stays bounded as depth grows. Either may be a number instead.
     No final norm: the stream leaves every block normalized."""
 
-    final_norm = False
+    needs_final_norm = False
 
     def __init__(self, sublayer, make_norm, *, index: int, depth: int, alpha="auto", beta="auto"):
         super().__init__()
@@ -313,7 +314,7 @@ class MixNorm(Placement):
         # ⌊ρ·L⌋ of the decimal the user wrote: 0.58·50 is 28.999999999999996 in floating point, 29 blocks
         self.ratio, self.post_blocks = ratio, math.floor(round(ratio * depth, 9))
         self.post = index < self.post_blocks
-        self.final_norm = not self.post
+        self.needs_final_norm = not self.post
         self.sublayer = sublayer
         self.norm = make_norm()
 
@@ -335,7 +336,7 @@ class ReZero(Placement):
     block starts as the identity). No norm anywhere: the run's norm type is not used and the
     model has no final norm."""
 
-    final_norm = False
+    needs_final_norm = False
 
     def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_alpha: float = 0.0):
         super().__init__()
@@ -365,7 +366,7 @@ class Admin(Placement):
     stacks so lean on the residual as their outputs add up, the paper's fix for Post-LN's
     amplified output changes. No final norm."""
 
-    final_norm = False
+    needs_final_norm = False
     needs_calibration = True
 
     def __init__(self, sublayer, make_norm, *, index: int, depth: int):
@@ -373,13 +374,9 @@ class Admin(Placement):
         self.sublayer = sublayer
         self.omega = nn.Parameter(torch.ones(sublayer.d_model))
         self.norm = make_norm()
-        self.recording = False
-        self.recorded: float | None = None
 
     def forward(self, x, *context):
         out = self.sublayer(x, *context)
-        if self.recording:  # the profiling pass: the variance this sublayer adds
-            self.recorded = out.detach().float().var(unbiased=False).item()
         return self.norm(self.omega * x + out), out
 
 
@@ -524,18 +521,27 @@ class CausalSelfAttention(nn.Module):
         # QK-norm (Henry et al. 2020; Dehghani et al. 2023; Wortsman et al. 2023): queries and
         # keys normalized per head, over d_head, before the dot product
         self.q_norm, self.k_norm = (make_qk_norm(), make_qk_norm()) if make_qk_norm else (None, None)
-        self.capture = 0  # > 0: keep the queries and keys of that many rows (the instruments' attention signals)
-        self.captured = None
+
+    def split_heads(self, qkv: torch.Tensor) -> torch.Tensor:
+        """The fused projection's output (B, T, 3C) as q, k, v stacked: (3, B, heads, T, d_head)."""
+        B, T, C3 = qkv.shape
+        return qkv.view(B, T, 3, self.heads, C3 // (3 * self.heads)).permute(2, 0, 3, 1, 4)
 
     def forward(self, x):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = self.split_heads(self.qkv(x))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.capture:
-            self.captured = (q[: self.capture].detach(), k[: self.capture].detach())
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def readouts(self) -> dict[str, Readout]:
+        """The queries and keys as the dot product sees them (after QK-norm, if any), each
+        (B, heads, T, d_head): the outputs of the QK-norms, or of the fused projection."""
+        if self.q_norm is not None:
+            return {"queries": Readout(self.q_norm), "keys": Readout(self.k_norm)}
+        return {"queries": Readout(self.qkv, lambda out: self.split_heads(out)[0]),
+                "keys": Readout(self.qkv, lambda out: self.split_heads(out)[1])}
 
     def init_weights(self, gain: float, init: XavierInit) -> None:
         d = self.qkv.in_features
@@ -592,7 +598,7 @@ class Block(nn.Module):
 
         x ─> placement(self-attention) ─> [placement(cross-attention to memory)] ─> placement(MLP) ─> x
 
-    forward returns the stream and the two contributions the instruments read."""
+    `readouts()` names what an instrument may read of it (see `Readout`)."""
 
     def __init__(self, cfg: ModelConfig, wrap, causal: bool = True, cross_attention: bool = False, make_qk_norm=None):
         super().__init__()
@@ -601,28 +607,30 @@ class Block(nn.Module):
         self.mlp = wrap(MLP(cfg))
 
     def forward(self, x, memory=None):
-        x, attn_out = self.attn(x)
+        x, _ = self.attn(x)
         if self.cross is not None:
             x, _ = self.cross(x, memory)
-        x, mlp_out = self.mlp(x)
-        return x, attn_out, mlp_out
+        x, _ = self.mlp(x)
+        return x
 
     def sublayers(self) -> list[Placement]:
         return [p for p in (self.attn, self.cross, self.mlp) if p is not None]
 
-    @property
-    def mlp_output_matrix(self) -> torch.Tensor:
-        """W₂, the MLP's second matrix: Xiong et al.'s Fig. 3 plots its gradient."""
-        return self.mlp.sublayer.fc_out.weight
+    def readouts(self) -> dict[str, Readout]:
+        """The stream leaving the block, each sublayer's contribution as it joins the stream
+        (second output of the placement), and the self-attention's queries and keys."""
+        return {"block": Readout(self), "attn_out": Readout(self.attn, _second), "mlp_out": Readout(self.mlp, _second),
+                **self.attn.sublayer.readouts()}
+
+    def residual_output_weights(self) -> dict[str, nn.Parameter]:
+        """The matrices whose output joins the stream (init roles attn_out and mlp_out); the
+        MLP's second matrix W₂ is the one Xiong et al.'s Fig. 3 plots the gradient of."""
+        return {"attn_out": self.attn.sublayer.proj.weight, "mlp_out": self.mlp.sublayer.fc_out.weight}
 
 
 # ----------------------------------------------------------------------------- GPT
 
 IGNORE_TARGET = -100  # a target position that adds nothing to the loss
-# batch rows whose attention the instruments recompute on a logging step: one sequence gives
-# heads·T(T+1)/2 logits (33k at the default shape), and each row costs ~5 ms a logging step
-# there (T² scores per head and block), a tenth of a plain step at log_every=1
-SIGNAL_ROWS = 1
 
 
 class GPT(nn.Module):
@@ -645,7 +653,7 @@ class GPT(nn.Module):
             Block(cfg, lambda f, i=i: placement_cls(f, make_norm, index=i, depth=cfg.layers, **placement_settings),
                   causal, cross_attention, make_qk_norm)
             for i in range(cfg.layers))
-        self.final_norm = make_norm() if self.blocks[-1].mlp.final_norm else nn.Identity()
+        self.final_norm = make_norm() if self.blocks[-1].mlp.needs_final_norm else nn.Identity()
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         self.embed_scale = math.sqrt(cfg.d_model)
         self._init_weights()
@@ -675,14 +683,13 @@ class GPT(nn.Module):
         saved = [{k: v.clone() for k, v in m.state_dict().items()} for m in batch_norms]
         for w in wrappers:
             w.omega.fill_(1.0)
-            w.recording = True
-        embedded = self.hidden(idx, record=True)[1]["embed"]
-        for w in wrappers:
-            w.recording = False
-        total = embedded.float().var(unbiased=False).item()
-        for w in wrappers:
+        readouts = {"embed": [self.readouts()["embed"][0]], "added": [Readout(w, _second) for w in wrappers]}
+        with read_outputs(readouts) as read:
+            self.hidden(idx)
+        total = read["embed"][0].float().var(unbiased=False).item()
+        for w, added in zip(wrappers, read["added"]):
             w.omega.fill_(math.sqrt(total))
-            total += w.recorded
+            total += added.float().var(unbiased=False).item()
         for m, state in zip(batch_norms, saved):
             m.load_state_dict(state)
         return True
@@ -694,37 +701,21 @@ class GPT(nn.Module):
         norms = [m for m in self.modules() if type(m) in NORMS.values()]
         return {"norm": norms[0].resolved() if norms else {}, "placement": first.resolved()}
 
-    def hidden(self, idx: torch.Tensor, record: bool = False, memory: torch.Tensor | None = None):
-        """The final hidden state (B, T, d). With record=True also returns per-block tensors
-        for the instruments: the residual stream leaving each block, each sublayer's output,
-        and the final hidden state itself. `memory`: the encoder output, for cross-attention."""
+    def hidden(self, idx: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
+        """The final hidden state (B, T, d). `memory`: the encoder output, for cross-attention."""
         x = (self.tok_emb(idx) + self.pos_emb(self.positions[: idx.shape[1]])) * self.embed_scale
-        trace = {"embed": x, "block": [], "attn_out": [], "mlp_out": [], "qk": []} if record else None
         for block in self.blocks:
-            attention = block.attn.sublayer
-            attention.capture = SIGNAL_ROWS if record else 0
-            x, attn_out, mlp_out = block(x, memory)
-            if record:
-                trace["block"].append(x)
-                trace["attn_out"].append(attn_out)
-                trace["mlp_out"].append(mlp_out)
-                trace["qk"].append(attention.captured)
-                attention.capture, attention.captured = 0, None
-        h = self.final_norm(x)
-        if record:
-            trace["final"] = h
-        return (h, trace) if record else h
+            x = block(x, memory)
+        return self.final_norm(x)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, record: bool = False,
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None, z_loss: float = 0.0):
-        """Logits through the tied head; with targets, the mean cross-entropy (nats/token)
-        over the targets that are not IGNORE_TARGET, plus z_loss·mean((log Z)²) over the same
-        tokens when z_loss > 0 (PaLM, Chowdhery et al. 2022; Wortsman et al. 2023), Z = Σ_v e^logit_v."""
-        out = self.hidden(idx, record, memory)
-        h, trace = out if record else (out, None)
+        """(logits, loss): logits through the tied head; with targets, the mean cross-entropy
+        (nats/token) over the targets that are not IGNORE_TARGET, plus z_loss·mean((log Z)²)
+        over the same tokens when z_loss > 0 (PaLM, Chowdhery et al. 2022; Wortsman et al.
+        2023), Z = Σ_v e^logit_v; loss None without targets."""
+        h = self.hidden(idx, memory)
         logits = h @ self.tok_emb.weight.t()
-        if record:  # the output-logit divergence signal (Wortsman et al. 2023), per position
-            trace["log_z"] = torch.logsumexp(logits.detach().float(), dim=-1)
         loss = None
         if targets is not None:
             flat = logits.flatten(0, 1).float()
@@ -732,7 +723,76 @@ class GPT(nn.Module):
             if z_loss:
                 kept = targets.flatten() != IGNORE_TARGET
                 loss = loss + z_loss * torch.logsumexp(flat[kept], dim=-1).pow(2).mean()
-        return (logits, loss, trace) if record else (logits, loss)
+        return logits, loss
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def readouts(self) -> dict[str, list[Readout]]:
+        """What an instrument may read, {name: one Readout per place}: `embed`, the stream
+        entering block 0 (embeddings scaled by √d); per block, `block`, `attn_out`, `mlp_out`,
+        `queries`, `keys` (see Block.readouts); `final`, the final hidden state; `logits`."""
+        per_block = [block.readouts() for block in self.blocks]
+        return {"embed": [Readout(self.blocks[0], _first_input, read="input")],
+                **{name: [r[name] for r in per_block] for name in per_block[0]},
+                "final": [Readout(self.final_norm)], "logits": [Readout(self, _first)]}
+
+    def residual_output_weights(self) -> dict[str, list[nn.Parameter]]:
+        """{"attn_out": [W_O per block], "mlp_out": [W₂ per block]} (Block.residual_output_weights)."""
+        per_block = [block.residual_output_weights() for block in self.blocks]
+        return {role: [w[role] for w in per_block] for role in per_block[0]}
+
+
+# ------------------------------------------------------------------------ readouts
+# What the model lets an instrument read, declared by the modules themselves (`readouts()`)
+# rather than reached by attribute chains; `read_outputs` attaches forward hooks for the
+# length of a `with` block only, so a forward outside one runs no added code.
+
+def _whole(out):
+    return out
+
+
+def _first(out):
+    return out[0]
+
+
+def _second(out):
+    return out[1]
+
+
+def _first_input(inputs):
+    return inputs[0]
+
+
+@dataclass(frozen=True)
+class Readout:
+    """A tensor an instrument may read: `pick` applied to `module`'s output (read="output")
+    or to its positional inputs (read="input") on each forward."""
+
+    module: nn.Module
+    pick: Callable = _whole
+    read: str = "output"
+
+
+@contextlib.contextmanager
+def read_outputs(readouts: dict[str, list[Readout]]) -> Iterator[dict[str, list]]:
+    """Within the block, every forward fills {name: [detached tensor per Readout]} (the last
+    forward's, in the Readouts' order); the hooks are removed on leaving it."""
+    read = {name: [None] * len(places) for name, places in readouts.items()}
+    handles = []
+
+    def keep(name, i, pick):
+        def hook(module, inputs, output=None):
+            read[name][i] = pick(inputs if output is None else output).detach()
+        return hook
+
+    try:
+        for name, places in readouts.items():
+            for i, r in enumerate(places):
+                hook = keep(name, i, r.pick)
+                handles.append(r.module.register_forward_pre_hook(hook) if r.read == "input"
+                               else r.module.register_forward_hook(hook))
+        yield read
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -4,7 +4,7 @@ The study of Xiong et al. 2020, "On Layer Normalization in the Transformer Archi
 (§3, Fig. 3): for each placement × depth × seed, build a freshly initialised GPT, run one
 forward/backward per batch of real text, and record per block
 
-    grad_norm_mlp_out  ‖∂L/∂W₂‖_F of the block's second MLP matrix (`Block.mlp_output_matrix`)
+    grad_norm_mlp_out  ‖∂L/∂W₂‖_F of the block's second MLP matrix (`GPT.residual_output_weights`)
     hidden_rms         √mean(x²) of the residual stream x leaving the block
 
 averaged over the batches. What the paper predicts at initialisation:
@@ -52,6 +52,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .data import get_batch, load_corpus
+from .instruments import recording
 from .model import GPT, NORMS, PLACEMENTS, ModelConfig
 
 DEFAULT_PLACEMENTS = ("post", "pre", "deepnorm", "sandwich")
@@ -156,9 +157,8 @@ class EncoderDecoder(nn.Module):
         self.decoder = GPT(cfg, cross_attention=True)  # self-attention, cross-attention, MLP per block
 
     def forward(self, src: torch.Tensor, idx: torch.Tensor, targets: torch.Tensor):
-        """(mean cross-entropy of the decoder, the decoder's residual stream leaving each block)."""
-        _, loss, trace = self.decoder(idx, targets, record=True, memory=self.encoder.hidden(src))
-        return loss, trace["block"]
+        """(the decoder's logits, its mean cross-entropy), as GPT.forward."""
+        return self.decoder(idx, targets, memory=self.encoder.hidden(src))
 
 
 # -------------------------------------------------------------------------- probe
@@ -177,18 +177,19 @@ def probe_model(placement: str, layers: int, seed: int, tokens: np.ndarray, voca
     # The same batches for every placement and depth at a given seed: differences between
     # rows of the table come from the architecture, not from the sample.
     batch_gen = torch.Generator().manual_seed(seed)
-    w2 = [block.mlp_output_matrix for block in decoder.blocks]
+    w2 = decoder.residual_output_weights()["mlp_out"]
     grad_sum = torch.zeros(layers, dtype=torch.float64)
     rms_sum = torch.zeros(layers, dtype=torch.float64)
     for _ in range(s.batches):
         model.zero_grad(set_to_none=True)
-        if s.encoder_decoder:  # source: a segment of text; target: the segment that follows it
-            x2, y2 = get_batch(tokens, s.batch_size, 2 * s.seq_len, batch_gen)
-            loss, streams = model(x2[:, : s.seq_len], x2[:, s.seq_len:], y2[:, s.seq_len:])
-        else:
-            x, y = get_batch(tokens, s.batch_size, s.seq_len, batch_gen)
-            _, loss, trace = model(x, y, record=True)
-            streams = trace["block"]
+        with recording(decoder, only=("block",)) as trace:
+            if s.encoder_decoder:  # source: a segment of text; target: the segment that follows it
+                x2, y2 = get_batch(tokens, s.batch_size, 2 * s.seq_len, batch_gen)
+                _, loss = model(x2[:, : s.seq_len], x2[:, s.seq_len:], y2[:, s.seq_len:])
+            else:
+                x, y = get_batch(tokens, s.batch_size, s.seq_len, batch_gen)
+                _, loss = model(x, y)
+        streams = trace["block"]
         loss.backward()
         grad_sum += torch.stack([w.grad.detach().norm() for w in w2]).double()
         rms_sum += torch.stack([h.detach().float().pow(2).mean().sqrt() for h in streams]).double()

@@ -3,10 +3,13 @@
 `train()` reads top to bottom: set up a `Trainer` (data, model, optimizer, instruments,
 resume, TensorBoard), then step until done, then finish. One step (`Trainer.train_step`):
 
-    lr for this update → next batch → forward/backward (with the instruments' trace on a
+    lr for this update → next batch → forward/backward (recorded by the instruments on a
     logging step) → divergence check → optional clipping → optimizer step → logging
 
-and after it (`Trainer.after_step`): throughput, evaluation, checkpoint, progress.
+and after it (`Trainer.after_step`): throughput, evaluation, checkpoint, progress. A
+divergence raises `Diverged`, which ends the run with status "diverged". The loop's parts
+have names of their own: `is_logging_step` (the one logging-step rule), `SEED_STREAMS` (the
+random streams), `DivergenceGuard`, `ThroughputMeter`, `make_optimizer`.
 Checkpoints hold everything needed to continue bit-for-bit on CPU: model, optimizer, step,
 RNG states and the data sampler's generator.
 """
@@ -30,10 +33,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import checkpoint as ckpt
 from . import distributed
-from .instruments import Instruments, scalar_tags
+from .instruments import Instruments, recording, scalar_tags
 from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
 from .model import GPT, IGNORE_TARGET, ModelConfig
-from .runfolder import STATUSES, hparams_row, learned, read_summary, summary_record, write_summary
+from . import names
+from .runfolder import beat_baseline, hparams_row, read_summary, summary_record, write_summary
 from .schedules import lr_multiplier
 from .signals import Interrupted, Preempted, StopSignals
 from .validate import ConfigError
@@ -58,10 +62,13 @@ def train(cfg: DictConfig, run_dir: Path, stop: StopSignals | None = None, hooks
         stop = stop or stack.enter_context(StopSignals())
         try:
             with stop.deferred():
-                while trainer.step < cfg.steps:
-                    stop.check()
-                    if trainer.train_step() == "diverged" or trainer.after_step() == "diverged":
-                        return trainer.finish("diverged", diverged_at_step=trainer.step)
+                try:
+                    while trainer.step < cfg.steps:
+                        stop.check()
+                        trainer.train_step()
+                        trainer.after_step()
+                except Diverged as e:
+                    return trainer.finish("diverged", diverged_at_step=e.step)
         except Interrupted as e:
             trainer.stop_interrupted(e)
             raise
@@ -99,7 +106,7 @@ def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
 def set_threads(cfg: DictConfig) -> int:
     """cores ÷ parallel jobs when a launcher runs several jobs at once (joblib reuses
     worker processes, so this is reset at the start of every job); see distributed.py."""
-    threads = cfg.get("threads", "auto")
+    threads = cfg.threads
     torch.set_num_threads(distributed.threads_per_job() if threads == "auto" else int(threads))
     return torch.get_num_threads()
 
@@ -113,10 +120,101 @@ def seed_everything(seed: int) -> None:
 def profiles_every(cfg: DictConfig) -> int:
     """Steps between depth-profile images (0 = none). "auto": about five per run, at logging
     steps (a multiple of log_every), plus the last step: each costs ~50-100 ms of matplotlib."""
-    every = cfg.log.get("profiles_every", "auto")
+    every = cfg.log.profiles_every
     if every == "auto":
         return cfg.log_every * math.ceil(cfg.steps / (5 * cfg.log_every))
     return int(every)
+
+
+# ------------------------------------------------------------ the loop's named parts
+
+def is_logging_step(step: int, log_every: int, steps: int) -> bool:
+    """The logging-step rule: steps 0, log_every, 2·log_every, ... and the last (steps − 1).
+    The instruments run on these steps only, and tokens/s is reported at them."""
+    return step % log_every == 0 or step == steps - 1
+
+
+# The random streams of a run, as offsets from cfg.seed: each its own generator, so drawing
+# from one never shifts another. Fixed: checkpoints and the numerics fixture depend on them.
+SEED_STREAMS = {"data": 0, "reference_batch": 1, "evaluation": 2, "calibration": 3}
+
+
+def generator(seed: int, stream: str) -> torch.Generator:
+    """The CPU generator of one of SEED_STREAMS for the run's seed."""
+    return torch.Generator().manual_seed(seed + SEED_STREAMS[stream])
+
+
+def reference_batch(val_tokens, cfg: DictConfig) -> torch.Tensor:
+    """The model update's fixed input: a sixteenth of the batch (1 to 8 sequences) of
+    validation text. It joins every logging step's forward and backward, so its size is
+    paid for at every logging step."""
+    from .data import get_batch
+
+    x, _ = get_batch(val_tokens, min(8, max(1, cfg.batch_size // 16)), cfg.seq_len, generator(cfg.seed, "reference_batch"))
+    return x
+
+
+class Diverged(Exception):
+    """The run must end here: a non-finite or too-large training loss, a non-finite gradient,
+    or a non-finite validation loss. `step`: where it was found; str(e): why."""
+
+    def __init__(self, step: int, why: str):
+        super().__init__(why)
+        self.step = step
+
+
+class DivergenceGuard:
+    """The divergence rule: a finite loss under the ceiling and a finite gradient. The ceiling
+    is divergence.max_loss, raised to twice the initial loss once that is known, so a model
+    that starts high (norm=none) has not diverged. `every_step`: check plain steps too (on
+    CPU, where reading the loss costs nothing; on GPUs only logging steps are checked)."""
+
+    def __init__(self, max_loss: float, every_step: bool, initial_loss: float | None = None):
+        self.max_loss, self.every_step = max_loss, every_step
+        if initial_loss is not None:
+            self.set_initial_loss(initial_loss)
+
+    def set_initial_loss(self, loss: float) -> None:
+        self.max_loss = max(self.max_loss, 2 * loss)
+
+    def problem(self, loss: float, grad_finite: bool) -> str | None:
+        """None if the step is healthy, else what is wrong with it."""
+        if not math.isfinite(loss):
+            return f"loss {loss:.4g}"
+        if loss > self.max_loss:
+            return f"loss {loss:.4g} above the ceiling {self.max_loss:.4g} (divergence.max_loss, or twice the initial loss)"
+        return None if grad_finite else "non-finite gradient"
+
+
+class ThroughputMeter:
+    """tokens/s of the training steps alone: each step is timed from its start (`restart`) to
+    `step_done`, less the seconds it is told to `exclude` (drawing images and histograms);
+    evaluation, checkpoints, progress and hooks fall between steps. `window_rate` is the rate
+    over the steps since the last call."""
+
+    def __init__(self, tokens_per_step: int, tokens_per_second: float | None = None):
+        self.tokens_per_step = tokens_per_step
+        self.tokens_per_second = tokens_per_second  # the last rate reported (a resumed run's, at first)
+        self.seconds, self.steps = 0.0, 0
+        self.restart()
+
+    def restart(self) -> None:
+        """The next step starts now."""
+        self.began, self.excluded = time.perf_counter(), 0.0
+
+    def exclude(self, seconds: float) -> None:
+        self.excluded += seconds
+
+    def step_done(self) -> None:
+        self.seconds += time.perf_counter() - self.began - self.excluded
+        self.steps += 1
+
+    def window_rate(self, report: bool = True) -> float | None:
+        """tokens/s over the window, which then starts afresh; report=False drops it (warm-up)."""
+        if report:
+            self.tokens_per_second = round(self.steps * self.tokens_per_step / max(self.seconds, 1e-9), 1)
+        self.seconds, self.steps = 0.0, 0
+        return self.tokens_per_second if report else None
 
 
 def decays(name: str, p: torch.nn.Parameter) -> bool:
@@ -150,9 +248,8 @@ class Trainer:
         self.main = distributed.is_main()  # under torchrun only rank 0 writes into run_dir
         distributed.local_batch_size(cfg.batch_size)  # the global batch must split evenly over ranks
         self.autocast = autocast_for(self.device)
-        self.warmup = min(cfg.warmup, cfg.steps)
-        if self.warmup < cfg.warmup:
-            log.warning("warmup=%d is longer than steps=%d: warming up over all %d steps", cfg.warmup, cfg.steps, self.warmup)
+        if cfg.warmup > cfg.steps:
+            log.warning("warmup=%d is longer than steps=%d: warming up over all %d steps", cfg.warmup, cfg.steps, cfg.steps)
         self.summary = summary_record(cfg, device=str(self.device), threads=threads)
         self.corpus = self._load_data()
         self.summary.update(baseline_loss=self.corpus.baseline_loss)
@@ -165,16 +262,11 @@ class Trainer:
         self._write_summary()
         self.writer = open_writer(run_dir, purge_step, self.main)
         self._first_events(purge_step)
-        self.check_every_step = self.device.type == "cpu"  # .item() is free on CPU; on GPUs only on logging steps
-        self.max_loss = cfg.divergence.max_loss
-        if self.summary.get("initial_loss") is not None:  # resumed: the ceiling set at step 0
-            self.max_loss = max(self.max_loss, 2 * self.summary["initial_loss"])
+        # a resumed run keeps the ceiling set at its step 0
+        self.guard = DivergenceGuard(cfg.divergence.max_loss, every_step=self.device.type == "cpu",
+                                     initial_loss=self.summary.get("initial_loss"))
         self.progress = Progress(cfg.log.progress if self.main else "off", cfg.steps, self.step)
-        self.profiles_every = profiles_every(cfg)
-        # tokens/s counts training steps only: each step's time is summed from its start to the start of
-        # after_step, less what log_step spends drawing images and histograms (step_extra)
-        self.step_began, self.step_extra = time.perf_counter(), 0.0
-        self.timer_seconds, self.timer_steps, self.tps = 0.0, 0, self.summary.get("tokens_per_second")
+        self.meter = ThroughputMeter(cfg.batch_size * cfg.seq_len, self.summary.get("tokens_per_second"))
         self.model.train()
         if hooks.on_start:
             hooks.on_start()
@@ -191,13 +283,13 @@ class Trainer:
         return corpus
 
     def _build_model(self) -> None:
-        """Model, optimizer, DDP/compile wrappers, instruments and the model-update probe batch."""
+        """Model, optimizer, DDP/compile wrappers, instruments and the model update's reference batch."""
         from .data import get_batch
 
         cfg = self.cfg
         self.model = GPT(model_config(cfg, self.corpus.vocab_size)).to(self.device)
         # Admin's profiling pass, on a batch of its own (the training batches are untouched)
-        calibration_batch = get_batch(self.corpus.train, cfg.batch_size, cfg.seq_len, torch.Generator().manual_seed(cfg.seed + 3))
+        calibration_batch = get_batch(self.corpus.train, cfg.batch_size, cfg.seq_len, generator(cfg.seed, "calibration"))
         self.model.calibrate(calibration_batch[0].to(self.device))
         settings = self.model.settings()  # read from the modules: what was built, "auto" resolved
         self.summary.update(parameters=self.model.num_parameters(), placement_settings=settings["placement"],
@@ -206,12 +298,8 @@ class Trainer:
         self.ddp_model = distributed.wrap(self.model, self.device)  # DDP under torchrun; `model` itself otherwise
         self.step_model = torch.compile(self.ddp_model) if cfg.compile else self.ddp_model
         self.instruments = Instruments(self.model, cfg.log.model_update, cfg.log.model_update_every)
-        self.data_gen = torch.Generator().manual_seed(cfg.seed)
-        probe_gen = torch.Generator().manual_seed(cfg.seed + 1)
-        # a sixteenth of the batch (1 to 8 sequences): the probe joins every logging step's
-        # forward and backward, so its size is paid for at every logging step
-        probe_x, _ = get_batch(self.corpus.val, min(8, max(1, cfg.batch_size // 16)), cfg.seq_len, probe_gen)
-        self.instruments.set_probe(probe_x.to(self.device), self.autocast)
+        self.data_gen = generator(cfg.seed, "data")
+        self.instruments.set_reference_batch(reference_batch(self.corpus.val, cfg).to(self.device), self.autocast)
 
     def _resume(self) -> int | None:
         """With resume=true, continue from the newest checkpoint; returns its step (TensorBoard's
@@ -228,7 +316,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.data_gen.set_state(state["data_generator"])
         ckpt.restore_rng(state["rng"])
-        self.instruments.probe_h0 = state.get("probe_h0")
+        # checkpoints written before the rename hold h₀ as "probe_h0"
+        self.instruments.load_state_dict(state.get("instruments", {"reference_h0": state.get("probe_h0")}))
         self.step, self.best_val = state["step"], state["best_val"]
         self.summary.update(state["summary"])
         self.last_train_loss = self.summary.get("final_train_loss")
@@ -238,48 +327,42 @@ class Trainer:
     def _first_events(self, purge_step: int | None) -> None:
         if purge_step is None:
             write_hparams(self.writer, hparams_row(self.summary), leading_keys())
-            self.writer.add_text("config", "```\n" + OmegaConf.to_yaml(self.cfg) + "\n```", 0)
+            self.writer.add_text(names.CONFIG_TEXT, "```\n" + OmegaConf.to_yaml(self.cfg) + "\n```", 0)
         elif purge_step % self.cfg.eval_every == 0 and self.summary.get("final_val_loss") is not None:
             # purge_step hides the old file's events from the resume step on, val/loss there included
             self._log_val(self.summary["final_val_loss"], purge_step)
 
     # ------------------------------------------------------------------ one step
 
-    def train_step(self) -> str | None:
-        """One optimizer update; "diverged" if the run must end here."""
+    def train_step(self) -> None:
+        """One optimizer update; raises Diverged if the run must end here."""
         cfg, step, instruments = self.cfg, self.step, self.instruments
-        logging_step = step % cfg.log_every == 0 or step == cfg.steps - 1
+        logging_step = is_logging_step(step, cfg.log_every, cfg.steps)
         lr = self.set_lr(step)
         x, y = self.next_batch()
         measure_update = logging_step and instruments.model_update_due(step, cfg.log_every, cfg.steps - 1)
-        probe = instruments.fused_probe_rows() if measure_update else None
-        loss, trace = self.forward_backward(x, y, record=logging_step, probe=probe)
-        values = probe_hidden = None
+        reference = instruments.fused_reference_rows() if measure_update else None
+        loss, trace = self.forward_backward(x, y, record=logging_step, reference=reference)
+        values = reference_hidden = None
         if logging_step:
-            probe_hidden = None if probe is None else trace["final"][len(x):]
+            reference_hidden = None if reference is None else trace["final"][0][len(x):]
             values = instruments.read(instruments.collect(loss, trace, rows=len(x)))  # the step's one sync
             del trace
-        if logging_step or self.check_every_step:
-            loss_value = values["loss"] if values else distributed.mean(loss.detach()).item()
-            grad_ok = math.isfinite(values["grad_norm_global"]) if values else True
-            if not self.healthy(loss_value, grad_ok):
-                self.log_divergence(x, y, values, loss_value, grad_ok)
-                return "diverged"
-            self.last_train_loss = loss_value
+        if logging_step or self.guard.every_step:
+            self.check_health(x, y, loss, values)
         if cfg.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=True)
         if logging_step:  # the model update is measured at θ_step, like every other scalar of this step
-            model_update = instruments.model_update_size(self.autocast, probe_hidden) if measure_update else {}
+            model_update = instruments.model_update_size(self.autocast, reference_hidden) if measure_update else {}
             instruments.before_step()
         self.optimizer.step()
         self.step += 1
         if logging_step:
             values.update(instruments.read({**instruments.after_step(), **model_update}))
             self.log_step(values, lr, x)
-        return None
 
     def set_lr(self, step: int) -> float:
-        lr = self.cfg.lr * lr_multiplier(step, self.cfg.steps, self.warmup, self.cfg.schedule)
+        lr = self.cfg.lr * lr_multiplier(step, self.cfg.steps, min(self.cfg.warmup, self.cfg.steps), self.cfg.schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
@@ -292,96 +375,97 @@ class Trainer:
                                                           self.data_gen))
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
-    def forward_backward(self, x, y, record: bool, probe: torch.Tensor | None = None):
-        """Loss and (record=True) the instruments' trace. `probe` rows, if given, ride along
-        in the forward with ignored targets (see Instruments.fused_probe_rows)."""
+    def forward_backward(self, x, y, record: bool, reference: torch.Tensor | None = None):
+        """Loss and (record=True) the instruments' trace. `reference` rows, if given, ride
+        along in the forward with ignored targets (see Instruments.fused_reference_rows)."""
         self.optimizer.zero_grad(set_to_none=True)
-        if probe is not None:
-            x = torch.cat([x, probe])
-            y = torch.cat([y, torch.full_like(probe, IGNORE_TARGET)])
+        if reference is not None:
+            x = torch.cat([x, reference])
+            y = torch.cat([y, torch.full_like(reference, IGNORE_TARGET)])
         with self.autocast():
-            if record:
-                _, loss, trace = self.ddp_model(x, y, record=True, z_loss=self.cfg.z_loss)
+            if record:  # eager (never the compiled model): the instruments' hooks are on for this forward
+                with recording(self.model) as trace:
+                    _, loss = self.ddp_model(x, y, z_loss=self.cfg.z_loss)
             else:
                 (_, loss), trace = self.step_model(x, y, z_loss=self.cfg.z_loss), None
         loss.backward()
         return loss, trace
 
-    def healthy(self, loss_value: float, grad_ok: bool) -> bool:
-        """A finite loss under the ceiling and a finite gradient. At step 0 the ceiling becomes
-        at least twice the initial loss: a model that starts high (norm=none) has not diverged."""
+    def check_health(self, x, y, loss: torch.Tensor, values: dict | None) -> None:
+        """The divergence guard on this step's loss and (on a logging step) gradient; the
+        initial loss, at step 0, sets the guard's ceiling first. Raises Diverged."""
+        loss_value = values["loss"] if values else distributed.mean(loss.detach()).item()
+        grad_finite = math.isfinite(values["grad_norm_global"]) if values else True
         if self.step == 0 and math.isfinite(loss_value):
             self.summary["initial_loss"] = loss_value
-            self.max_loss = max(self.max_loss, 2 * loss_value)
-        return math.isfinite(loss_value) and loss_value <= self.max_loss and grad_ok
+            self.guard.set_initial_loss(loss_value)
+        why = self.guard.problem(loss_value, grad_finite)
+        if why is not None:
+            self.log_divergence(x, y, values, why)
+            raise Diverged(self.step, why)
+        self.last_train_loss = loss_value
 
-    def log_divergence(self, x, y, values: dict | None, loss_value: float, grad_ok: bool) -> None:
+    def log_divergence(self, x, y, values: dict | None, why: str) -> None:
         """Every layer's scalars at the step that diverged (a plain step is redone with the
         trace), a note in TensorBoard and the log."""
         if values is None:
             loss, trace = self.forward_backward(x, y, record=True)
             values = self.instruments.read(self.instruments.collect(loss, trace))
-        write_scalars(self.writer, {**scalar_tags(values), "train/loss": values["loss"]}, self.step)
-        why = ("non-finite gradient" if math.isfinite(loss_value) and loss_value <= self.max_loss
-               else f"loss {loss_value:.4g}" + ("" if not math.isfinite(loss_value) else
-                                               f" above the ceiling {self.max_loss:.4g} (divergence.max_loss, or twice the initial loss)"))
-        self.writer.add_text("divergence", f"Diverged at step {self.step}: {why}. "
+        write_scalars(self.writer, {**scalar_tags(values), names.TRAIN_LOSS: values["loss"]}, self.step)
+        self.writer.add_text(names.DIVERGENCE_TEXT, f"Diverged at step {self.step}: {why}. "
                              "See the per-layer charts at this step for the layer that blew up first.", self.step)
         log.warning("diverged at step %d: %s", self.step, why)
 
     def log_step(self, values: dict, lr: float, x: torch.Tensor) -> None:
         """A logging step's scalars, depth-profile image and optional histograms, at the step just taken."""
         s = self.step - 1
-        write_scalars(self.writer, {**scalar_tags(values), "train/loss": values["loss"], "train/lr": lr}, s)
-        every = self.profiles_every
+        write_scalars(self.writer, {**scalar_tags(values), names.TRAIN_LOSS: values["loss"], names.TRAIN_LR: lr}, s)
+        every = profiles_every(self.cfg)
         t0 = time.perf_counter()
         if every and (s % every == 0 or s == self.cfg.steps - 1):
-            self.writer.add_figure("depth_profile", depth_profile_figure(values, s), s)
+            self.writer.add_figure(names.DEPTH_PROFILE, depth_profile_figure(values, s), s)
         if self.cfg.log.histograms:
             for i, t in enumerate(block_outputs(self.model, x)):
-                self.writer.add_histogram(f"act_hist/layer_{i:02d}", t, s)
-        self.step_extra += time.perf_counter() - t0  # drawing is not training: kept out of tokens/s
+                self.writer.add_histogram(names.layer_tag(names.ACT_HIST, i), t, s)
+        self.meter.exclude(time.perf_counter() - t0)  # drawing is not training: kept out of tokens/s
 
     # ---------------------------------------------------------------- after a step
 
-    def after_step(self) -> str | None:
-        """Throughput, evaluation, checkpoint and progress after the step just taken;
-        "diverged" if the validation loss is not finite."""
+    def after_step(self) -> None:
+        """Throughput, evaluation, checkpoint and progress after the step just taken; raises
+        Diverged if the validation loss is not finite."""
         cfg, step = self.cfg, self.step
-        logged = (step - 1) % cfg.log_every == 0 or step == cfg.steps
-        self.timer_seconds += time.perf_counter() - self.step_began - self.step_extra
-        self.timer_steps += 1
-        if logged:  # throughput over the steps since the last logging step (the first is warm-up)
-            if step - 1 > self.start_step:
-                self.tps = round(self.timer_steps * cfg.batch_size * cfg.seq_len / max(self.timer_seconds, 1e-9), 1)
-                self.writer.add_scalar("perf/tokens_per_second", self.tps, step - 1)
-            self.timer_seconds, self.timer_steps = 0.0, 0
+        logged = is_logging_step(step - 1, cfg.log_every, cfg.steps)
+        self.meter.step_done()
+        if logged:  # throughput over the steps since the last logging step (the first window is warm-up)
+            tps = self.meter.window_rate(report=step - 1 > self.start_step)
+            if tps is not None:
+                self.writer.add_scalar(names.TOKENS_PER_SECOND, tps, step - 1)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             val = self.evaluate()
             self.summary["final_val_loss"] = val
             self.best_val = min(self.best_val, val)
             self._log_val(val, step)
             if not math.isfinite(val):
-                return "diverged"
+                raise Diverged(step, f"validation loss {val}")
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
             self.save_checkpoint()
         fields = {} if self.last_train_loss is None else {"loss": f"{self.last_train_loss:.4f}"}
         fields["lr"] = f"{self.optimizer.param_groups[0]['lr']:.2e}"
-        if self.tps:
-            fields["tok/s"] = f"{self.tps:,.0f}"
+        if self.meter.tokens_per_second:
+            fields["tok/s"] = f"{self.meter.tokens_per_second:,.0f}"
         self.progress.update(step - 1, fields, line=logged)
         if self.hooks.on_step:
             self.hooks.on_step(step - 1)
         # evaluation, checkpoint, progress and the hook above are not the step: the next one starts here
-        self.step_began, self.step_extra = time.perf_counter(), 0.0
-        return None
+        self.meter.restart()
 
     def evaluate(self) -> float:
         """Mean validation loss over `eval_batches` fixed batches (the same every time)."""
         from .data import get_batch
 
         cfg = self.cfg
-        gen = torch.Generator().manual_seed(cfg.seed + 2)
+        gen = generator(cfg.seed, "evaluation")
         self.model.eval()
         total = torch.zeros((), device=self.device)
         with torch.no_grad(), self.autocast():
@@ -392,9 +476,9 @@ class Trainer:
         return distributed.mean(total / cfg.eval_batches).item()
 
     def _log_val(self, val: float, step: int) -> None:
-        self.writer.add_scalar("val/loss", val, step)
+        self.writer.add_scalar(names.VAL_LOSS, val, step)
         if self.corpus.bytes_per_token != 1.0:
-            self.writer.add_scalar("val/loss_per_byte", val / self.corpus.bytes_per_token, step)
+            self.writer.add_scalar(names.VAL_LOSS_PER_BYTE, val / self.corpus.bytes_per_token, step)
 
     # ------------------------------------------------------------ saving, finishing
 
@@ -405,7 +489,7 @@ class Trainer:
         ckpt.save(self.run_dir, {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
             "data_generator": self.data_gen.get_state(), "rng": ckpt.capture_rng(), "best_val": self.best_val,
-            "probe_h0": self.instruments.probe_h0, "summary": self.summary,
+            "instruments": self.instruments.state_dict(), "summary": self.summary,
         }, keep=self.cfg.keep_checkpoints)
 
     def _write_summary(self) -> None:
@@ -431,19 +515,16 @@ class Trainer:
     def finish(self, status: str, **extra) -> dict:
         """Final numbers into the summary, TensorBoard's HParams metrics and summary.json.
         A completed run that did not end at least `stall_margin` below the unigram baseline
-        is "stalled" (runfolder.learned)."""
+        is "stalled" (runfolder.beat_baseline)."""
         self.progress.close()
         self.summary.update(extra)
-        if status == "completed" and not learned(self.summary["final_val_loss"], self.summary.get("baseline_loss"),
-                                                 self.summary["stall_margin"]):
+        if status == "completed" and not beat_baseline(self.summary["final_val_loss"], self.summary.get("baseline_loss"),
+                                                       self.summary["stall_margin"]):
             status = "stalled"
         self.summary.update(status=status, steps_completed=self.step, final_train_loss=self.last_train_loss,
                             best_val_loss=None if self.best_val == math.inf else self.best_val,
-                            tokens_per_second=self.tps, wall_seconds=round(time.time() - self.t_start, 2))
-        final = {"hparams/final_val_loss": self.summary["final_val_loss"], "hparams/best_val_loss": self.summary["best_val_loss"],
-                 "hparams/final_train_loss": self.last_train_loss, "hparams/status": float(STATUSES.index(status)),
-                 "hparams/diverged_at_step": self.summary["diverged_at_step"]}
-        for tag, v in final.items():
+                            tokens_per_second=self.meter.tokens_per_second, wall_seconds=round(time.time() - self.t_start, 2))
+        for tag, v in names.hparam_metric_values(self.summary).items():
             if v is not None and math.isfinite(v):
                 self.writer.add_scalar(tag, v, self.step)
         self.writer.close()
@@ -453,7 +534,7 @@ class Trainer:
             log.info("%s %d steps: val loss %.4f (best %.4f, unigram baseline %.4f), %s tokens/s, %.0f s -> %s",
                      status, self.step,
                      s["final_val_loss"] or float("nan"), s["best_val_loss"] or float("nan"),
-                     s.get("baseline_loss") or float("nan"), f"{self.tps:,.0f}" if self.tps else "?", s["wall_seconds"], self.run_dir)
+                     s.get("baseline_loss") or float("nan"), f"{s['tokens_per_second']:,.0f}" if s["tokens_per_second"] else "?", s["wall_seconds"], self.run_dir)
         return self.summary
 
 
@@ -462,6 +543,7 @@ def block_outputs(model: GPT, x: torch.Tensor) -> list[torch.Tensor]:
     """The residual stream leaving each block, for the optional histograms."""
     was = model.training
     model.eval()
-    _, trace = model.hidden(x, record=True)
+    with recording(model, only=("block",)) as trace:
+        model.hidden(x)
     model.train(was)
     return [t.float().cpu() for t in trace["block"]]

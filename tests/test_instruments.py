@@ -90,7 +90,7 @@ def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, place
     outputs = {"block": [], "attn": [], "mlp": [], "qkv": []}
     for block in model.blocks:
         block.attn.sublayer.qkv.register_forward_hook(lambda m, i, o: outputs["qkv"].append(o.detach().double()))
-        block.register_forward_hook(lambda m, i, o: outputs["block"].append(o[0].detach().double()))
+        block.register_forward_hook(lambda m, i, o: outputs["block"].append(o.detach().double()))
         block.attn.register_forward_hook(lambda m, i, o: outputs["attn"].append(o[1].detach().double()))
         block.mlp.register_forward_hook(lambda m, i, o: outputs["mlp"].append(o[1].detach().double()))
     logits = model(x)[0]
@@ -146,7 +146,7 @@ def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, place
         assert scalars[f"update_rms/layer_{i:02d}"][0] == pytest.approx(rms, rel=1e-4)
 
     # model update at step 1 (logged before that step's update, i.e. at θ_1): ‖h(θ_1) − h(θ_0)‖/‖h(θ_0)‖
-    # of the final hidden state on the probe batch, one sequence of validation text (seed + 1)
+    # of the final hidden state on the reference batch, one sequence of validation text (seed + 1)
     val_tokens = np.frombuffer(text[len(train_text):].encode(), dtype=np.uint8)
     probe, _ = get_batch(val_tokens, 1, T, torch.Generator().manual_seed(seed + 1))
     model.load_state_dict({k: v.float() for k, v in theta0.items()})
@@ -180,8 +180,8 @@ def test_divergence_inside_a_multirun_ends_only_that_job(tmp_path, corpus, cli_e
 
 @pytest.mark.parametrize("norm", ["layer", "batch"])
 def test_model_update_and_std_against_direct_computation(norm):
-    """stability/model_update is ‖h_t − h_0‖/‖h_0‖ of the final hidden state on the probe
-    batch, computed in eval mode (BatchNorm on its running statistics), and the probe leaves
+    """stability/model_update is ‖h_t − h_0‖/‖h_0‖ of the final hidden state on the reference
+    batch, computed in eval mode (BatchNorm on its running statistics), and measuring it leaves
     the model as it found it: train mode, running statistics untouched."""
     from normexp.instruments import Instruments, _std
 
@@ -190,7 +190,7 @@ def test_model_update_and_std_against_direct_computation(norm):
     model.train()
     probe = torch.randint(0, 64, (2, 16))
     instruments = Instruments(model)
-    instruments.set_probe(probe, _nullcontext)
+    instruments.set_reference_batch(probe, _nullcontext)
     model.eval()
     with torch.no_grad():
         h0 = model.hidden(probe).clone()
@@ -209,7 +209,7 @@ def test_model_update_and_std_against_direct_computation(norm):
     assert update > 0.01
     assert all(m.training for m in model.modules())
     for k, v in model.named_buffers():
-        assert torch.equal(v, buffers[k]), f"the probe changed {k}"
+        assert torch.equal(v, buffers[k]), f"the model update's forward changed {k}"
 
     # the one-pass std against torch's two-pass std, up to a mean of 10 standard deviations
     tensors = [torch.randn(4, 16, 32) * s + m for s, m in [(1.0, 0.0), (0.3, 3.0), (50.0, -2.0), (1e-3, -1e-2)]]

@@ -186,4 +186,4 @@ def test_layerscale_initial_scale_follows_cait_for_the_depth(depth, scale):
     assert torch.equal(layer.scale.detach(), torch.full((D,), scale))  # one λ per channel
     custom = PLACEMENTS["layerscale"](StandIn(), lambda: NORMS["layer"](D), index=0, depth=depth, init_scale=1e-3)
     assert torch.equal(custom.scale.detach(), torch.full((D,), 1e-3))
-    assert layer.final_norm  # the stream is not normalized: the model adds a final norm
+    assert layer.needs_final_norm  # the stream is not normalized: the model adds a final norm

@@ -223,6 +223,7 @@ def test_encoder_decoder_model_is_the_sum_of_its_parts():
     """The probe's encoder-decoder against a by-hand forward: the encoder attends both ways
     (its output at position 0 depends on later source tokens), the decoder's loss equals
     one computed here from the same modules with explicit cross-attention."""
+    from normexp.instruments import recording
     from normexp.probe import EncoderDecoder
 
     torch.manual_seed(0)
@@ -234,7 +235,9 @@ def test_encoder_decoder_model_is_the_sum_of_its_parts():
         changed = src.clone()
         changed[:, -1] = (changed[:, -1] + 1) % 50
         assert not torch.allclose(model.encoder.hidden(changed)[:, 0], memory[:, 0])  # not causal
-        loss, streams = model(src, x, y)
+        with recording(model.decoder, only=("block",)) as trace:  # how probe_model reads the stream
+            _, loss = model(src, x, y)
+        streams = trace["block"]
         dec = model.decoder
         h = (dec.tok_emb(x) + dec.pos_emb(torch.arange(8))) * math.sqrt(16)
         for block in dec.blocks:
