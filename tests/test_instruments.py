@@ -221,3 +221,71 @@ def _nullcontext():
     import contextlib
 
     return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_recording_reads_what_the_model_declares_and_then_detaches(qk_norm):
+    """`recording` fills the trace from forward hooks: the stream entering and leaving each
+    block, each sublayer's contribution, the queries and keys as the dot product sees them
+    (after QK-norm) for the first SIGNAL_ROWS rows, the final hidden state and the logits,
+    each against the same quantity computed here by hand. Outside the block no hook is left
+    and the forward returns (logits, loss) either way."""
+    from normexp.instruments import SIGNAL_ROWS, recording
+
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=64, seq_len=8, layers=2, d_model=16, heads=2, qk_norm=qk_norm))
+    x, y = torch.randint(0, 64, (3, 8)), torch.randint(0, 64, (3, 8))
+    with torch.no_grad():
+        plain = model(x, y)
+        with recording(model) as trace:
+            watched = model(x, y)
+    assert torch.equal(plain[0], watched[0]) and torch.equal(plain[1], watched[1])
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+    with torch.no_grad():  # by hand, block by block
+        h = (model.tok_emb(x) + model.pos_emb(torch.arange(8))) * math.sqrt(16)
+        torch.testing.assert_close(trace["embed"][0], h)
+        for i, block in enumerate(model.blocks):
+            attn = block.attn.sublayer
+            a = block.attn.norm(h)
+            q, k, _ = (a @ attn.qkv.weight.t() + attn.qkv.bias).view(3, 8, 3, 2, 8).permute(2, 0, 3, 1, 4)
+            if qk_norm:
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            torch.testing.assert_close(trace["queries"][i], q[:SIGNAL_ROWS])
+            torch.testing.assert_close(trace["keys"][i], k[:SIGNAL_ROWS])
+            attn_out = attn(a)
+            torch.testing.assert_close(trace["attn_out"][i], attn_out)
+            h = h + attn_out
+            mlp_out = block.mlp.sublayer(block.mlp.norm(h))
+            torch.testing.assert_close(trace["mlp_out"][i], mlp_out)
+            h = h + mlp_out
+            torch.testing.assert_close(trace["block"][i], h)
+        torch.testing.assert_close(trace["final"][0], model.final_norm(h))
+        torch.testing.assert_close(trace["logits"][0], model.final_norm(h) @ model.tok_emb.weight.t())
+    assert model.residual_output_weights()["mlp_out"] == [b.mlp.sublayer.fc_out.weight for b in model.blocks]
+
+
+def test_the_loop_parts_logging_rule_divergence_guard_and_seed_streams():
+    """The logging-step rule, the divergence guard's verdicts and ceiling, and the seed
+    streams, each against the rule written out by hand."""
+    from normexp.train import SEED_STREAMS, DivergenceGuard, generator, is_logging_step
+
+    assert [s for s in range(25) if is_logging_step(s, 10, 25)] == [0, 10, 20, 24]
+    assert [s for s in range(7) if is_logging_step(s, 3, 7)] == [0, 3, 6]
+    assert [s for s in range(4) if is_logging_step(s, 1, 4)] == [0, 1, 2, 3]
+
+    guard = DivergenceGuard(max_loss=10.0, every_step=True)
+    assert guard.problem(9.0, True) is None
+    assert "above the ceiling 10" in guard.problem(11.0, True)
+    assert guard.problem(float("nan"), True) == "loss nan" and guard.problem(float("inf"), False) == "loss inf"
+    assert guard.problem(9.0, False) == "non-finite gradient"
+    assert guard.problem(11.0, True) is not None and guard.max_loss == 10.0  # checking changes nothing
+    guard.set_initial_loss(8.0)  # a model that starts high: the ceiling is twice its initial loss
+    assert guard.max_loss == 16.0 and guard.problem(11.0, True) is None
+    assert DivergenceGuard(10.0, False, initial_loss=3.0).max_loss == 10.0  # never lowered
+
+    # each stream is the run's seed plus its fixed offset (checkpoints and the numerics fixture depend on them)
+    assert sorted(SEED_STREAMS.values()) == list(range(len(SEED_STREAMS)))
+    for name, offset in SEED_STREAMS.items():
+        assert torch.equal(torch.randint(0, 10**6, (4,), generator=generator(5, name)),
+                           torch.randint(0, 10**6, (4,), generator=torch.Generator().manual_seed(5 + offset)))

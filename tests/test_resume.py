@@ -292,3 +292,40 @@ def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path, umask, mod
     assert (tmp_path / "summary.json").stat().st_mode & 0o777 == mode
     assert (tmp_path / "plain.json").stat().st_mode & 0o777 == mode
     assert (tmp_path / "summary.json").read_bytes() == b"{}\n"
+
+
+def test_a_checkpoint_from_before_the_reference_batch_rename_resumes_its_model_update(tmp_path, monkeypatch):
+    """Checkpoints written before the model update's batch was renamed keep h₀ as "probe_h0";
+    newer ones under "instruments". Resuming an old one restores its h₀ (doubled here, so it
+    cannot be mistaken for the h₀ the resumed run computes at its own start)."""
+    from normexp.compose import compose_config
+    from normexp.train import Hooks, Trainer
+
+    monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
+    overrides = [*TINY, "data=text", f"data.files=[{corpus}]", "steps=4", "log.progress=off", "checkpoint_every=2"]
+    run = tmp_path / "run"
+    run.mkdir()
+    threads = torch.get_num_threads()
+
+    def closed(trainer):
+        trainer.writer.close()
+        trainer.progress.close()
+        return trainer
+
+    try:
+        first = Trainer(compose_config(overrides), run, Hooks())
+        h0 = first.instruments.reference_h0.clone()
+        for _ in range(2):
+            first.train_step()
+            first.after_step()  # the step-2 checkpoint
+        closed(first)
+        (path,) = ckpt.list_checkpoints(run)
+        state = torch.load(path, weights_only=False)
+        assert torch.equal(state["instruments"]["reference_h0"], h0)
+        state["probe_h0"] = 2 * state.pop("instruments")["reference_h0"]  # the old layout
+        torch.save(state, path)
+        resumed = closed(Trainer(compose_config([*overrides, "resume=true"]), run, Hooks()))
+    finally:
+        torch.set_num_threads(threads)
+    assert resumed.step == 2 and torch.equal(resumed.instruments.reference_h0, 2 * h0)

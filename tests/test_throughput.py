@@ -57,3 +57,24 @@ def test_tokens_per_second_leaves_out_images_and_checkpoints(tmp_path, monkeypat
         assert floor <= reported[b] <= 3 * floor, (a, b, reported[b], floor)
     assert summary["tokens_per_second"] == pytest.approx(reported[19], rel=1e-5)
     assert (Path(run) / "summary.json").is_file()
+
+
+def test_throughput_meter_counts_step_time_less_the_excluded_and_drops_warm_up(monkeypatch):
+    """The meter with a scripted clock: the rate is tokens over (step time − excluded time)
+    summed over the window, and a window not reported (warm-up) leaves the last rate."""
+    from normexp import train as train_module
+    from normexp.train import ThroughputMeter
+
+    clock = iter([0.0, 1.0, 1.0, 3.0, 3.5, 7.0, 7.0, 8.0])
+    monkeypatch.setattr(train_module.time, "perf_counter", lambda: next(clock))
+    meter = ThroughputMeter(tokens_per_step=100, tokens_per_second=42.0)
+    meter.step_done()                  # 0 → 1: 1 s
+    meter.restart()
+    meter.exclude(0.5)
+    meter.step_done()                  # 1 → 3, less 0.5 s drawing: 1.5 s
+    assert meter.window_rate(report=False) is None and meter.tokens_per_second == 42.0
+    meter.restart()
+    meter.step_done()                  # 3.5 → 7: 3.5 s
+    meter.restart()
+    meter.step_done()                  # 7 → 8: 1 s
+    assert meter.window_rate() == pytest.approx(200 / 4.5, abs=0.05) == meter.tokens_per_second
