@@ -217,6 +217,47 @@ class ThroughputMeter:
         return self.tokens_per_second if report else None
 
 
+def load_data(cfg: DictConfig):
+    """The corpus, with both splits long enough for one sequence and its target."""
+    from .data import load_corpus
+
+    corpus = load_corpus(cfg.data, cfg.tokenizer, progress=cfg.log.progress != "off")
+    for split, tokens in (("train", corpus.train), ("val", corpus.val)):
+        if len(tokens) < cfg.seq_len + 2:
+            raise ConfigError("seq_len", cfg.seq_len, f"the {split} split has only {len(tokens)} tokens; "
+                              "use a smaller seq_len or a larger corpus")
+    log.info("%s", corpus.description)
+    return corpus
+
+
+def build_model(cfg: DictConfig, corpus, device: torch.device) -> GPT:
+    """The model on `device`, calibrated where the placement profiles (Admin) on a batch of
+    its own stream, so the training batches are untouched."""
+    from .data import get_batch
+
+    model = GPT(model_config(cfg, corpus.vocab_size)).to(device)
+    calibration_batch, _ = get_batch(corpus.train, cfg.batch_size, cfg.seq_len, generator(cfg.seed, "calibration"))
+    model.calibrate(calibration_batch.to(device))
+    return model
+
+
+@torch.no_grad()
+def validation_loss(model: GPT, val_tokens, cfg: DictConfig, device: torch.device, autocast) -> float:
+    """Mean validation loss over `eval_batches` fixed batches (the same every time: the
+    evaluation stream restarts), in eval mode; each rank its rows, averaged over ranks."""
+    from .data import get_batch
+
+    gen = generator(cfg.seed, "evaluation")
+    model.eval()
+    total = torch.zeros((), device=device)
+    with autocast():
+        for _ in range(cfg.eval_batches):
+            x, y = (distributed.my_rows(t) for t in get_batch(val_tokens, cfg.batch_size, cfg.seq_len, gen))
+            total += model(x.to(device), y.to(device))[1].float()
+    model.train()
+    return distributed.mean(total / cfg.eval_batches).item()
+
+
 def decays(name: str, p: torch.nn.Parameter) -> bool:
     """Weight decay on matrices only: not on norms, biases or embeddings."""
     return p.dim() >= 2 and "emb" not in name
@@ -237,7 +278,7 @@ def make_optimizer(model: GPT, cfg: DictConfig) -> torch.optim.AdamW:
 
 class Trainer:
     """One run's state and its parts: set-up (`__init__`), `train_step`, `after_step`,
-    `evaluate`, `save_checkpoint`, `finish`. `train()` drives them."""
+    `save_checkpoint`, `finish`. `train()` drives them."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, hooks: Hooks):
         self.cfg, self.run_dir, self.hooks = cfg, run_dir, hooks
@@ -251,7 +292,7 @@ class Trainer:
         if cfg.warmup > cfg.steps:
             log.warning("warmup=%d is longer than steps=%d: warming up over all %d steps", cfg.warmup, cfg.steps, cfg.steps)
         self.summary = summary_record(cfg, device=str(self.device), threads=threads)
-        self.corpus = self._load_data()
+        self.corpus = load_data(cfg)
         self.summary.update(baseline_loss=self.corpus.baseline_loss)
         self._build_model()
         self.step, self.best_val, self.last_train_loss = 0, math.inf, None
@@ -271,26 +312,10 @@ class Trainer:
         if hooks.on_start:
             hooks.on_start()
 
-    def _load_data(self):
-        from .data import load_corpus
-
-        corpus = load_corpus(self.cfg.data, self.cfg.tokenizer, progress=self.cfg.log.progress != "off")
-        for split, tokens in (("train", corpus.train), ("val", corpus.val)):
-            if len(tokens) < self.cfg.seq_len + 2:
-                raise ConfigError("seq_len", self.cfg.seq_len, f"the {split} split has only {len(tokens)} tokens; "
-                                  "use a smaller seq_len or a larger corpus")
-        log.info("%s", corpus.description)
-        return corpus
-
     def _build_model(self) -> None:
         """Model, optimizer, DDP/compile wrappers, instruments and the model update's reference batch."""
-        from .data import get_batch
-
         cfg = self.cfg
-        self.model = GPT(model_config(cfg, self.corpus.vocab_size)).to(self.device)
-        # Admin's profiling pass, on a batch of its own (the training batches are untouched)
-        calibration_batch = get_batch(self.corpus.train, cfg.batch_size, cfg.seq_len, generator(cfg.seed, "calibration"))
-        self.model.calibrate(calibration_batch[0].to(self.device))
+        self.model = build_model(cfg, self.corpus, self.device)
         settings = self.model.settings()  # read from the modules: what was built, "auto" resolved
         self.summary.update(parameters=self.model.num_parameters(), placement_settings=settings["placement"],
                             norm_settings=settings["norm"])
@@ -442,7 +467,7 @@ class Trainer:
             if tps is not None:
                 self.writer.add_scalar(names.TOKENS_PER_SECOND, tps, step - 1)
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            val = self.evaluate()
+            val = validation_loss(self.model, self.corpus.val, cfg, self.device, self.autocast)
             self.summary["final_val_loss"] = val
             self.best_val = min(self.best_val, val)
             self._log_val(val, step)
@@ -459,21 +484,6 @@ class Trainer:
             self.hooks.on_step(step - 1)
         # evaluation, checkpoint, progress and the hook above are not the step: the next one starts here
         self.meter.restart()
-
-    def evaluate(self) -> float:
-        """Mean validation loss over `eval_batches` fixed batches (the same every time)."""
-        from .data import get_batch
-
-        cfg = self.cfg
-        gen = generator(cfg.seed, "evaluation")
-        self.model.eval()
-        total = torch.zeros((), device=self.device)
-        with torch.no_grad(), self.autocast():
-            for _ in range(cfg.eval_batches):
-                x, y = (distributed.my_rows(t) for t in get_batch(self.corpus.val, cfg.batch_size, cfg.seq_len, gen))
-                total += self.model(x.to(self.device), y.to(self.device))[1].float()
-        self.model.train()
-        return distributed.mean(total / cfg.eval_batches).item()
 
     def _log_val(self, val: float, step: int) -> None:
         self.writer.add_scalar(names.VAL_LOSS, val, step)
