@@ -34,6 +34,13 @@ def group_options(group: str) -> tuple[str, ...]:
     return tuple(sorted(p.name[: -len(".yaml")] for p in (_package() / group).iterdir() if p.name.endswith(".yaml")))
 
 
+def option_config(group: str, option: str):
+    """An option file of a group as written (e.g. configs/data/text.yaml), a DictConfig."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create((_package() / group / f"{option}.yaml").read_text())
+
+
 @lru_cache(maxsize=None)
 def declared_names(group: str) -> tuple[str, ...]:
     """The `name:` values of a group's options: what the code's registries must accept
@@ -47,7 +54,7 @@ def declared_names(group: str) -> tuple[str, ...]:
 @lru_cache(maxsize=None)
 def declared_keys(group: str, name: str) -> tuple[str, ...]:
     """The settings a group's option named `name` declares (e.g. schedule cosine: min_lr_ratio):
-    the union over the option files whose `name:` is `name` (the Hub presets share name hub)."""
+    the union over the option files whose `name:` is `name`."""
     from omegaconf import OmegaConf
 
     keys = set()

@@ -180,10 +180,11 @@ def same_file(recorded: dict) -> bool:
 
 
 def data_files(data) -> list[str]:
-    """The local files a data config reads (data=text: files and val_files), as written."""
-    if data.get("name") != "text":
-        return []
-    return [str(f) for f in [*(data.get("files") or []), *(data.get("val_files") or [])]]
+    """The local files a data config reads (its source's local_files: data=text's files and
+    val_files, ...), as written."""
+    from .corpora import source_for
+
+    return source_for(data).local_files()
 
 
 def write_record(run_dir: Path, data) -> None:

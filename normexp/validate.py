@@ -2,8 +2,8 @@
 the value, and what is allowed, before any data is loaded or any folder is written.
 
 This module imports neither torch nor the data stack, so `normexp train` answers a typo in
-about a second. Every rule lives here once: data.py calls `check_data`/`check_tokenizer`
-for callers that skip the command line. The valid norm/placement/data/tokenizer names are
+about a second. Every rule lives here once; a data source's and a tokenizer's own rules live
+in its class (corpora.py), which data.py also applies for callers that skip the command line. The valid norm/placement/data/tokenizer names are
 read from the shipped config groups (`compose.declared_names`). A norm's or placement's own
 settings (eps, alpha, ratio, ...) are checked by its class in model.py, which owns them.
 """
@@ -114,7 +114,7 @@ def _validate(cfg: DictConfig, explicit) -> None:
         raise ConfigError("grad_clip", cfg.grad_clip, "must be null (off) or a finite number > 0")
     if not _integer(cfg.seed) or cfg.seed < 0:
         raise ConfigError("seed", cfg.seed, "must be a non-negative integer")
-    margin = cfg.get("stall_margin", 0.02)
+    margin = cfg.stall_margin
     if not _number(margin) or not 0 <= margin < 1:
         raise ConfigError("stall_margin", margin, "must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)")
     _optimizer(cfg)
@@ -129,8 +129,8 @@ def _validate(cfg: DictConfig, explicit) -> None:
                           "choose a norm (e.g. norm=rms) or drop qk_norm=true")
     if cfg.schedule.name not in SCHEDULES:
         raise ConfigError("schedule", cfg.schedule.name, f"choose from {', '.join(sorted(SCHEDULES))}")
-    floor = cfg.schedule.get("min_lr_ratio", 0.0)
-    if not _number(floor) or not 0 <= floor <= 1:
+    floor = cfg.schedule.get("min_lr_ratio")  # a setting of the decaying schedules only
+    if "min_lr_ratio" in cfg.schedule and (not _number(floor) or not 0 <= floor <= 1):
         raise ConfigError("schedule.min_lr_ratio", floor, "must be a number in [0, 1] (the final lr as a fraction of lr)")
     if not _number(cfg.divergence.max_loss) or cfg.divergence.max_loss <= 0:
         raise ConfigError("divergence.max_loss", cfg.divergence.max_loss, "must be a finite number > 0")
@@ -140,12 +140,12 @@ def _validate(cfg: DictConfig, explicit) -> None:
     _positive_int(cfg, "log.model_update_every")
     for key in ("resume", "compile", "log.histograms", "log.model_update", "qk_norm"):
         _boolean(cfg, key)
-    every = cfg.log.get("profiles_every", "auto")
+    every = cfg.log.profiles_every
     if every != "auto" and (not _integer(every) or every < 0):
         raise ConfigError("log.profiles_every", every, 'must be "auto" or a step count >= 0 (0 = no images)')
     if cfg.log.progress not in ("auto", "bar", "lines", "off"):
         raise ConfigError("log.progress", cfg.log.progress, "choose auto, bar, lines or off")
-    threads = cfg.get("threads", "auto")
+    threads = cfg.threads
     if threads != "auto" and (not _integer(threads) or threads <= 0):
         raise ConfigError("threads", threads, 'must be "auto" or a positive integer')
     check_tokenizer(cfg.tokenizer)
@@ -210,53 +210,19 @@ def _device(device) -> None:
 
 
 def check_tokenizer(tok) -> None:
-    _choice("tokenizer", tok.name, "tokenizer")
-    v = tok.get("vocab_size")
-    if tok.name == "byte" and v != 256:
-        raise ConfigError("tokenizer.vocab_size", v, "the byte tokenizer has exactly 256 symbols; leave it at 256")
-    if tok.name == "bpe" and (not _integer(v) or not 300 <= v <= 1_000_000):
-        raise ConfigError("tokenizer.vocab_size", v, "must be an integer from 300 (256 bytes + merges) to 1000000")
+    """The tokenizer's own rules (its class in corpora.py)."""
+    from .corpora import tokenizer_for
+
+    _choice("tokenizer", tok.get("name"), "tokenizer")
+    tokenizer_for(tok).check()
 
 
 def check_data(data) -> None:
+    """The data source's own rules (its class in corpora.py)."""
+    from .corpora import source_for
+
     _choice("data", data.get("name"), "data")
-    if data.name == "text":
-        files = None if OmegaConf.is_missing(data, "files") else data.get("files")
-        if not files or not isinstance(files, (list, ListConfig)):
-            raise ConfigError("data.files", files, "give a list of text files, e.g. data.files=[train.txt]")
-        val_files = data.get("val_files")
-        if val_files is not None and not isinstance(val_files, (list, ListConfig)):
-            raise ConfigError("data.val_files", val_files, "give null or a list of text files, e.g. data.val_files=[val.txt]")
-        for key, paths in (("data.files", files), ("data.val_files", val_files or [])):
-            for f in paths:
-                _text_file(key, f)
-        frac = data.get("val_fraction", 0.1)
-        if not val_files and (not _number(frac) or not 0 < frac < 1):
-            raise ConfigError("data.val_fraction", frac, "must be a number between 0 and 1 (exclusive), "
-                              "or give data.val_files=[...]")
-    elif data.name == "hub":
-        if not data.get("path"):
-            raise ConfigError("data.path", data.get("path"), "give a Hugging Face dataset id, e.g. data.path=Salesforce/wikitext")
-        cap = data.get("max_bytes")
-        if cap is not None and (not _integer(cap) or cap <= 0):
-            raise ConfigError("data.max_bytes", cap, "must be a positive integer or null (no cap)")
-    elif data.name == "shakespeare":
-        works = data.get("val_works")
-        if not works or not isinstance(works, (list, ListConfig)):
-            raise ConfigError("data.val_works", works, "name the works held out for validation, "
-                              "e.g. data.val_works=[hamlet,tempest]")
-
-
-def _text_file(key: str, f) -> None:
-    p = Path(str(f)).expanduser()
-    if p.is_dir():
-        raise ConfigError(key, f, "is a directory; list text files, e.g. data.files=[a.txt,b.txt]")
-    if not p.is_file():
-        raise ConfigError(key, f, "no such file; fix the path (relative paths start from the current folder)")
-    if p.stat().st_size == 0:
-        raise ConfigError(key, f, "the file is empty; remove it from the list")
-    if not os.access(p, os.R_OK):
-        raise ConfigError(key, f, "the file is not readable")
+    source_for(data).check()
 
 
 # -------------------------------------------------------------- output folders

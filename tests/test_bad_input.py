@@ -189,13 +189,13 @@ def test_bad_input_gets_one_line_exit_2_and_touches_no_run(results, case):
 def test_valid_names_match_the_registries():
     """validate.py reads the valid names from the config groups (so it needs no torch):
     they must be exactly the names the model and data code accept."""
-    from normexp.data import DATA_NAMES, TOKENIZER_NAMES
+    from normexp.corpora import SOURCES, TOKENIZERS
     from normexp.model import NORMS, PLACEMENTS
 
     assert declared_names("norm") == tuple(sorted(NORMS))
     assert declared_names("placement") == tuple(sorted(PLACEMENTS))
-    assert declared_names("data") == tuple(sorted(DATA_NAMES))
-    assert declared_names("tokenizer") == tuple(sorted(TOKENIZER_NAMES))
+    assert declared_names("data") == tuple(sorted(SOURCES))
+    assert declared_names("tokenizer") == tuple(sorted(TOKENIZERS))
 
 
 def test_checking_a_config_does_not_import_torch():

