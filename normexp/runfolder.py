@@ -70,8 +70,6 @@ def beat_baseline(final_val_loss, baseline_loss, margin: float) -> bool:
     return baseline_loss is None or final_val_loss <= (1 - margin) * baseline_loss
 
 
-learned = beat_baseline  # the old name, until train.py's call site (being reworked) is committed: then removed
-
 
 def hparams_row(summary: dict) -> dict:
     """The HParams row of a run: HPARAMS in order, then the variant settings the run used
