@@ -253,6 +253,45 @@ class Text(Source):
         return train_text, val_text, f"{what}, train {_mb(train_text)}, val {_mb(val_text)} (last {fraction:.0%})"
 
 
+@register(SOURCES, "jsonl")
+class JsonLines(Text):
+    """Local JSON-lines files (one JSON object per line, as most dataset dumps and scrapers
+    write them): each record's `text_field` string is one document, ending in a newline.
+    Blank lines are skipped; the splits work as for data=text (val_files or val_fraction)."""
+
+    example = "data.files=[train.jsonl]"
+
+    def check(self) -> None:
+        super().check()
+        field = self.cfg.text_field
+        if not isinstance(field, str) or not field:
+            raise ConfigError("data.text_field", field, "name the field holding the text, e.g. data.text_field=text")
+
+    def identity(self) -> dict:
+        return {**super().identity(), "text_field": self.cfg.text_field}
+
+    def read(self, paths: list[Path], key: str) -> str:
+        field, parts = self.cfg.text_field, []
+        for p in paths:
+            for number, line in enumerate(_concat([p], key).splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError as e:
+                    raise DataError(f"{key}: {p} line {number} is not JSON ({e.msg}); fix or remove that line") from None
+                if not isinstance(record, dict) or field not in record:
+                    fields = ", ".join(record) if isinstance(record, dict) else f"a JSON {type(record).__name__}"
+                    raise DataError(f"{key}: {p} line {number} has no field {field!r} ({fields}); "
+                                    "set data.text_field") from None
+                value = record[field]
+                if not isinstance(value, str):
+                    raise DataError(f"{key}: {p} line {number}: {field!r} holds a {type(value).__name__}, "
+                                    "not a string; set data.text_field to a text field")
+                parts.append(value if value.endswith("\n") else value + "\n")
+        return "".join(parts)
+
+
 def _stat_files(value) -> list[dict]:
     """Path, size and mtime of each file (check() has checked that they exist, are files and
     are not empty): the cache key of a local corpus, read without its text."""

@@ -248,7 +248,7 @@ def test_data_configs():
     """Each source's yaml is named after its class's registry key; the Hub presets extend hub.yaml
     and compose to the values they had when each spelled out every key."""
     files = {p.stem for p in (REPO / "configs/data").glob("*.yaml")}
-    assert files == {"shakespeare", "text", "hub", "wikitext2", "wikitext103", "tinystories"}
+    assert files == {"shakespeare", "text", "jsonl", "hub", "wikitext2", "wikitext103", "tinystories"}
     assert set(corpora.SOURCES) <= files
     cfgs = {name: compose_config([f"data={name}"]).data for name in files}
     assert {name for name, c in cfgs.items() if c.name == "hub"} == {"hub", "wikitext2", "wikitext103", "tinystories"}
@@ -331,3 +331,65 @@ def test_shakespeare_real_download(cache):
     meta = json.loads(next((cache / "tokens").glob("*/meta.json")).read_text())
     assert meta["identity"]["corpus"]["val_works"] == sorted(cfg.val_works)
 
+
+# --- data=jsonl: a source added as one class and one yaml ------------------------------------
+
+def jsonl_cfg(*files, **settings):
+    """The config `normexp train data=jsonl data.files=[...] ...` composes."""
+    listed = ",".join(str(f) for f in files)
+    return compose_config(["data=jsonl", f"data.files=[{listed}]", *(f"data.{k}={v}" for k, v in settings.items())]).data
+
+
+def test_jsonl_reads_one_field_per_record(tmp_path):
+    rows = [{"id": 1, "story": "Once upon a time"}, {"id": 2, "story": "the end\n", "note": "x"}, {"id": 3, "story": "ünï"}]
+    a = write(tmp_path / "a.jsonl", "\n".join(json.dumps(r, ensure_ascii=False) for r in rows[:2]) + "\n\n")
+    b = write(tmp_path / "b.jsonl", json.dumps(rows[2]))  # no final newline
+    val = write(tmp_path / "val.jsonl", json.dumps({"story": "held out"}) + "\n")
+    corpus = load_corpus(jsonl_cfg(a, b, text_field="story", val_files=f"[{val}]"), BYTE, progress=False)
+    assert bytes(corpus.train.astype(np.uint8)).decode() == "Once upon a time\nthe end\nünï\n"
+    assert bytes(corpus.val.astype(np.uint8)).decode() == "held out\n"
+    assert corpus.description.startswith("jsonl: 2 files train")
+    # without val_files, the last val_fraction of the characters is validation, as for data=text
+    split = load_corpus(jsonl_cfg(a, text_field="story", val_fraction=0.25), BYTE, progress=False)
+    text = "Once upon a time\nthe end\n"
+    cut = len(text) - round(len(text) * 0.25)
+    assert bytes(split.train.astype(np.uint8)).decode() == text[:cut]
+    assert bytes(split.val.astype(np.uint8)).decode() == text[cut:]
+
+
+def test_jsonl_field_is_part_of_the_cache_key(tmp_path):
+    a = write(tmp_path / "a.jsonl", "".join(json.dumps({"text": f"t{i}", "title": f"T{i}"}) + "\n" for i in range(40)))
+    by_text = load_corpus(jsonl_cfg(a), BYTE, progress=False)  # text_field defaults to the yaml's "text"
+    by_title = load_corpus(jsonl_cfg(a, text_field="title"), BYTE, progress=False)
+    assert bytes(by_text.train.astype(np.uint8)).startswith(b"t0\nt1\n")
+    assert bytes(by_title.train.astype(np.uint8)).startswith(b"T0\nT1\n")
+
+
+@pytest.mark.parametrize("content, expected", [
+    ('{"text": "ok"}\n{"text": "broken\n', "line 2 is not JSON"),
+    ('{"text": "ok"}\n{"body": "x", "id": 3}\n', "line 2 has no field 'text' (body, id); set data.text_field"),
+    ('[1, 2]\n', "line 1 has no field 'text' (a JSON list); set data.text_field"),
+    ('{"text": 7}\n', "line 1: 'text' holds a int, not a string"),
+])
+def test_jsonl_bad_records_are_one_line_errors(tmp_path, content, expected):
+    a = write(tmp_path / "a.jsonl", content)
+    with pytest.raises(DataError) as e:
+        load_corpus(jsonl_cfg(a), BYTE, progress=False)
+    msg = one_line_error(e)
+    assert expected in msg and str(a) in msg and msg.startswith("data.files: ")
+
+
+def test_jsonl_checks_before_loading(tmp_path):
+    from normexp.runfolder import data_files
+    from normexp.validate import ConfigError, check_data
+
+    a = write(tmp_path / "a.jsonl", '{"text": "x"}\n')
+    check_data(jsonl_cfg(a))  # a good config passes the pre-flight
+    with pytest.raises(ConfigError, match=r"data.text_field=: name the field holding the text"):
+        check_data(jsonl_cfg(a, text_field="''"))
+    with pytest.raises(ConfigError, match=r"no such file"):
+        check_data(jsonl_cfg(tmp_path / "missing.jsonl"))
+    with pytest.raises(ConfigError, match=r"give a list of files, e.g. data.files=\[train.jsonl\]"):
+        check_data(compose_config(["data=jsonl"]).data)
+    # the run record keeps the identity of the files it read (resume refuses a changed corpus)
+    assert data_files(jsonl_cfg(a, val_files=f"[{a}]")) == [str(a), str(a)]

@@ -13,7 +13,7 @@ from normexp.model import NORMS, PLACEMENTS
 from normexp.validate import ConfigError
 
 NOT_SETTINGS = {"self", "d", "sublayer", "make_norm", "index", "depth"}
-TEXT_FILES = {"text": [f"data.files=[{__file__}]"]}  # data=text needs a real, non-empty file
+TEXT_FILES = {name: [f"data.files=[{__file__}]"] for name in ("text", "jsonl")}  # local sources need a real, non-empty file
 
 
 def top_level_numbers() -> list[str]:
