@@ -31,7 +31,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .validate import ConfigError, _integer, _number
+from .checks import ConfigError, is_integer, is_number
 
 log = logging.getLogger("normexp.data")
 
@@ -211,7 +211,7 @@ class Text(Source):
             for f in paths:
                 self._check_file(key, f)
         frac = self.cfg.val_fraction
-        if not val_files and (not _number(frac) or not 0 < frac < 1):
+        if not val_files and (not is_number(frac) or not 0 < frac < 1):
             raise ConfigError("data.val_fraction", frac, "must be a number between 0 and 1 (exclusive), "
                               "or give data.val_files=[...]")
 
@@ -331,7 +331,7 @@ class Hub(Source):
         if _is_missing(self.cfg, "path") or not self.cfg.get("path"):
             raise ConfigError("data.path", None if _is_missing(self.cfg, "path") else self.cfg.get("path"), "give a Hugging Face dataset id, e.g. data.path=Salesforce/wikitext")
         cap = self.cfg.max_bytes
-        if cap is not None and (not _integer(cap) or cap <= 0):
+        if cap is not None and (not is_integer(cap) or cap <= 0):
             raise ConfigError("data.max_bytes", cap, "must be a positive integer or null (no cap)")
 
     def identity(self) -> dict:
@@ -434,7 +434,7 @@ class BytePairs(Tokenizer):
 
     def check(self) -> None:
         v = self.cfg.get("vocab_size")
-        if not _integer(v) or not 300 <= v <= 1_000_000:
+        if not is_integer(v) or not 300 <= v <= 1_000_000:
             raise ConfigError("tokenizer.vocab_size", v, "must be an integer from 300 (256 bytes + merges) to 1000000")
 
     def encode(self, train_text: str, val_text: str, out_dir: Path, progress: bool):

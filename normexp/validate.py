@@ -11,7 +11,6 @@ settings (eps, alpha, ratio, ...) are checked by its class in model.py, which ow
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .checks import ConfigError, is_integer, is_number
 from .compose import config_groups, declared_keys, declared_names, top_level_keys
 from .runfolder import FINISHED, RECORD, RUN_SETTINGS, cache_root
 
@@ -26,26 +26,7 @@ from .runfolder import FINISHED, RECORD, RUN_SETTINGS, cache_root
 MOVED_KEYS = {"deepnorm.alpha": "placement.alpha", "deepnorm.beta": "placement.beta", "deepnorm": "placement.alpha"}
 
 
-class ConfigError(Exception):
-    """A bad setting; str(e) is a single line: `key=value: what is allowed`."""
-
-    def __init__(self, key: str, value, allowed: str):
-        self.key, self.value = key, value
-        shown = value if not isinstance(value, (list, ListConfig)) else "[" + ",".join(map(str, value)) + "]"
-        super().__init__(" ".join(f"{key}={shown}: {allowed}".split()))
-
-
 # ----------------------------------------------------------------- small checks
-
-def _number(v) -> bool:
-    """A finite real number: nan and inf pass `> 0`-style tests one way or the other, so a
-    range check alone would let them through (lr=inf trains and "diverges" at step 0)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _integer(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
 
 _UNSET = object()
 
@@ -64,7 +45,7 @@ def _positive_int(cfg, key):
     v = OmegaConf.select(cfg, key, default=_UNSET, throw_on_missing=True)
     if v is _UNSET:
         raise ConfigError(key, "<unset>", "every run needs it; see `normexp train --cfg job` for the default")
-    if not _integer(v) or v <= 0:
+    if not is_integer(v) or v <= 0:
         raise ConfigError(key, v, "must be a positive integer")
 
 
@@ -105,24 +86,24 @@ def _validate(cfg: DictConfig, explicit) -> None:
     if cfg.d_model % cfg.heads:
         raise ConfigError("heads", cfg.heads, f"must divide d_model={cfg.d_model}")
     _known_keys(cfg)
-    if not _number(cfg.lr) or cfg.lr <= 0:
+    if not is_number(cfg.lr) or cfg.lr <= 0:
         raise ConfigError("lr", cfg.lr, "must be a finite number > 0")
     w = cfg.warmup
-    if not _integer(w) or w < 0 or (w > cfg.steps and "warmup" in explicit):
+    if not is_integer(w) or w < 0 or (w > cfg.steps and "warmup" in explicit):
         raise ConfigError("warmup", w, f"must be an integer step count from 0 to steps={cfg.steps}")
-    if cfg.grad_clip is not None and (not _number(cfg.grad_clip) or cfg.grad_clip <= 0):
+    if cfg.grad_clip is not None and (not is_number(cfg.grad_clip) or cfg.grad_clip <= 0):
         raise ConfigError("grad_clip", cfg.grad_clip, "must be null (off) or a finite number > 0")
-    if not _integer(cfg.seed) or cfg.seed < 0:
+    if not is_integer(cfg.seed) or cfg.seed < 0:
         raise ConfigError("seed", cfg.seed, "must be a non-negative integer")
     margin = cfg.stall_margin
-    if not _number(margin) or not 0 <= margin < 1:
+    if not is_number(margin) or not 0 <= margin < 1:
         raise ConfigError("stall_margin", margin, "must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)")
     _optimizer(cfg)
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")
     _choice("placement", cfg.placement.name, "placement")
     _choice("init", cfg.init.name, "init")
-    if not _number(cfg.z_loss) or cfg.z_loss < 0:
+    if not is_number(cfg.z_loss) or cfg.z_loss < 0:
         raise ConfigError("z_loss", cfg.z_loss, "must be a finite number >= 0 (0 = off; PaLM uses 1e-4)")
     if cfg.qk_norm and cfg.norm.name == "none":
         raise ConfigError("qk_norm", "true", "norm=none has no norm to apply to queries and keys; "
@@ -130,23 +111,23 @@ def _validate(cfg: DictConfig, explicit) -> None:
     if cfg.schedule.name not in SCHEDULES:
         raise ConfigError("schedule", cfg.schedule.name, f"choose from {', '.join(sorted(SCHEDULES))}")
     floor = cfg.schedule.get("min_lr_ratio")  # a setting of the decaying schedules only
-    if "min_lr_ratio" in cfg.schedule and (not _number(floor) or not 0 <= floor <= 1):
+    if "min_lr_ratio" in cfg.schedule and (not is_number(floor) or not 0 <= floor <= 1):
         raise ConfigError("schedule.min_lr_ratio", floor, "must be a number in [0, 1] (the final lr as a fraction of lr)")
-    if not _number(cfg.divergence.max_loss) or cfg.divergence.max_loss <= 0:
+    if not is_number(cfg.divergence.max_loss) or cfg.divergence.max_loss <= 0:
         raise ConfigError("divergence.max_loss", cfg.divergence.max_loss, "must be a finite number > 0")
-    if not _integer(cfg.checkpoint_every) or cfg.checkpoint_every < 0:
+    if not is_integer(cfg.checkpoint_every) or cfg.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", cfg.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
     _positive_int(cfg, "keep_checkpoints")
     _positive_int(cfg, "log.model_update_every")
     for key in ("resume", "compile", "log.histograms", "log.model_update", "qk_norm"):
         _boolean(cfg, key)
     every = cfg.log.profiles_every
-    if every != "auto" and (not _integer(every) or every < 0):
+    if every != "auto" and (not is_integer(every) or every < 0):
         raise ConfigError("log.profiles_every", every, 'must be "auto" or a step count >= 0 (0 = no images)')
     if cfg.log.progress not in ("auto", "bar", "lines", "off"):
         raise ConfigError("log.progress", cfg.log.progress, "choose auto, bar, lines or off")
     threads = cfg.threads
-    if threads != "auto" and (not _integer(threads) or threads <= 0):
+    if threads != "auto" and (not is_integer(threads) or threads <= 0):
         raise ConfigError("threads", threads, 'must be "auto" or a positive integer')
     check_tokenizer(cfg.tokenizer)
     check_data(cfg.data)
@@ -191,11 +172,11 @@ def check_cache() -> None:
 
 def _optimizer(cfg) -> None:
     betas = cfg.optim.betas
-    if not isinstance(betas, (list, ListConfig)) or len(betas) != 2 or not all(_number(b) and 0 <= b < 1 for b in betas):
+    if not isinstance(betas, (list, ListConfig)) or len(betas) != 2 or not all(is_number(b) and 0 <= b < 1 for b in betas):
         raise ConfigError("optim.betas", betas, "must be two numbers in [0, 1), e.g. optim.betas=[0.9,0.98]")
-    if not _number(cfg.optim.eps) or cfg.optim.eps <= 0:
+    if not is_number(cfg.optim.eps) or cfg.optim.eps <= 0:
         raise ConfigError("optim.eps", cfg.optim.eps, "must be a finite number > 0")
-    if not _number(cfg.optim.weight_decay) or cfg.optim.weight_decay < 0:
+    if not is_number(cfg.optim.weight_decay) or cfg.optim.weight_decay < 0:
         raise ConfigError("optim.weight_decay", cfg.optim.weight_decay, "must be a finite number >= 0")
 
 
