@@ -13,12 +13,13 @@ import pytest
 import torch
 from conftest import run_cli
 
-from normexp.bench.loops import NormexpRun, bytes_per_logging_step, logging_step, run_log_every
+from normexp.bench.loops import NormexpRun, bytes_per_logging_step, run_log_every
 from normexp.bench.minimal_gpt import MinimalGPT, from_normexp, normexp_key_map
 from normexp.bench.shapes import DEFAULT_ONLY, Shape, select_shapes
 from normexp.bench.suite import bench_environment, step_costs, summarise
 from normexp.bench.timing import OFF, Pool, event_bytes_by_step, paired_overhead, step_durations
 from normexp.model import GPT, ModelConfig
+from normexp.train import is_logging_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,9 +106,9 @@ def test_a_short_run_logs_often_enough_to_time_a_logging_step_but_is_amortised_a
     (logging) are timed; step 5 is the last. The figure is still at log_every=10."""
     assert [run_log_every(10, n) for n in (6, 11, 12, 32)] == [4, 9, 10, 10]
     assert run_log_every(OFF, 6) == OFF and run_log_every(1, 6) == 1
-    assert [s for s in range(6) if logging_step(s, 4, 6)] == [0, 4, 5]
+    assert [s for s in range(6) if is_logging_step(s, 4, 6)] == [0, 4, 5]
     stamps = [0.0, 5.0, 6.0, 7.0, 10.0, 11.0]  # step 3 took 1 s, step 4 (logging) 3 s
-    run = NormexpRun(stamps, lambda s: logging_step(s, 4, 6), {0: 9000, 4: 700, 5: 800, 6: 50})
+    run = NormexpRun(stamps, lambda s: is_logging_step(s, 4, 6), {0: 9000, 4: 700, 5: 800, 6: 50})
     pool = Pool(10)
     pool.add(run.stamps, 1.0, logs=run.logs)
     assert pool.rounds == [([1.0], [3.0])]

@@ -16,18 +16,12 @@ from typing import Callable
 import torch
 
 from ..compose import compose_config
+from ..train import is_logging_step
 from .minimal_gpt import MinimalGPT
 from .shapes import Shape
 from .timing import OFF, WARMUP, event_bytes_by_step
 
 LOG_EVERY = 10  # the log_every of the bench's instrumented runs (the default run's is 50: see the table)
-
-
-def logging_step(step: int, log_every: int, steps: int) -> bool:
-    """normexp's logging-step rule: every log_every-th step and the last one.
-    NOTE(lead): a single copy of train.py's rule; replace it with train's own function once
-    normexp/train.py exports one (issue 22.5)."""
-    return step % log_every == 0 or step == steps - 1
 
 
 def run_log_every(log_every: int, steps: int) -> int:
@@ -71,7 +65,7 @@ def normexp_run(shape: Shape, corpus: Path, steps: int, log_every: int, threads:
         event_bytes = event_bytes_by_step(Path(run_dir))
     if len(stamps) != steps:
         raise RuntimeError(f"normexp's loop reported {len(stamps)} of {steps} steps")
-    return NormexpRun(stamps, lambda s: logging_step(s, k, steps), event_bytes)
+    return NormexpRun(stamps, lambda s: is_logging_step(s, k, steps), event_bytes)
 
 
 def bytes_per_logging_step(run: NormexpRun) -> float | None:
@@ -102,16 +96,19 @@ def minimal_step_times(shape: Shape, tokens: torch.Tensor, steps: int, seed: int
     return stamps
 
 
-def build_seconds(shape: Shape) -> dict[str, float]:
-    """Seconds to construct and initialise each model at `shape`: normexp's `GPT` from the
-    composed config (as the training loop builds it), and the minimal GPT."""
-    from ..model import GPT
-    from ..train import model_config
+def build_seconds(shape: Shape, tokens: torch.Tensor) -> dict[str, float]:
+    """Seconds to construct and initialise each model at `shape`: normexp's as its training
+    loop builds it (`train.build_model`: construction, init, calibration where the placement
+    has one) on the bench's byte tokens, and the minimal GPT."""
+    from types import SimpleNamespace
+
+    from ..train import build_model
 
     cfg = compose_config(shape.overrides())
+    corpus = SimpleNamespace(vocab_size=shape.vocab_size, train=tokens.numpy())  # as load_data gives it
     torch.manual_seed(0)
     t0 = time.perf_counter()
-    GPT(model_config(cfg, shape.vocab_size))
+    build_model(cfg, corpus, torch.device("cpu"))
     t1 = time.perf_counter()
     MinimalGPT(shape)
     return {"normexp": t1 - t0, "minimal": time.perf_counter() - t1}

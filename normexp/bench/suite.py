@@ -20,8 +20,7 @@ import torch
 
 from . import BenchError
 from .corpus import make_corpus
-from .loops import (LOG_EVERY, build_seconds, bytes_per_logging_step, logging_step, min_steps, minimal_step_times,
-                    normexp_run)
+from .loops import LOG_EVERY, build_seconds, bytes_per_logging_step, min_steps, minimal_step_times, normexp_run
 from .shapes import DEFAULT_ONLY, Shape, default_shape, find_shape, select_shapes
 from .timing import OFF, WARMUP, CPUShare, PeakRSS, Pool, load_average, matmul_gflops, paired_overhead
 
@@ -120,7 +119,7 @@ def bench_shapes(shapes: list[Shape], corpus: Path, tokens: torch.Tensor, steps:
         say(f"round {r + 1}/{rounds}: matmul {peaks[-1]:.0f} GFLOP/s, load average {load_average()}")
         for shape in shapes:
             t0 = time.perf_counter()
-            costs[shape.name]["build"].append(build_seconds(shape))
+            costs[shape.name]["build"].append(build_seconds(shape, tokens))
             say(f"  {shape.label:28s} {'build':8s} {time.perf_counter() - t0:6.1f} s")
             variants = list(pools[shape.name])
             for v in (variants if r % 2 == 0 else variants[::-1]):
@@ -254,11 +253,11 @@ def bench_profiles(shape: Shape, ms_per_step: float | None, say, repeats: int = 
     (log.profiles_every=auto) adds to the default run: images × ms ÷ (steps × ms/step)."""
     from ..compose import compose_config
     from ..logbook import depth_profile_figure, open_writer
-    from ..train import profiles_every
+    from ..train import is_logging_step, profiles_every
 
     cfg = compose_config([])
     every = profiles_every(cfg)
-    logged = [s for s in range(cfg.steps) if logging_step(s, cfg.log_every, cfg.steps)]
+    logged = [s for s in range(cfg.steps) if is_logging_step(s, cfg.log_every, cfg.steps)]
     images = sum(1 for s in logged if s % every == 0 or s == cfg.steps - 1)
     values = {k: [float(i + 1) for i in range(shape.layers)] for k in ("act_std", "grad_norm", "update_ratio")}
     times = []
