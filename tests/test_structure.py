@@ -76,3 +76,18 @@ def test_no_function_is_longer_than_80_lines():
 def test_the_config_package_is_named_in_one_place():
     holders = [p.name for p in PACKAGE.glob("*.py") if '"normexp.configs"' in p.read_text()]
     assert holders == ["compose.py"]
+
+
+def test_tensorboard_tags_are_spelled_only_in_names():
+    """Each TensorBoard tag and HParams metric is written out in normexp/names.py alone: the
+    other modules use its constants, so a renamed tag cannot leave a reader behind."""
+    from normexp import names
+
+    tags = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str) and "/" in v}
+    tags |= set(names.GROUP_TAGS.values()) | {m.tag for m in names.HPARAM_METRICS}
+    assert {"val/loss", "train/loss", "stability/model_update", "hparams/status"} <= tags
+    spelled = [f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value}"
+               for path in sorted(PACKAGE.rglob("*.py")) if path.name != "names.py"
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in tags]
+    assert not spelled, spelled
