@@ -7,7 +7,7 @@ import math
 import pytest
 from conftest import TINY, run_cli
 
-from normexp.names import HPARAM_METRICS
+from normexp.names import HPARAM_METRICS, LAYER_FAMILIES
 from normexp.runfolder import STATUSES
 
 
@@ -95,3 +95,23 @@ def test_sweep_charts_read_the_first_and_last_block(runs):
     grads = {t: acc.Scalars(f"grad_norm/layer_0{i}")[-1].value for t, i in (("first", 0), ("last", 3))}
     for which, value in grads.items():
         assert acc.Scalars(f"stability/grad_norm_{which}")[-1].value == value
+
+
+def test_every_per_layer_family_is_described_and_charted(runs):
+    """A run logs <family>/layer_XX for exactly the families names.LAYER_FAMILIES describes, and
+    TensorBoard's custom-scalars layout has one "per layer" chart per family, titled with its
+    description: a family's name and description are written in names.py and nowhere else."""
+    import re
+
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.plugins.custom_scalar import metadata as custom_scalar
+
+    run = runs / "sweep" / "pre"
+    logged = {m[1] for tag in images(run).Tags()["scalars"] if (m := re.fullmatch(r"(\w+)/layer_\d\d", tag))}
+    assert logged == set(LAYER_FAMILIES)
+    [layout] = [layout_pb2.Layout.FromString(v.tensor.string_val[0]) for e in events(run) for v in e.summary.value
+                if v.tag == custom_scalar.CONFIG_SUMMARY_TAG]
+    [per_layer] = [c for c in layout.category if c.title == "per layer"]
+    assert sorted(chart.title for chart in per_layer.chart) == sorted(f"{name}: {f.about}" for name, f in LAYER_FAMILIES.items())
+    act_std = next(chart for chart in per_layer.chart if chart.title.startswith("act_std:"))
+    assert list(act_std.multiline.tag) == [r"act_std/layer_\d+"]
