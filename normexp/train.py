@@ -62,13 +62,12 @@ def train(cfg: DictConfig, run_dir: Path, stop: StopSignals | None = None, hooks
         stop = stop or stack.enter_context(StopSignals())
         try:
             with stop.deferred():
-                try:
-                    while trainer.step < cfg.steps:
-                        stop.check()
-                        trainer.train_step()
-                        trainer.after_step()
-                except Diverged as e:
-                    return trainer.finish("diverged", diverged_at_step=e.step)
+                while trainer.step < cfg.steps:
+                    stop.check()
+                    trainer.train_step()
+                    trainer.after_step()
+        except Diverged as e:  # finished like a completed run: after the step, outside the deferral
+            return trainer.finish("diverged", diverged_at_step=e.step)
         except Interrupted as e:
             trainer.stop_interrupted(e)
             raise
