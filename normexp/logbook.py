@@ -4,6 +4,7 @@ custom-scalars layout, the HParams row) and the console progress (a bar or log l
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -28,40 +29,74 @@ def _import_summary_writer():
     return SummaryWriter
 
 
-def open_writer(run_dir: Path, purge_step: int | None, main: bool = True):
+# per-layer charts draw at most this many blocks each (evenly spaced, first and last included):
+# a line per block is readable for a few blocks, a 1,000-line chart is not
+LAYERS_PER_CHART = 8
+
+
+def charted_layers(layers: int, most: int = LAYERS_PER_CHART) -> list[int]:
+    """The blocks a per-layer chart draws: all of them up to `most`, else `most` evenly spaced
+    ones from the first to the last (every block is still logged; this is only the chart)."""
+    if layers <= most:
+        return list(range(layers))
+    return sorted({round(i * (layers - 1) / (most - 1)) for i in range(most)})
+
+
+def custom_scalars_layout(layers: int):
+    """The Custom Scalars dashboard, read top down: "across a sweep" first (one line per run,
+    readable over many runs), then training and stability, then "per layer" (closed until
+    opened: in a sweep it holds a line per block and run). Returns the layout's Summary."""
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from torch.utils.tensorboard.summary import custom_scalars
+
+    shown = charted_layers(layers)
+    subset = "" if len(shown) == layers else f" (blocks {', '.join(map(str, shown))} of {layers})"
+    per_layer = {f"{family}: {f.about}{subset}":
+                 ["Multiline", [n.layer_tag_pattern(family) if not subset else
+                                "|".join("^" + re.escape(n.layer_tag(family, i)) + "$" for i in shown)]]
+                 for family, f in LAYER_FAMILIES.items()}
+    layout = {
+        # one line per run and tag: readable across a sweep of many runs
+        "across a sweep": {
+            "validation loss": ["Multiline", [n.VAL_LOSS]],
+            "activation std: first and last block": ["Multiline", [n.ACT_STD_FIRST, n.ACT_STD_LAST]],
+            "gradient norm: first and last block": ["Multiline", [n.GRAD_NORM_FIRST, n.GRAD_NORM_LAST]],
+            "gradient norm last/first": ["Multiline", [n.GRAD_NORM_TOP_OVER_BOTTOM]],
+            "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
+        },
+        "training": {
+            "loss": ["Multiline", [n.TRAIN_LOSS, n.VAL_LOSS]],
+            "lr": ["Multiline", [n.TRAIN_LR]],
+            "global grad norm": ["Multiline", [n.TRAIN_GRAD_NORM]],
+        },
+        "stability": {
+            "activation std max": ["Multiline", [n.ACT_STD_MAX]],
+            "gradient norm max, last/first": ["Multiline", [n.GRAD_NORM_MAX, n.GRAD_NORM_TOP_OVER_BOTTOM]],
+            "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
+        },
+        "per layer": per_layer,
+    }
+    summary = custom_scalars(layout)
+    # torch's helper has no way to say "closed": set it on the serialized layout
+    tensor = summary.value[0].tensor
+    parsed = layout_pb2.Layout.FromString(tensor.string_val[0])
+    for category in parsed.category:
+        category.closed = category.title == "per layer"
+    tensor.string_val[0] = parsed.SerializeToString()
+    return summary
+
+
+def open_writer(run_dir: Path, purge_step: int | None, main: bool = True, *, layers: int):
     """The run's SummaryWriter (a do-nothing stand-in on torchrun ranks other than 0). A new
-    run also gets the custom-scalars layout; a resumed one (`purge_step`) keeps its own."""
+    run also gets the custom-scalars layout for its `layers` blocks; a resumed one
+    (`purge_step`) keeps its own."""
     if not main:
         from .distributed import NullWriter
 
         return NullWriter()
-    from torch.utils.tensorboard.summary import custom_scalars
-
     writer = _import_summary_writer()(str(run_dir), purge_step=purge_step, flush_secs=30)
     if purge_step is None:
-        charts = {f"{family}: {f.about}": ["Multiline", [n.layer_tag_pattern(family)]] for family, f in LAYER_FAMILIES.items()}
-        layout = {
-            "per layer": charts,
-            "stability": {
-                "activation std max": ["Multiline", [n.ACT_STD_MAX]],
-                "gradient norm max, last/first": ["Multiline", [n.GRAD_NORM_MAX, n.GRAD_NORM_TOP_OVER_BOTTOM]],
-                "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
-            },
-            "training": {
-                "loss": ["Multiline", [n.TRAIN_LOSS, n.VAL_LOSS]],
-                "lr": ["Multiline", [n.TRAIN_LR]],
-                "global grad norm": ["Multiline", [n.TRAIN_GRAD_NORM]],
-            },
-            # one line per run and tag: readable across a sweep of many runs
-            "across a sweep": {
-                "validation loss": ["Multiline", [n.VAL_LOSS]],
-                "activation std: first and last block": ["Multiline", [n.ACT_STD_FIRST, n.ACT_STD_LAST]],
-                "gradient norm: first and last block": ["Multiline", [n.GRAD_NORM_FIRST, n.GRAD_NORM_LAST]],
-                "gradient norm last/first": ["Multiline", [n.GRAD_NORM_TOP_OVER_BOTTOM]],
-                "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
-            },
-        }
-        writer.file_writer.add_summary(custom_scalars(layout))
+        writer.file_writer.add_summary(custom_scalars_layout(layers))
     return writer
 
 
@@ -147,7 +182,7 @@ def depth_profile_figure(values: dict, step: int):
     fig = Figure(figsize=(3 * len(panels), 2.6), dpi=72)
     for ax, (key, family) in zip(fig.subplots(1, len(panels)), panels.items()):
         ys = values.get(key) or []
-        ax.plot(range(len(ys)), ys, marker="o", ms=3)
+        ax.plot(range(len(ys)), ys, marker="o" if len(ys) <= 64 else None, ms=3)  # a dot per block while they can be told apart
         if family.log_scale and ys and min(ys) > 0:
             ax.set_yscale("log")
         ax.set_title(f"{family.profile_title} (step {step})", fontsize=9)

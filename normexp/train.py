@@ -300,7 +300,7 @@ class Trainer:
         # who is running it: lets `normexp report` tell a live run from one killed without a word
         self.summary.update(status="running", pid=os.getpid(), host=socket.gethostname())
         self._write_summary()
-        self.writer = open_writer(run_dir, purge_step, self.main)
+        self.writer = open_writer(run_dir, purge_step, self.main, layers=cfg.layers)
         self._first_events(purge_step)
         # a resumed run keeps the ceiling set at its step 0
         self.guard = DivergenceGuard(cfg.divergence.max_loss, every_step=self.device.type == "cpu",
