@@ -76,6 +76,12 @@ def layer_tag(family: str, layer: int) -> str:
     return f"{family}/layer_{layer:02d}"
 
 
+def layer_index(tag: str) -> int:
+    """The block a per-layer tag belongs to: 143 for `act_std/layer_143` (tags sort as text, so
+    beyond 100 blocks `layer_100` would come before `layer_11`: order by this instead)."""
+    return int(tag.rsplit("_", 1)[1])
+
+
 def layer_tag_pattern(family: str) -> str:
     """A regular expression matching every block's tag of `family` (TensorBoard's layout)."""
     return rf"{family}/layer_\d+"

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from .compose import config_groups
-from .names import CSV_FIELDS, LAYER_FAMILIES, TABLE_FIELDS, VAL_LOSS, layer_tag_pattern
+from .names import CSV_FIELDS, LAYER_FAMILIES, TABLE_FIELDS, VAL_LOSS, layer_index, layer_tag_pattern
 from .runfolder import RUN_SETTINGS
 from . import study
 from .runs import Run, flatten, load_config, load_overrides, load_scalars, process_alive, read_runs  # noqa: F401
@@ -373,7 +373,7 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
 
 def layer_profile(r: Run, family: str) -> dict[int, list[float]]:
     """{step: [value of layer_00, layer_01, ...]} for the steps where every layer is logged."""
-    tags = sorted(t for t in r.scalars if re.fullmatch(layer_tag_pattern(family), t))
+    tags = sorted((t for t in r.scalars if re.fullmatch(layer_tag_pattern(family), t)), key=layer_index)
     if not tags:
         return {}
     per_tag = [dict(r.scalars[t]) for t in tags]
@@ -403,6 +403,7 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
     clean = lambda v: np.where(np.isfinite(v), v, np.nan)  # noqa: E731
+    dots = lambda v: "o" if len(v) <= 64 else None  # noqa: E731 - a dot per block while they can be told apart
     # step 0: group identical profiles
     groups: list[tuple[np.ndarray, list[Run]]] = []
     for r in drawn:
@@ -418,14 +419,14 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
     for v, members in groups:
         common = [k for k in keys if len({repr(m.config.get(k)) for m in members}) == 1]
         label = _label(members[0], common) + (f" ({len(members)} runs)" if len(members) > 1 else "")
-        axes[0].plot(np.arange(len(v)), clean(v), marker="o", ms=3, color=colour_of(members[0]),
+        axes[0].plot(np.arange(len(v)), clean(v), marker=dots(v), ms=3, color=colour_of(members[0]),
                      ls="-" if len(members) > 1 else style_of(members[0]), label=label)
     axes[0].set_title("step 0 (initialisation, first batch)", fontsize=10)
     for r in drawn:
         last = max(profiles[r.index])
         v = np.array(profiles[r.index][last], dtype=float)
         tail = f" @{last}" + (f" {r.status}" if r.unfinished or r.status == "diverged" else "")
-        axes[1].plot(np.arange(len(v)), clean(v), marker="o", ms=3, color=colour_of(r), ls=style_of(r),
+        axes[1].plot(np.arange(len(v)), clean(v), marker=dots(v), ms=3, color=colour_of(r), ls=style_of(r),
                      label=_label(r, keys) + tail)
     axes[1].set_title("last logged step of each run", fontsize=10)
     for ax in axes:

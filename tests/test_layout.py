@@ -44,3 +44,13 @@ def test_a_shallow_run_charts_every_block_with_one_pattern():
     chart = layout(6).category[-1].chart[0]
     (pattern,) = chart.multiline.tag
     assert [t for t in every_tag if re.search(pattern, t)] == every_tag[:6]
+
+
+def test_layer_profiles_run_in_block_order_beyond_100_blocks():
+    from types import SimpleNamespace
+
+    from normexp.report import layer_profile
+
+    # block i logs the value i at step 0; as text, layer_100 sorts before layer_11
+    run = SimpleNamespace(scalars={names.layer_tag("act_std", i): [(0, float(i))] for i in range(120)})
+    assert layer_profile(run, "act_std") == {0: [float(i) for i in range(120)]}
