@@ -15,7 +15,7 @@ averaged over the batches. What the paper predicts at initialisation:
     so Post-LN's last layer exceeds Pre-LN's by a factor growing like √L;
   * Pre-LN (Fig. 3): about the same gradient in every layer.
 
-What this decoder-only model shows (tests/test_probe.py pins the trends; README Results has
+What this decoder-only model shows (tests/test_probe.py pins the trends; docs/results/probe/README.md has
 the measured numbers): Theorem 1 and Lemma 2 hold; Fig. 3's per-layer shapes do not. Pre-LN's gradient falls with the layer index like 1/‖x_l‖
 (grad × hidden RMS is flat): Theorem 1's mechanism applied layer by layer. Post-LN's profile
 is a multiplicative random walk over layers, flat on average over seeds rather than rising

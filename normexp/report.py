@@ -555,7 +555,7 @@ def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
                          "after 0, vs {x}\n(mean over seeds, 95 % t-interval; red x: some diverged, grey square: some "
                          "stalled; the step: depth_model_update.csv)")
         lines += ["How far the first updates move the model's output (Wang et al. 2022, Fig. 3): "
-                  "‖f(x;θ_t) − f(x;θ_0)‖/‖f(x;θ_0)‖ on the fixed probe at the first step after 0 where it was "
+                  "‖f(x;θ_t) − f(x;θ_0)‖/‖f(x;θ_0)‖ on the fixed reference batch at the first step after 0 where it was "
                   "measured. Data: `depth_model_update.csv`.", "",
                   "![early model update vs depth](depth_model_update.png)", ""]
     return lines
@@ -667,9 +667,9 @@ def _check_paths(root: Path, out: Path | None) -> Path:
     out_dir = Path(out) if out is not None else root
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".normexp-report-write-test"
-        probe.write_text("")
-        probe.unlink()
+        write_check = out_dir / ".normexp-report-write-test"
+        write_check.write_text("")
+        write_check.unlink()
     except OSError as e:
         raise ReportError(f"cannot write to {out_dir} ({e.strerror}); choose another folder with --out") from None
     return out_dir

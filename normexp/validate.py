@@ -213,7 +213,7 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def _check_creatable(key: str, folder: Path) -> None:
-    """The folder exists as a writable folder, or can be created (probed with a temp folder
+    """The folder exists as a writable folder, or can be created (checked with a temp folder
     in its nearest existing parent, so nothing is left behind)."""
     if folder.exists():
         if not folder.is_dir():
@@ -225,7 +225,7 @@ def _check_creatable(key: str, folder: Path) -> None:
     if not parent.is_dir():
         raise ConfigError(key, folder, f"cannot create it: {parent} is a file; choose another folder")
     try:
-        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".normexp-probe-"))
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".normexp-write-check-"))
     except OSError as e:
         raise ConfigError(key, folder, f"cannot create it in {parent} ({e.strerror}); choose another folder") from None
 
