@@ -34,7 +34,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import normexp
-from normexp.bench import make_corpus
+from normexp.bench.corpus import make_corpus
 from normexp.compose import compose_config
 
 
