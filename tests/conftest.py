@@ -1,6 +1,8 @@
 """Shared test set-up: offline, a private cache, small corpora made on the spot, and a
 helper that runs the real `normexp` command line in a subprocess."""
 
+import csv
+import json
 import os
 import subprocess
 import sys
@@ -39,18 +41,62 @@ def corpus(tmp_path) -> Path:
     return make_corpus(tmp_path / "corpus.txt")
 
 
+def cli_environment(cache: Path) -> dict[str, str]:
+    """Environment for CLI subprocesses: a private cache, offline, one thread, unbuffered output."""
+    return {**os.environ, "NORMEXP_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1"}
+
+
 @pytest.fixture
 def cli_env(tmp_path, monkeypatch):
-    """Environment for CLI subprocesses: a private cache, offline, no colour, one thread."""
-    env = dict(os.environ)
-    env.update(NORMEXP_CACHE=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
-               PYTHONUNBUFFERED="1")
+    """cli_environment for one test; this process uses the same private cache."""
     monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
-    return env
+    return cli_environment(tmp_path / "cache")
 
 
 TINY = ["layers=2", "d_model=32", "heads=2", "seq_len=32", "batch_size=4", "eval_batches=2",
         "log.progress=lines", "threads=1"]
+
+# How a plumbing run of a few steps may end: every step ran, and it either beat the unigram
+# baseline ("completed") or did not ("stalled"). A run meant to learn must be "completed".
+RAN_TO_THE_END = ("completed", "stalled")
+
+
+def read_summary(run_dir: Path) -> dict:
+    """The run folder's summary.json (fails the test if it is missing or not JSON)."""
+    return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+def sweep_summaries(sweep: Path) -> list[dict]:
+    """The summary of every run below `sweep`, in path order."""
+    return [json.loads(p.read_text()) for p in sorted(Path(sweep).rglob("summary.json"))]
+
+
+def read_csv(path: Path) -> list[dict]:
+    """The rows of a CSV file that normexp wrote, as {column: text}."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def load_events(run_dir: Path):
+    """TensorBoard's EventAccumulator over the run folder, every scalar and image kept."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0})
+    acc.Reload()
+    return acc
+
+
+def scalar_events(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value), ...]} as TensorBoard shows it: all event files of the folder merged,
+    the events a resumed run purged (steps >= its purge_step in the older file) left out."""
+    acc = load_events(run_dir)
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
+    """{tag: {step: value}}: scalar_events by step."""
+    return {tag: dict(points) for tag, points in scalar_events(run_dir).items()}
 
 
 def run_cli(args, env, timeout=300, check=True, **kw) -> subprocess.CompletedProcess:

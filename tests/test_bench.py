@@ -211,6 +211,7 @@ def test_step_costs_without_a_timed_logging_step_say_so():
     assert costs["s_per_step_at_default_log_every"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_bench_runs_end_to_end_on_a_tiny_shape(tmp_path, cli_env):
     """scripts/bench.py, as a user runs it, at the fewest steps allowed: the table and the
     JSON hold every run, the build times and the TensorBoard bytes of a logging step."""

@@ -1,13 +1,11 @@
 """The boundary search (normexp/boundary.py) by hand on synthetic outcome functions, and the
 Hydra sweeper plugin end to end on a tiny model with the joblib launcher, resume included."""
 
-import csv
-import json
 import math
 from pathlib import Path
 
 import pytest
-from conftest import TINY, make_corpus, run_cli
+from conftest import TINY, make_corpus, read_csv, read_summary, run_cli
 
 from normexp import boundary
 from normexp.runfolder import find_runs
@@ -135,7 +133,7 @@ def _from_folders(sweep: Path) -> dict:
     out = {}
     for run in find_runs(sweep):
         cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
-        status = json.loads((run / "summary.json").read_text())["status"]
+        status = read_summary(run)["status"]
         out.setdefault(cfg.placement.name, {}).setdefault(cfg.lr, []).append(status)
     return out
 
@@ -150,8 +148,7 @@ def test_the_sweeper_end_to_end_and_a_resumed_search(tmp_path, cli_env):
     runs = find_runs(sweep)
     assert all((r / "summary.json").stat().st_mtime_ns == first[r] for r in first)  # nothing retrained
     assert len(runs) > len(first)
-    with open(sweep / "boundary.csv") as f:
-        table = {row["placement"]: row for row in csv.DictReader(f)}
+    table = {row["placement"]: row for row in read_csv(sweep / "boundary.csv")}
     by_hand = _from_folders(sweep)
     assert set(table) == set(by_hand) == {"post", "pre"}
     for placement, points in by_hand.items():

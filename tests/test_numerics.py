@@ -7,6 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # 30 short trainings; run it (`python -m pytest tests/test_numerics.py`) after touching training
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 

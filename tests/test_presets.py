@@ -10,18 +10,15 @@ All these commands run two at a time in one module fixture (a sweep is one proce
 """
 
 import itertools
-import json
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
-from conftest import TINY, make_corpus, run_cli
+from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_csv, run_cli, sweep_summaries
 
 from normexp.compose import compose_config
 
-RAN_TO_THE_END = ("completed", "stalled")  # "stalled": every step ran, the loss fell too little
 
 # What each preset sets (its header and body), written out here: key → value in `--cfg job`.
 PRESET_VALUES = {
@@ -79,15 +76,10 @@ def shrunk_grid(preset: str) -> dict[str, list]:
     return {k: SHRINK.get(k, v) for k, v in grid.items()}
 
 
-def summaries(sweep) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
-
-
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory):
     root = tmp_path_factory.mktemp("presets")
-    env = {**os.environ, "NORMEXP_CACHE": str(root / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONUNBUFFERED": "1"}
+    env = cli_environment(root / "cache")
     corpus = make_corpus(root / "corpus.txt", n_bytes=20_000)
     data = ["data=text", f"data.files=[{corpus}]", "eval_batches=1", "log.progress=off"]
     jobs = {}
@@ -113,6 +105,7 @@ def sweeps(tmp_path_factory):
     return root, env, procs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(PRESET_VALUES))
 def test_preset_composes_with_cfg_job(sweeps, preset):
     root, _, procs = sweeps
@@ -132,27 +125,26 @@ def test_every_preset_norm_and_placement_is_tested():
     assert sorted(NORMS) == sorted(group_options("norm")) and sorted(PLACEMENTS) == sorted(group_options("placement"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(BOUNDARY))
 def test_shrunken_boundary_preset_searches_each_setting(sweeps, preset):
-    import csv
-
     root, _, procs = sweeps
     assert "Traceback" not in procs[preset].stderr
-    runs = summaries(root / preset)
+    runs = sweep_summaries(root / preset)
     assert sorted(s["init"] for s in runs) == ["torchscale", "torchscale", "xavier", "xavier"]  # 2 settings × 2 bounds
-    with open(root / preset / "boundary.csv") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(root / preset / "boundary.csv")
     assert sorted(r["init"] for r in rows) == ["torchscale", "xavier"]
     for r in rows:  # 2 steps learn nothing: the lower bound fails, nothing is bisected
         assert r["key"] == BOUNDARY[preset] and r["verdict"] == "none" and r["runs_used"] == "2", r
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(set(PRESET_VALUES) - set(BOUNDARY)))
 def test_shrunken_preset_sweep_runs_every_combination(sweeps, preset):
     root, _, procs = sweeps
     assert "Traceback" not in procs[preset].stderr
     grid = shrunk_grid(preset)
-    runs = summaries(root / preset)
+    runs = sweep_summaries(root / preset)
     expected = set(itertools.product(*grid.values()))
     assert len(grid) >= 2 and len(expected) >= 4  # a grid, not a single run
     assert len(runs) == len(expected) == math.prod(len(v) for v in grid.values())
@@ -164,10 +156,11 @@ def test_shrunken_preset_sweep_runs_every_combination(sweeps, preset):
             assert s["lr"] == PRESET_VALUES[preset]["lr"]
 
 
+@pytest.mark.slow
 def test_every_norm_and_placement_trains_5_steps(sweeps):
     root, _, procs = sweeps
     assert "Traceback" not in procs["grid"].stderr
-    runs = summaries(root / "grid")
+    runs = sweep_summaries(root / "grid")
     assert sorted((s["norm"], s["placement"]) for s in runs) == sorted(itertools.product(NORMS, PLACEMENTS))
     for s in runs:
         which = (s["norm"], s["placement"])

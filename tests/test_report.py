@@ -2,7 +2,6 @@
 one copy marked running): the table, runs.csv, report.md and the figures against the run
 folders' own summary.json and config."""
 
-import csv
 import json
 import os
 import re
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import TINY, make_corpus, run_cli
+from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_csv, read_summary, run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -25,8 +24,7 @@ def sweep(tmp_path_factory):
     folder = tmp_path_factory.mktemp("report")
     corpus = make_corpus(folder / "corpus.txt")
     sweep_dir = folder / "sweeps"  # two sweeps side by side: report takes any folder holding runs
-    env = {**os.environ, "NORMEXP_CACHE": str(folder / "cache"), "HF_HUB_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = cli_environment(folder / "cache")
     common = ["data=text", f"data.files=[{corpus}]", "steps=12", "log_every=4", "eval_every=4", *TINY]
     run_cli(["train", "-m", "placement=pre,post", "warmup=0,5,50", *common, f"hydra.sweep.dir={sweep_dir / 'grid'}"], env)
     run_cli(["train", "-m", "placement=post", "warmup=0", "lr=100", *common, f"hydra.sweep.dir={sweep_dir / 'lr'}"], env)
@@ -34,7 +32,7 @@ def sweep(tmp_path_factory):
                     if "placement=pre" in p.parent.name and p.parent.name.endswith("warmup=5"))
     running = sweep_dir / "grid" / "still_running"
     shutil.copytree(finished, running)
-    summary = json.loads((running / "summary.json").read_text())
+    summary = read_summary(running)
     summary.update(status="running", steps_completed=0, final_train_loss=None, final_val_loss=None,
                    best_val_loss=None, tokens_per_second=None, wall_seconds=None,
                    pid=os.getpid())  # a live process on this host: the run counts as still going
@@ -44,7 +42,7 @@ def sweep(tmp_path_factory):
 
 
 def runs_of(sweep_dir: Path) -> dict[Path, dict]:
-    return {p.parent: json.loads(p.read_text()) for p in sweep_dir.glob("*/*/summary.json")}
+    return {p.parent: read_summary(p.parent) for p in sweep_dir.glob("*/*/summary.json")}
 
 
 def config_of(run: Path) -> dict:
@@ -78,13 +76,14 @@ def parse_table(stdout: str) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 def test_table_lists_every_run_with_its_status_and_numbers(sweep):
     sweep_dir, finished, running, stdout, _ = sweep
     runs = runs_of(sweep_dir)
     assert len(runs) == 8
     # the four runs that finish end "stalled" or "completed" (12 steps of a tiny model rarely get
     # 2 % below the unigram baseline): both mean "ran to the end", the status says which
-    statuses = sorted("finished" if s["status"] in ("completed", "stalled") else s["status"] for s in runs.values())
+    statuses = sorted("finished" if s["status"] in RAN_TO_THE_END else s["status"] for s in runs.values())
     assert statuses == ["diverged", "failed", "failed"] + ["finished"] * 4 + ["running"]
     assert "varied: placement, warmup, lr" in stdout
     rows = parse_table(stdout)
@@ -100,10 +99,10 @@ def test_table_lists_every_run_with_its_status_and_numbers(sweep):
     assert "warmup=50: must be an integer step count" in stdout  # the failed jobs' error is shown
 
 
+@pytest.mark.slow
 def test_csv_has_one_row_per_run_with_the_varied_columns(sweep):
     sweep_dir, finished, _, _, _ = sweep
-    with open(sweep_dir / "runs.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(sweep_dir / "runs.csv")
     runs = runs_of(sweep_dir)
     assert len(rows) == len(runs)
     assert {"placement", "warmup", "lr", "status", "final_val_loss", "diverged_at_step"} <= set(rows[0])
@@ -118,6 +117,7 @@ def test_csv_has_one_row_per_run_with_the_varied_columns(sweep):
             assert (row[key] == "") if want is None else float(row[key]) == pytest.approx(want, rel=1e-6), (key, row)
 
 
+@pytest.mark.slow
 def test_markdown_references_every_figure_and_each_is_a_png(sweep):
     sweep_dir, _, _, _, _ = sweep
     md = (sweep_dir / "report.md").read_text()
@@ -135,6 +135,7 @@ def test_markdown_references_every_figure_and_each_is_a_png(sweep):
     assert "heatmap" in md
 
 
+@pytest.mark.slow
 def test_one_varied_key_gives_a_bar_chart_and_out_elsewhere(sweep, tmp_path):
     """Two finished runs that differ only in warmup, reported into another folder."""
     from normexp.report import make_report

@@ -11,10 +11,13 @@ import random
 import shutil
 
 import numpy as np
+import pytest
 import torch
-from conftest import TINY, run_cli
+from conftest import TINY, read_summary, run_cli
 
 from normexp import checkpoint as ckpt
+
+pytestmark = pytest.mark.slow  # trains, then resumes, through the command line
 
 
 def planted_states() -> dict:
@@ -49,7 +52,7 @@ def test_resume_restores_the_global_rng_states(tmp_path, corpus, cli_env):
     planted = planted_states()
     assert not same_states(planted, a2["rng"])
     torch.save({**a2, "rng": planted}, ckpt.checkpoint_dir(b) / "step_00000002.pt")
-    summary = json.loads((b / "summary.json").read_text())
+    summary = read_summary(b)
     (b / "summary.json").write_text(json.dumps({**summary, "status": "interrupted", "steps_completed": 2}))
 
     run_cli([*args, "resume=true", f"hydra.run.dir={b}"], cli_env)

@@ -3,7 +3,6 @@ with a killed run, same-seed duplicates, a failed run, a run that diverged befor
 loss, an interrupted run and malformed summary.json files. Every expected number is computed
 here from the summaries the test writes."""
 
-import csv
 import json
 import math
 import os
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import read_csv, run_cli
 
 T975_DF1 = 12.706205
 BASELINE = 3.3
@@ -72,11 +71,6 @@ def build(root: Path) -> Path:
     w("lr=0.1,seed=1", 1e-1, 1, {"status": "stalled", "final_val_loss": 3.1})
     w("lr=0.1,seed=2", 1e-1, 2, {"status": "interrupted", "final_val_loss": 2.9})
     return root
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from conftest import make_corpus
+import pytest
+from conftest import make_corpus, read_summary
 
 from normexp.signals import GRACE_SECONDS
 
@@ -18,6 +19,7 @@ SLOW_STEP = ["layers=2", "d_model=64", "heads=2", "seq_len=60000", "batch_size=2
              "log_every=1", "eval_batches=1", "log.progress=lines", "threads=1", "checkpoint_every=0"]
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_step_of_minutes_ends_within_seconds(tmp_path, cli_env):
     corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=700_000)
     run = tmp_path / "run"
@@ -44,7 +46,7 @@ def test_sigterm_during_a_step_of_minutes_ends_within_seconds(tmp_path, cli_env)
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert took < GRACE_SECONDS + 10, f"{took:.1f} s after SIGTERM"
     assert "step 0 " not in err  # it did not wait for the step to finish
-    summary = json.loads((run / "summary.json").read_text())
+    summary = read_summary(run)
     assert summary["status"] == "interrupted" and summary["steps_completed"] == 0
     assert (run / ".hydra" / "config.yaml").exists() and list(run.glob("events.out.tfevents.*"))
 

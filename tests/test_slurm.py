@@ -9,7 +9,6 @@ start` makes one) and skip otherwise, except with NORMEXP_REQUIRE_SLURM=1 (CI se
 a missing cluster fails them.
 """
 
-import json
 import os
 import re
 import shutil
@@ -19,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY, make_corpus, run_cli
+from conftest import RAN_TO_THE_END, TINY, make_corpus, read_summary, run_cli, scalar_events
 
-from normexp.runfolder import find_runs, read_summary
+from normexp.runfolder import find_runs
 
 
 def cluster_problem() -> str | None:
@@ -39,7 +38,7 @@ def cluster_problem() -> str | None:
 PROBLEM = cluster_problem()
 if PROBLEM and os.environ.get("NORMEXP_REQUIRE_SLURM") == "1":
     raise RuntimeError(f"NORMEXP_REQUIRE_SLURM=1 but {PROBLEM}")
-pytestmark = [pytest.mark.slurm, pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")]
 
 # the shipped hydra/launcher=slurm config, sized for the one-node test cluster
 SLURM = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.gpus_per_node=0",
@@ -70,7 +69,7 @@ def test_sweep_runs_as_a_job_array_fails_a_bad_job_alone_and_reports(tmp_path, c
     assert sorted(runs) == [("post", -1), ("post", 0.002), ("pre", -1), ("pre", 0.002)], proc.stderr[-2000:]
     for placement in ("pre", "post"):
         good, bad = runs[(placement, 0.002)], runs[(placement, -1)]
-        assert good["status"] in ("completed", "stalled") and good["steps_completed"] == 5, good
+        assert good["status"] in RAN_TO_THE_END and good["steps_completed"] == 5, good
         assert bad["status"] == "failed" and bad["error"] == "lr=-1: must be a finite number > 0", bad
 
     # every run was a task of one SLURM job array, and SLURM saw each task end
@@ -87,14 +86,6 @@ def test_sweep_runs_as_a_job_array_fails_a_bad_job_alone_and_reports(tmp_path, c
 # long enough to be signalled mid-run (~20-40 s on one core), logging every 100 steps
 LONG = [*TINY, "batch_size=8", "seq_len=64", "steps=1500", "warmup=100", "log_every=100", "eval_every=500",
         "checkpoint_every=0", "placement=post"]
-
-
-def logged_scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in ("train/loss", "val/loss", "train/grad_norm")}
 
 
 def wait_for(predicate, what: str, timeout: float, proc: subprocess.Popen):
@@ -142,7 +133,8 @@ def test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted
 
     (run,) = find_runs(sweep)
     summary = read_summary(run)
-    assert summary["status"] in ("completed", "stalled") and summary["steps_completed"] == 1500
+    # 1500 steps learn (val loss ~0.6 against a ~2.9 unigram baseline): "stalled" would be a bug
+    assert summary["status"] == "completed" and summary["steps_completed"] == 1500
     assert summary["requeues"] == 1
     # SLURM's and submitit's record of the stop and the restart
     job = settled_job(job_id)
@@ -154,10 +146,11 @@ def test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted
     assert f"preempted by SIGUSR2 at step {stop_step}" in train_log and f"resumed from step {stop_step}" in train_log
 
     # the resumed run's curves equal the uninterrupted run's, step for step
-    got, want = logged_scalars(run), logged_scalars(reference)
-    for tag, points in want.items():
+    got, want = scalar_events(run), scalar_events(reference)
+    for tag in ("train/loss", "val/loss", "train/grad_norm"):
+        points = want[tag]
         assert [s for s, _ in got[tag]] == [s for s, _ in points], tag
         for (step, have), (_, expected) in zip(got[tag], points):
             assert have == pytest.approx(expected, abs=1e-6), f"{tag} at step {step} (stopped at {stop_step})"
-    assert summary["final_val_loss"] == pytest.approx(json.loads((reference / "summary.json").read_text())["final_val_loss"],
+    assert summary["final_val_loss"] == pytest.approx(read_summary(reference)["final_val_loss"],
                                                       abs=1e-6)

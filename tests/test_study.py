@@ -4,7 +4,6 @@ The grid test trains 2 placements × 3 learning rates × 3 seeds (4 steps of a t
 one lr absurd enough to diverge) through the real command line, then checks the report's
 numbers against a computation by hand from the runs' own summary.json files."""
 
-import csv
 import json
 import math
 import random
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, make_corpus, run_cli
+from conftest import TINY, cli_environment, make_corpus, read_csv, read_summary, run_cli, sweep_summaries
 
 LRS = (1e-3, 1e-2, 1e3)  # 1e3 diverges
 T975_DF2 = 4.302653  # Student's t, 97.5 % quantile, 2 degrees of freedom
@@ -22,12 +21,10 @@ T975_DF1 = 12.706205  # ... and 1 degree of freedom
 
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory):
-    import os
-
     folder = tmp_path_factory.mktemp("study")
     corpus = make_corpus(folder / "corpus.txt")
     sweep = folder / "sweep"
-    env = {**os.environ, "NORMEXP_CACHE": str(folder / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = cli_environment(folder / "cache")
     run_cli(["train", "-m", "placement=pre,post", "lr=" + ",".join(map(str, LRS)), "seed=0,1,2", "steps=4",
              "warmup=0", "log_every=2", "eval_every=2", "data=text", f"data.files=[{corpus}]", *TINY,
              f"hydra.sweep.dir={sweep}"], env)
@@ -37,15 +34,6 @@ def grid(tmp_path_factory):
     return sweep
 
 
-def summaries(sweep: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def loss_of(s: dict) -> float:
     """By hand: a diverged run counts as its loss at initialisation."""
     return s["initial_loss"] if s["status"] == "diverged" else s["final_val_loss"]
@@ -53,19 +41,21 @@ def loss_of(s: dict) -> float:
 
 def by_cell(sweep: Path) -> dict[tuple, list[dict]]:
     cells = {}
-    for s in summaries(sweep):
+    for s in sweep_summaries(sweep):
         cells.setdefault((s["placement"], s["lr"]), []).append(s)
     return cells
 
 
+@pytest.mark.slow
 def test_grid_ran_with_a_diverged_lr_and_stalled_runs(grid):
-    statuses = [s["status"] for s in summaries(grid)]
+    statuses = [s["status"] for s in sweep_summaries(grid)]
     assert len(statuses) == 18
-    assert {s["status"] for s in summaries(grid) if s["lr"] == 1e3} == {"diverged"}
+    assert {s["status"] for s in sweep_summaries(grid) if s["lr"] == 1e3} == {"diverged"}
     assert "stalled" in statuses  # 4 steps learn nothing beyond the unigram level
-    assert all(s["baseline_loss"] == pytest.approx(summaries(grid)[0]["baseline_loss"]) for s in summaries(grid))
+    assert all(s["baseline_loss"] == pytest.approx(sweep_summaries(grid)[0]["baseline_loss"]) for s in sweep_summaries(grid))
 
 
+@pytest.mark.slow
 def test_settings_pool_seeds_with_t_intervals_by_hand(grid):
     rows = {(r["placement"], float(r["lr"])): r for r in read_csv(grid / "settings.csv")}
     assert "seed" not in read_csv(grid / "settings.csv")[0]  # seed is a replicate, not a varied key
@@ -96,6 +86,7 @@ def hand_bootstrap(cells: list[list[float]], samples: int = 4000) -> tuple[float
     return values[int(0.025 * samples)], values[int(0.975 * samples) - 1]
 
 
+@pytest.mark.slow
 def test_lr_sensitivity_and_max_stable_lr_by_hand(grid):
     rows = {r["placement"]: r for r in read_csv(grid / "sensitivity.csv")}
     assert set(rows) == {"pre", "post"}
@@ -119,6 +110,7 @@ def test_lr_sensitivity_and_max_stable_lr_by_hand(grid):
         assert (grid / name).read_bytes()[:4] == b"\x89PNG" and (grid / name).with_suffix(".csv").is_file()
 
 
+@pytest.mark.slow
 def test_val_curve_csv_is_the_seed_mean(grid):
     from normexp import runs
 
@@ -131,6 +123,7 @@ def test_val_curve_csv_is_the_seed_mean(grid):
     assert len(at2) == 3 and float(row["mean"]) == pytest.approx(at2.mean(), abs=1e-6) and row["n"] == "3"
 
 
+@pytest.mark.slow
 def test_runs_load_and_scalars(grid):
     from normexp import runs
 
@@ -166,7 +159,7 @@ def test_baseline_is_the_unigram_entropy_and_a_tiny_lr_stalls(tmp_path, cli_env)
     proc = run_cli(["train", "data=text", f"data.files=[{train}]", f"data.val_files=[{tmp_path / 'val.txt'}]",
                     "steps=3", "lr=1e-7", "warmup=0", *TINY, f"hydra.run.dir={run}"], cli_env)
     assert proc.returncode == 0
-    s = json.loads((run / "summary.json").read_text())
+    s = read_summary(run)
     assert s["baseline_loss"] == pytest.approx(entropy, abs=1e-6)
     assert s["status"] == "stalled" and s["final_val_loss"] > (1 - 0.02) * s["baseline_loss"]
     # an old cache entry without the baseline gets it computed from the tokens and written back
@@ -185,7 +178,7 @@ def test_baseline_is_the_unigram_entropy_and_a_tiny_lr_stalls(tmp_path, cli_env)
 def test_a_run_that_learns_is_completed(tmp_path, cli_env, corpus):
     run = tmp_path / "run"
     run_cli(["train", "data=text", f"data.files=[{corpus}]", *LEARNS, *TINY, f"hydra.run.dir={run}"], cli_env)
-    s = json.loads((run / "summary.json").read_text())
+    s = read_summary(run)
     assert s["status"] == "completed", s
     assert s["final_val_loss"] <= (1 - s["stall_margin"]) * s["baseline_loss"]
 
@@ -311,6 +304,7 @@ def test_seed_and_a_key_only_newer_runs_have_are_not_varied():
     assert varied_keys(old + new) == ["lr"]
 
 
+@pytest.mark.slow
 def test_grid_and_layer_figures_write_the_data_they_draw(grid):
     from normexp import runs
 

@@ -5,10 +5,12 @@ images at the expected steps, and the sweep-level custom-scalar charts."""
 import math
 
 import pytest
-from conftest import TINY, run_cli
+from conftest import TINY, cli_environment, load_events, make_corpus, read_summary, run_cli
 
 from normexp.names import HPARAM_METRICS, LAYER_FAMILIES
 from normexp.runfolder import STATUSES
+
+pytestmark = pytest.mark.slow  # every test reads the runs of one module fixture (a sweep and two runs)
 
 
 def events(run_dir):
@@ -28,22 +30,11 @@ def experiment(run_dir):
     raise AssertionError("no HParams experiment summary")
 
 
-def images(run_dir):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir), size_guidance={"images": 0, "scalars": 0})
-    acc.Reload()
-    return acc
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from conftest import make_corpus
-
     root = tmp_path_factory.mktemp("tb")
     corpus = make_corpus(root / "corpus.txt")
-    env = {**__import__("os").environ, "NORMEXP_CACHE": str(root / "cache"), "HF_HUB_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1"}
+    env = cli_environment(root / "cache")
     common = ["train", "data=text", f"data.files=[{corpus}]", *TINY, "layers=4", "steps=30", "log_every=10",
               "eval_every=10"]
     run_cli([common[0], "-m", *common[1:], "placement=pre,deepnorm", "lr=1e-3", f"hydra.sweep.dir={root / 'sweep'}",
@@ -69,8 +60,8 @@ def test_hparams_metrics_hold_the_final_numbers_and_the_status_code(runs):
     import json
 
     run = runs / "sweep" / "pre"
-    summary = json.loads((run / "summary.json").read_text())
-    acc = images(run)
+    summary = read_summary(run)
+    acc = load_events(run)
     last = lambda tag: acc.Scalars(tag)[-1].value  # noqa: E731
     assert last("hparams/final_val_loss") == pytest.approx(summary["final_val_loss"], rel=1e-6)
     assert STATUSES[int(last("hparams/status"))] == summary["status"]
@@ -79,7 +70,7 @@ def test_hparams_metrics_hold_the_final_numbers_and_the_status_code(runs):
 
 @pytest.mark.parametrize("run, steps", [("sweep/pre", [0, 10, 20, 29]), ("every20", [0, 20, 29]), ("none", [])])
 def test_depth_profile_images_at_the_expected_steps(runs, run, steps):
-    acc = images(runs / run)
+    acc = load_events(runs / run)
     found = acc.Images("depth_profile") if "depth_profile" in acc.Tags()["images"] else []
     assert [e.step for e in found] == steps
     for e in found:  # a 9 × 2.6 inch figure at 72 dpi, PNG
@@ -88,7 +79,7 @@ def test_depth_profile_images_at_the_expected_steps(runs, run, steps):
 
 
 def test_sweep_charts_read_the_first_and_last_block(runs):
-    acc = images(runs / "sweep" / "pre")
+    acc = load_events(runs / "sweep" / "pre")
     act = {t: acc.Scalars(f"act_std/layer_0{i}")[-1].value for t, i in (("first", 0), ("last", 3))}
     for which, value in act.items():
         assert acc.Scalars(f"stability/act_std_{which}")[-1].value == value
@@ -107,7 +98,7 @@ def test_every_per_layer_family_is_described_and_charted(runs):
     from tensorboard.plugins.custom_scalar import metadata as custom_scalar
 
     run = runs / "sweep" / "pre"
-    logged = {m[1] for tag in images(run).Tags()["scalars"] if (m := re.fullmatch(r"(\w+)/layer_\d\d", tag))}
+    logged = {m[1] for tag in load_events(run).Tags()["scalars"] if (m := re.fullmatch(r"(\w+)/layer_\d\d", tag))}
     assert logged == set(LAYER_FAMILIES)
     [layout] = [layout_pb2.Layout.FromString(v.tensor.string_val[0]) for e in events(run) for v in e.summary.value
                 if v.tag == custom_scalar.CONFIG_SUMMARY_TAG]
