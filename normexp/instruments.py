@@ -17,6 +17,7 @@ import torch
 
 from . import distributed
 from .model import GPT, read_outputs
+from .model import softcap as model_softcap
 
 # batch rows whose attention the instruments recompute on a logging step: one sequence gives
 # heads·T(T+1)/2 logits (33k at the default shape), and each row costs ~5 ms a logging step
@@ -59,17 +60,21 @@ def _std(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def attention_signals(qk: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def attention_signals(qk: list[tuple[torch.Tensor, torch.Tensor]], softcap: float | None = None) -> dict[str, torch.Tensor]:
     """Per block, from the queries and keys of the first rows of the batch (see
-    SIGNAL_ROWS), as the dot product saw them (after QK-norm, if any):
-    attn_logit_max, the largest |q·k|/√d_head over heads and causal positions (attention-logit
-    growth: Dehghani et al. 2023; Wortsman et al. 2023), and attn_entropy, the mean over heads
-    and query positions of −Σ_j A_tj log A_tj (entropy collapse: Zhai et al. 2023)."""
+    SIGNAL_ROWS), as the dot product saw them (after QK-norm, if any), and the logits as the
+    softmax saw them (soft-capped, c·tanh(z/c), when `softcap` is c, the run's attn_softcap):
+    attn_logit_max, the largest |logit| over heads and causal positions, the logit being
+    q·k/√d_head (attention-logit growth: Dehghani et al. 2023; Wortsman et al. 2023; under a
+    cap it stays below c), and attn_entropy, the mean over heads and query positions of
+    −Σ_j A_tj log A_tj (entropy collapse: Zhai et al. 2023)."""
     # every block at once: one batched matmul over a (blocks, rows, heads, T, d_head) stack
     # instead of ~12 small ops per block (52 → 16 ms at 1,000 blocks; the same values bit for bit)
     q, k = torch.stack([q for q, _ in qk]).float(), torch.stack([k for _, k in qk]).float()
     T = q.shape[-2]
     scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if softcap is not None:
+        scores = model_softcap(scores, softcap)
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     maxima = scores.abs().masked_fill(~causal, 0).flatten(1).amax(1)
     logp = torch.log_softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
@@ -143,7 +148,8 @@ class Instruments:
             "attn_out_std": _std([t[rows] for t in trace["attn_out"]]),
             "mlp_out_std": _std([t[rows] for t in trace["mlp_out"]]),
             "embedding_std": trace["embed"][0][rows].float().std(correction=0),
-            **attention_signals([(q[rows], k[rows]) for q, k in zip(trace["queries"], trace["keys"])]),
+            **attention_signals([(q[rows], k[rows]) for q, k in zip(trace["queries"], trace["keys"])],
+                                self.model.cfg.attn_softcap),
             "output_log_z": torch.logsumexp(trace["logits"][0][rows].float(), dim=-1).mean(),
         }
 

@@ -9,6 +9,8 @@ from `NORMS` or `PLACEMENTS`; its settings are the keys of its own config file
     NORMS[name](d_model, **settings)
     PLACEMENTS[name](sublayer, make_norm, index=block, depth=layers, **settings)
 
+(`make_norm(width=d_model)` makes a fresh norm of the run's type.)
+
 A new variant is one class here and one yaml file there.
 """
 
@@ -43,6 +45,8 @@ class ModelConfig:
     placement: str | Mapping = "pre"
     init: str | Mapping = "xavier"   # an INITS name (configs/init/)
     qk_norm: bool = False            # normalize queries and keys per head with the run's norm type
+    attn_softcap: float | None = None   # c in c·tanh(z/c) on the attention logits; None = off (Gemma 2)
+    logit_softcap: float | None = None  # the same on the output logits, before the loss
 
 
 def register(registry: dict, *names: str):
@@ -85,6 +89,12 @@ def _finite_number(value) -> bool:
 
 def _positive_number(value) -> bool:
     return _finite_number(value) and value > 0
+
+
+def softcap(z: torch.Tensor, cap: float) -> torch.Tensor:
+    """Soft-capping (Gemma Team 2024, "Gemma 2"): c·tanh(z/c), about z while |z| ≪ c and never
+    beyond ±c; Gemma 2 caps attention logits at 50 and output logits at 30."""
+    return cap * torch.tanh(z / cap)
 
 
 # --------------------------------------------------------------------------- norms
@@ -174,6 +184,28 @@ class DynamicTanh(nn.Module):
         return {"init_alpha": self.init_alpha}
 
 
+@register(NORMS, "scale")
+class ScaleNorm(nn.Module):
+    """ScaleNorm (Nguyen & Salazar 2019, "Transformers without Tears"): y = g·x / max(‖x‖, ε),
+    ‖x‖ the L2 norm over the feature dim, with one learnable scalar g initialised to √d (so
+    the output's entries have unit RMS, as LayerNorm's do). Computed in float32 and cast back,
+    as RMSNorm is."""
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        _check(_positive_number(eps), "norm.eps", eps, "must be a number > 0")
+        self.eps = eps
+        self.scale = nn.Parameter(torch.tensor(math.sqrt(d)))
+
+    def forward(self, x):
+        x32 = x.float()
+        y = x32 / x32.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+        return y.type_as(x) * self.scale
+
+    def resolved(self) -> dict:
+        return {"eps": self.eps}
+
+
 @register(NORMS, "none")
 class NoNorm(nn.Identity):
     """No normalization (identity): the control."""
@@ -198,7 +230,8 @@ class Placement(nn.Module):
             └──────────────── residual (maybe scaled, maybe normed after) ──┘
 
     * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F
-      (it maps width `F.d_model` to itself), `make_norm()` makes a fresh norm of the run's type, `index` is the block's position
+      (it maps width `F.d_model` to itself), `make_norm()` makes a fresh norm of the run's type
+      (`make_norm(width)` one of another width), `index` is the block's position
       (0 = nearest the input) and `depth` the number of blocks; `settings` are the keys of
       configs/placement/<name>.yaml.
     * `forward(x, *context)` returns (new residual stream, contribution): the contribution is
@@ -209,6 +242,15 @@ class Placement(nn.Module):
     * `init_gain`: the Xavier gain the placement wants for F's value, output and MLP
       matrices (query and key keep gain 1); DeepNorm's β.
     * `resolved()`: the numbers it actually uses ("auto" worked out), for summary.json.
+    * The stream between blocks is a tensor unless the placement says otherwise: the model
+      calls `enter(x)` of the first block's first placement once on the embedded input, and
+      `make_final(make_norm)` of the last block's last placement once for the module that maps
+      the last block's stream to the final hidden state; `residual(stream)` is the tensor the
+      instruments read as the residual stream (act_std). The defaults: the stream is the
+      tensor, and the final module is a Norm where `needs_final_norm` says so, else the identity.
+    * A sublayer may offer slots a placement fills with norms it makes (`inner_norm`, before
+      the output projection; `qkv_norm`, on queries, keys and values): None by default, so an
+      unused slot costs one `is None` test and no call.
     """
 
     needs_final_norm = True
@@ -216,6 +258,16 @@ class Placement(nn.Module):
 
     def resolved(self) -> dict:
         return {}
+
+    def enter(self, x: torch.Tensor):
+        return x
+
+    def make_final(self, make_norm) -> nn.Module:
+        return make_norm() if self.needs_final_norm else nn.Identity()
+
+    @staticmethod
+    def residual(stream) -> torch.Tensor:
+        return stream
 
 
 @register(PLACEMENTS, "post")
@@ -387,7 +439,7 @@ def check_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -
     placement_cls, placement_settings = variant(PLACEMENTS, "placement", placement)
     stand_in = nn.Identity()
     stand_in.d_model = 8
-    placement_cls(stand_in, lambda: norm_cls(8, **norm_settings), index=0, depth=layers, **placement_settings)
+    placement_cls(stand_in, lambda width=8: norm_cls(width, **norm_settings), index=0, depth=layers, **placement_settings)
 
 
 @register(PLACEMENTS, "layerscale")
@@ -414,6 +466,167 @@ class LayerScale(Placement):
 
     def resolved(self) -> dict:
         return {"init_scale": self.init_scale}
+
+
+def subln_gain(layers: int) -> float:
+    """Sub-LN's init gain √(ln 2N) for a decoder-only stack of N blocks (Wang et al. 2022,
+    "Foundation Transformers", §2.2; torchscale's `subln`: √(ln 3N) for encoder-decoder)."""
+    return math.sqrt(math.log(2 * layers))
+
+
+@register(PLACEMENTS, "subln")
+class SubLN(Placement):
+    """Sub-LN / Magneto (Wang et al. 2022, "Foundation Transformers"): x ← x + F'(Norm(x)),
+    where F' is F with a second norm right before its output projection (attention: on the
+    heads' concatenated output, before W_O; MLP: after the activation, before W₂, width
+    mlp_ratio·d), filled into the sublayer's `inner_norm` slot (a sublayer without the slot,
+    cross-attention, runs as Pre-LN). The value, attention output and both MLP matrices are
+    initialised with gain γ = √(ln 2N) for N blocks, query and key with 1 (torchscale's
+    `subln` multiplies their weights and biases by γ after drawing). The model adds a final
+    Norm, as Pre-LN does."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.norm = make_norm()
+        if hasattr(sublayer, "inner_norm"):
+            sublayer.inner_norm = make_norm(sublayer.inner_width)
+        self.sublayer = sublayer
+        self.init_gain = subln_gain(depth)
+
+    def forward(self, x, *context):
+        out = self.sublayer(self.norm(x), *context)
+        return x + out, out
+
+    def resolved(self) -> dict:
+        return {"gain": self.init_gain}
+
+
+class DualOutput(nn.Module):
+    """ResiDual's output: y = x_a + Norm(x_d) from the stream (x_a, x_d) leaving the last block."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, stream):
+        post, dual = stream
+        return post + self.norm(dual)
+
+
+@register(PLACEMENTS, "residual_dual")
+class ResiDual(Placement):
+    """ResiDual (Xie et al. 2023, "ResiDual: Transformer with Dual Residual Connections"):
+    two streams side by side, a Post-LN one and a Pre-LN-style accumulator of the raw
+    sublayer outputs,
+
+        x_a ← Norm(x_a + F(x_a)),   x_d ← x_d + F(x_a),   output y = x_a + Norm(x_d),
+
+    both starting from the embedded input (x_a = x_d = x, as the authors' code does). The
+    stream between blocks is the pair (x_a, x_d); the instruments read x_a as the residual
+    stream (act_std: a Post-LN stream, so about 1 in every block), F(x_a) as the contribution.
+    The final module is the output's Norm(x_d) plus x_a, so the model has a final norm."""
+
+    needs_final_norm = False  # x_a leaves every block normalized; the final module is DualOutput
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.sublayer = sublayer
+        self.norm = make_norm()
+
+    def forward(self, stream, *context):
+        post, dual = stream
+        out = self.sublayer(post, *context)
+        return (self.norm(post + out), dual + out), out
+
+    def enter(self, x):
+        return x, x
+
+    def make_final(self, make_norm) -> nn.Module:
+        return DualOutput(make_norm())
+
+    @staticmethod
+    def residual(stream) -> torch.Tensor:
+        return stream[0]
+
+
+@register(PLACEMENTS, "hybrid")
+class HybridNorm(Placement):
+    """HybridNorm (Zhuo et al. 2025, "HybridNorm: Towards Stable and Efficient Transformer
+    Training via Hybrid Normalization"), the plain variant (not HybridNorm*, whose first block
+    is Pre-Norm): per block, with X the stream entering it,
+
+        Y = X + Attn_QKV(X),   X' = Norm(Y) + FFN(Norm(Y)),
+        Attn_QKV: softmax(Norm(Q)·Norm(K)ᵀ/√d_h)·Norm(V), then W_O,
+
+    i.e. no norm on the attention's input, QKV normalization inside it (filled into the
+    attention's `qkv_norm` slot), and the FFN in the Post-Norm form whose residual is the
+    normalized stream. The model adds a final Norm (X' is not normalized). Q, K and V are
+    each normalized over the full width d before the split into heads, as in OLMo 2's QK-norm
+    that the authors' code extends with V; the paper's text could not be read here, the form
+    follows their released config (attn_norm false, use_query/key/value_norm true, ffn_norm
+    true, ffn_residual_after_norm true). A sublayer without the `qkv_norm` slot (the MLP,
+    cross-attention) gets the FFN form."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.attention_form = hasattr(sublayer, "qkv_norm")
+        if self.attention_form:
+            sublayer.qkv_norm = nn.ModuleList(make_norm() for _ in ("q", "k", "v"))
+        else:
+            self.norm = make_norm()
+        self.sublayer = sublayer
+
+    def forward(self, x, *context):
+        if self.attention_form:
+            out = self.sublayer(x, *context)
+            return x + out, out
+        h = self.norm(x)
+        out = self.sublayer(h, *context)
+        return h + out, out
+
+
+@register(PLACEMENTS, "gated")
+class GatedResidual(Placement):
+    """Gated residual (Parisotto et al. 2019, "Stabilizing Transformers for Reinforcement
+    Learning", GTrXL's GRU-type gate; x-transformers' `gate_residual`): the addition x + y is
+    replaced by a gate g(x, y), y = F(Norm(x)) (the identity-map reordering, i.e. Pre-LN):
+
+        r = σ(W_r·y + U_r·x),   z = σ(W_z·y + U_z·x − b_g),   ĥ = tanh(W_g·y + U_g·(r ⊙ x)),
+        x ← (1 − z) ⊙ x + z ⊙ ĥ.
+
+    b_g, one per channel and learnable, starts at gate_bias (2 in the paper), so z ≈ σ(−2)
+    ≈ 0.12 and each block starts near the identity. The six d×d matrices belong to the
+    placement and are drawn Xavier-normal (gain 1) whatever the run's init scheme. The
+    contribution is the change it makes, g − x. GTrXL also puts a ReLU on F's output before
+    the gate; this follows the formula above (as x-transformers does) and leaves it out.
+    The model adds a final Norm, as Pre-LN does."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int, gate_bias: float = 2.0):
+        super().__init__()
+        _check(_finite_number(gate_bias), "placement.gate_bias", gate_bias, "must be a finite number (GTrXL uses 2)")
+        d = sublayer.d_model
+        self.norm = make_norm()
+        self.sublayer = sublayer
+        self.gate_bias = float(gate_bias)
+        self.from_y = nn.Linear(d, 3 * d, bias=False)  # W_r, W_z, W_g stacked
+        self.from_x = nn.Linear(d, 2 * d, bias=False)  # U_r, U_z stacked
+        self.from_reset = nn.Linear(d, d, bias=False)  # U_g
+        self.bias = nn.Parameter(torch.full((d,), self.gate_bias))
+        for w in (*self.from_y.weight.data.split(d), *self.from_x.weight.data.split(d), self.from_reset.weight.data):
+            nn.init.xavier_normal_(w)  # each d×d matrix on its own
+
+    def forward(self, x, *context):
+        y = self.sublayer(self.norm(x), *context)
+        wr, wz, wg = self.from_y(y).chunk(3, dim=-1)
+        ur, uz = self.from_x(x).chunk(2, dim=-1)
+        r = torch.sigmoid(wr + ur)
+        z = torch.sigmoid(wz + uz - self.bias)
+        h = torch.tanh(wg + self.from_reset(r * x))
+        out = z * (h - x)  # (1 − z)·x + z·ĥ = x + z·(ĥ − x)
+        return x + out, out
+
+    def resolved(self) -> dict:
+        return {"gate_bias": self.gate_bias}
 
 
 # -------------------------------------------------------------------- init schemes
@@ -521,25 +734,59 @@ class CausalSelfAttention(nn.Module):
         # QK-norm (Henry et al. 2020; Dehghani et al. 2023; Wortsman et al. 2023): queries and
         # keys normalized per head, over d_head, before the dot product
         self.q_norm, self.k_norm = (make_qk_norm(), make_qk_norm()) if make_qk_norm else (None, None)
+        # slots a placement may fill (None: unused, no call): HybridNorm's norms on q, k and v
+        # over the full width, Sub-LN's norm on the heads' output before `proj`
+        self.qkv_norm: nn.ModuleList | None = None
+        self.inner_norm: nn.Module | None = None
+        self.inner_width = cfg.d_model
+        self.softcap = cfg.attn_softcap or None  # None (or 0): the fused scaled_dot_product_attention path
 
     def split_heads(self, qkv: torch.Tensor) -> torch.Tensor:
         """The fused projection's output (B, T, 3C) as q, k, v stacked: (3, B, heads, T, d_head)."""
         B, T, C3 = qkv.shape
         return qkv.view(B, T, 3, self.heads, C3 // (3 * self.heads)).permute(2, 0, 3, 1, 4)
 
+    def one_head_split(self, t: torch.Tensor) -> torch.Tensor:
+        """One of q, k, v (B, T, C) as (B, heads, T, d_head)."""
+        B, T, C = t.shape
+        return t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+
     def forward(self, x):
         B, T, C = x.shape
-        q, k, v = self.split_heads(self.qkv(x))
+        if self.qkv_norm is None:
+            q, k, v = self.split_heads(self.qkv(x))
+        else:
+            q, k, v = (self.one_head_split(norm(t)) for norm, t in zip(self.qkv_norm, self.qkv(x).split(C, dim=-1)))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+        if self.softcap is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        else:
+            y = self.capped_attention(q, k, v)
+        y = y.transpose(1, 2).reshape(B, T, C)
+        if self.inner_norm is not None:
+            y = self.inner_norm(y)
+        return self.proj(y)
+
+    def capped_attention(self, q, k, v):
+        """softmax(c·tanh(q·kᵀ/(√d_h·c)) + causal mask)·v, written out: the fused kernel has no
+        soft-cap (Gemma 2 caps the logits before the mask and the softmax)."""
+        scores = softcap((q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5, self.softcap)
+        if self.causal:
+            T = q.shape[-2]
+            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        return torch.softmax(scores.float(), dim=-1).type_as(v) @ v
 
     def readouts(self) -> dict[str, Readout]:
         """The queries and keys as the dot product sees them (after QK-norm, if any), each
-        (B, heads, T, d_head): the outputs of the QK-norms, or of the fused projection."""
+        (B, heads, T, d_head): the outputs of the QK-norms, of HybridNorm's q and k norms, or of
+        the fused projection. (Under attn_softcap the signals cap the logits they compute.)"""
         if self.q_norm is not None:
             return {"queries": Readout(self.q_norm), "keys": Readout(self.k_norm)}
+        if self.qkv_norm is not None:
+            return {"queries": Readout(self.qkv_norm[0], self.one_head_split),
+                    "keys": Readout(self.qkv_norm[1], self.one_head_split)}
         return {"queries": Readout(self.qkv, lambda out: self.split_heads(out)[0]),
                 "keys": Readout(self.qkv, lambda out: self.split_heads(out)[1])}
 
@@ -584,9 +831,14 @@ class MLP(nn.Module):
         self.d_model = cfg.d_model
         self.fc_in = nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model)
         self.fc_out = nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model)
+        self.inner_norm: nn.Module | None = None  # a slot: Sub-LN's norm between GELU and fc_out
+        self.inner_width = cfg.mlp_ratio * cfg.d_model
 
     def forward(self, x):
-        return self.fc_out(F.gelu(self.fc_in(x)))
+        h = F.gelu(self.fc_in(x))
+        if self.inner_norm is not None:
+            h = self.inner_norm(h)
+        return self.fc_out(h)
 
     def init_weights(self, gain: float, init: XavierInit) -> None:
         _draw(init, ((self.fc_in.weight.data, self.fc_in.bias.data, gain, "mlp_in"),
@@ -617,9 +869,10 @@ class Block(nn.Module):
         return [p for p in (self.attn, self.cross, self.mlp) if p is not None]
 
     def readouts(self) -> dict[str, Readout]:
-        """The stream leaving the block, each sublayer's contribution as it joins the stream
-        (second output of the placement), and the self-attention's queries and keys."""
-        return {"block": Readout(self), "attn_out": Readout(self.attn, _second), "mlp_out": Readout(self.mlp, _second),
+        """The stream leaving the block (the placement's `residual` view of it: x_a under
+        ResiDual), each sublayer's contribution as it joins the stream (second output of the
+        placement), and the self-attention's queries and keys."""
+        return {"block": Readout(self, self.mlp.residual), "attn_out": Readout(self.attn, _second), "mlp_out": Readout(self.mlp, _second),
                 **self.attn.sublayer.readouts()}
 
     def residual_output_weights(self) -> dict[str, nn.Parameter]:
@@ -642,7 +895,7 @@ class GPT(nn.Module):
         super().__init__()
         norm_cls, norm_settings = variant(NORMS, "norm", cfg.norm)
         placement_cls, placement_settings = variant(PLACEMENTS, "placement", cfg.placement)
-        make_norm = lambda: norm_cls(cfg.d_model, **norm_settings)  # noqa: E731
+        make_norm = lambda width=cfg.d_model: norm_cls(width, **norm_settings)  # noqa: E731
         make_qk_norm = (lambda: norm_cls(cfg.d_model // cfg.heads, **norm_settings)) if cfg.qk_norm else None
         init_cls, init_settings = variant(INITS, "init", cfg.init)
         self.init_scheme = init_cls(cfg.d_model, cfg.layers, **init_settings)
@@ -653,7 +906,7 @@ class GPT(nn.Module):
             Block(cfg, lambda f, i=i: placement_cls(f, make_norm, index=i, depth=cfg.layers, **placement_settings),
                   causal, cross_attention, make_qk_norm)
             for i in range(cfg.layers))
-        self.final_norm = make_norm() if self.blocks[-1].mlp.needs_final_norm else nn.Identity()
+        self.final_norm = self.blocks[-1].mlp.make_final(make_norm)  # a Norm, the identity, or ResiDual's output
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         self.embed_scale = math.sqrt(cfg.d_model)
         self._init_weights()
@@ -704,18 +957,22 @@ class GPT(nn.Module):
     def hidden(self, idx: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
         """The final hidden state (B, T, d). `memory`: the encoder output, for cross-attention."""
         x = (self.tok_emb(idx) + self.pos_emb(self.positions[: idx.shape[1]])) * self.embed_scale
+        x = self.blocks[0].attn.enter(x)  # the stream: x itself, or ResiDual's pair
         for block in self.blocks:
             x = block(x, memory)
         return self.final_norm(x)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None, z_loss: float = 0.0):
-        """(logits, loss): logits through the tied head; with targets, the mean cross-entropy
-        (nats/token) over the targets that are not IGNORE_TARGET, plus z_loss·mean((log Z)²)
-        over the same tokens when z_loss > 0 (PaLM, Chowdhery et al. 2022; Wortsman et al.
-        2023), Z = Σ_v e^logit_v; loss None without targets."""
+        """(logits, loss): logits through the tied head, soft-capped (c·tanh(z/c)) when
+        logit_softcap is set, so the loss, the z-loss and the log Z signal all see the capped
+        logits; with targets, the mean cross-entropy (nats/token) over the targets that are not
+        IGNORE_TARGET, plus z_loss·mean((log Z)²) over the same tokens when z_loss > 0 (PaLM,
+        Chowdhery et al. 2022; Wortsman et al. 2023), Z = Σ_v e^logit_v; loss None without targets."""
         h = self.hidden(idx, memory)
         logits = h @ self.tok_emb.weight.t()
+        if self.cfg.logit_softcap:  # None or 0: off
+            logits = softcap(logits, self.cfg.logit_softcap)
         loss = None
         if targets is not None:
             flat = logits.flatten(0, 1).float()
@@ -733,7 +990,8 @@ class GPT(nn.Module):
         entering block 0 (embeddings scaled by √d); per block, `block`, `attn_out`, `mlp_out`,
         `queries`, `keys` (see Block.readouts); `final`, the final hidden state; `logits`."""
         per_block = [block.readouts() for block in self.blocks]
-        return {"embed": [Readout(self.blocks[0], _first_input, read="input")],
+        enter_view = self.blocks[0].attn.residual  # ResiDual's block 0 receives the pair (x, x)
+        return {"embed": [Readout(self.blocks[0], lambda inputs: enter_view(inputs[0]), read="input")],
                 **{name: [r[name] for r in per_block] for name in per_block[0]},
                 "final": [Readout(self.final_norm)], "logits": [Readout(self, _first)]}
 

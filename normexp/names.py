@@ -66,7 +66,8 @@ LAYER_FAMILIES = {
     "update_ratio": Family("‖Δθ‖/‖θ‖ of each block per step", profile_title="update ‖Δθ‖/‖θ‖"),
     # the warning signals that precede instability
     "update_rms": Family("RMS of the optimizer's update of each block's matrices", in_report=True),
-    "attn_logit_max": Family("largest attention logit |q·k|/√d_head (first rows of the batch)", in_report=True),
+    "attn_logit_max": Family("largest attention logit |q·k|/√d_head, soft-capped when attn_softcap is set "
+                             "(first rows of the batch)", in_report=True),
     "attn_entropy": Family("mean attention entropy over heads and queries (first rows of the batch)", in_report=True),
 }
 
@@ -131,7 +132,8 @@ RUN_FIELDS = ("device", "threads", "pid", "host")
 # The hyperparameters every summary records (and TensorBoard's HParams shows), most often
 # varied first; a variant's own settings follow from SETTINGS_FIELDS as placement.<key> / norm.<key>.
 HPARAMS = ("placement", "norm", "layers", "warmup", "lr", "seed", "d_model", "heads", "steps", "batch_size",
-           "seq_len", "schedule", "grad_clip", "data", "tokenizer", "init", "qk_norm", "z_loss")
+           "seq_len", "schedule", "grad_clip", "data", "tokenizer", "init", "qk_norm", "z_loss", "attn_softcap",
+           "logit_softcap")
 SETTINGS_FIELDS = {"placement": "placement_settings", "norm": "norm_settings"}
 
 NUMERIC_FIELDS = tuple(k for k, f in OUTCOME_FIELDS.items() if f.number)

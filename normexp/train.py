@@ -99,7 +99,8 @@ def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
     return ModelConfig(vocab_size=vocab_size, seq_len=cfg.seq_len, layers=cfg.layers, d_model=cfg.d_model,
                        heads=cfg.heads, mlp_ratio=cfg.mlp_ratio, norm=OmegaConf.to_container(cfg.norm),
                        placement=OmegaConf.to_container(cfg.placement), init=OmegaConf.to_container(cfg.init),
-                       qk_norm=cfg.qk_norm)
+                       qk_norm=cfg.qk_norm, attn_softcap=cfg.attn_softcap or None,  # 0 and null: off
+                       logit_softcap=cfg.logit_softcap or None)
 
 
 def set_threads(cfg: DictConfig) -> int:

@@ -28,6 +28,9 @@ MOVED_KEYS = {"deepnorm.alpha": "placement.alpha", "deepnorm.beta": "placement.b
 
 # ----------------------------------------------------------------- small checks
 
+# the largest float32 (model.FLOAT32_MAX; this module does not import torch)
+FLOAT32_MAX = 3.4028234663852886e38
+
 _UNSET = object()
 
 
@@ -105,6 +108,11 @@ def _validate(cfg: DictConfig, explicit) -> None:
     _choice("init", cfg.init.name, "init")
     if not is_number(cfg.z_loss) or cfg.z_loss < 0:
         raise ConfigError("z_loss", cfg.z_loss, "must be a finite number >= 0 (0 = off; PaLM uses 1e-4)")
+    for key, gemma in (("attn_softcap", 50), ("logit_softcap", 30)):
+        cap = cfg.get(key)
+        # 1e308 is finite here but inf in float32, where c·tanh(z/c) would be nan
+        if cap is not None and cap != 0 and (not is_number(cap) or not 0 < cap <= FLOAT32_MAX):
+            raise ConfigError(key, cap, f"must be null or 0 (off) or a finite number > 0 (Gemma 2 uses {gemma})")
     if cfg.qk_norm and cfg.norm.name == "none":
         raise ConfigError("qk_norm", "true", "norm=none has no norm to apply to queries and keys; "
                           "choose a norm (e.g. norm=rms) or drop qk_norm=true")
