@@ -90,7 +90,8 @@ def by_hand_norm(x):
     return F.layer_norm(x, (D,), eps=1e-5)
 
 
-@pytest.mark.parametrize("name", sorted(set(PLACEMENTS) - {"mix", "admin", "rezero"}))  # those: test_stabilizers.py
+# mix, admin, rezero: test_stabilizers.py; subln, residual_dual, hybrid, gated: test_variants.py
+@pytest.mark.parametrize("name", sorted(set(PLACEMENTS) - {"mix", "admin", "rezero", "subln", "residual_dual", "hybrid", "gated"}))
 def test_placement_block_matches_formula(name):
     f = StandIn()
     settings = {"alpha": 2.5} if name == "deepnorm" else {}

@@ -32,6 +32,8 @@ PRESET_VALUES = {
                        "checkpoint_every": 0},
     "stabilizers": {"schedule.name": "cosine", "steps": 200, "layers": 12, "d_model": 64, "warmup": 0,
                     "checkpoint_every": 0},
+    "stabilizers_more": {"schedule.name": "cosine", "steps": 200, "layers": 12, "d_model": 64, "warmup": 0,
+                         "seq_len": 64, "batch_size": 16, "checkpoint_every": 0},
     "lr_boundary": {"schedule.name": "cosine", "steps": 200, "layers": 6, "d_model": 64, "seq_len": 64,
                     "checkpoint_every": 0},
     "depth_boundary": {"schedule.name": "constant", "steps": 200, "lr": 1e-3, "warmup": 100, "d_model": 64,
@@ -48,15 +50,17 @@ BOUNDARY_SHRINK = ["hydra.sweeper.params.placement=post", "hydra.sweeper.params.
 SHRINK = {"layers": [1, 2], "warmup": [0, 2], "lr": [1e-3, 1e-2], "seed": [0]}
 STEPS = 2
 
-NORMS = ["layer", "rms", "batch", "dyt", "none"]
-PLACEMENTS = ["post", "pre", "deepnorm", "sandwich", "peri", "mix", "admin", "rezero", "layerscale"]
+NORMS = ["layer", "rms", "batch", "dyt", "scale", "none"]
+PLACEMENTS = ["post", "pre", "deepnorm", "sandwich", "peri", "mix", "admin", "rezero", "layerscale",
+              "subln", "residual_dual", "hybrid", "gated"]
 # the settings each model records, by hand for layers=2: DeepNorm α = 4^¼ = √2, β = 16^-¼ = 1/2;
-# Mix-LN ⌊0.25·2⌋ = 0 Post-LN blocks
+# Mix-LN ⌊0.25·2⌋ = 0 Post-LN blocks; Sub-LN's gain √(ln 4)
 NORM_SETTINGS = {"layer": {"eps": 1e-5}, "rms": {"eps": 1e-5}, "batch": {"eps": 1e-5, "momentum": 0.1},
-                 "dyt": {"init_alpha": 0.5}, "none": {}}
+                 "dyt": {"init_alpha": 0.5}, "scale": {"eps": 1e-5}, "none": {}}
 # LayerScale's CaiT init 0.1 up to 18 blocks
 PLACEMENT_SETTINGS = {"deepnorm": {"alpha": math.sqrt(2), "beta": 0.5}, "mix": {"ratio": 0.25, "post_blocks": 0},
-                      "layerscale": {"init_scale": 0.1}, "rezero": {"init_alpha": 0.0}}
+                      "layerscale": {"init_scale": 0.1}, "rezero": {"init_alpha": 0.0},
+                      "subln": {"gain": math.sqrt(math.log(4))}, "gated": {"gate_bias": 2.0}}
 
 
 def parse_values(text) -> list:

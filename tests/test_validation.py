@@ -21,7 +21,7 @@ def top_level_numbers() -> list[str]:
     cfg = compose_config([])
     keys = [k for k in top_level_keys()
             if (isinstance(v := OmegaConf.select(cfg, k), (int, float)) and not isinstance(v, bool)) or v == "auto"]
-    return [*keys, "grad_clip"]
+    return [*keys, "grad_clip", "attn_softcap", "logit_softcap"]  # null (off) by default
 
 
 def group_numbers() -> list[list[str]]:
@@ -53,7 +53,8 @@ CASES = [*([k] for k in top_level_numbers()), *group_numbers(), *variant_setting
 def test_the_declarations_were_found():
     keys = {case[-1] for case in CASES}
     assert {"lr", "grad_clip", "z_loss", "optim.weight_decay", "divergence.max_loss", "schedule.min_lr_ratio",
-            "norm.eps", "placement.alpha", "placement.init_scale"} <= keys
+            "norm.eps", "placement.alpha", "placement.init_scale", "attn_softcap", "logit_softcap",
+            "placement.gate_bias"} <= keys
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])

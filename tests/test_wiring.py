@@ -51,7 +51,8 @@ def test_shape_keys_reach_the_modules():
     assert not torch.allclose(model(x)[0], one_head(x)[0])
 
 
-NORM_CLASSES = {"layer": "LayerNorm", "rms": "RMSNorm", "batch": "BatchNorm", "dyt": "DynamicTanh", "none": "NoNorm"}
+NORM_CLASSES = {"layer": "LayerNorm", "rms": "RMSNorm", "batch": "BatchNorm", "dyt": "DynamicTanh", "none": "NoNorm",
+                "scale": "ScaleNorm"}
 
 
 @pytest.mark.parametrize("option, cls", sorted(NORM_CLASSES.items()))
@@ -65,7 +66,10 @@ def test_every_norm_option_builds_its_norm_everywhere(option, cls):
 # placement option → (norms per block, final norm?)
 PLACEMENT_SHAPE = {"post": (2, False), "pre": (2, True), "deepnorm": (2, False), "sandwich": (4, True),
                    "peri": (4, True), "mix": (2, True), "layerscale": (2, True), "rezero": (0, False),
-                   "admin": (2, False)}
+                   "admin": (2, False),
+                   # Sub-LN: 2 outer + 2 inner (before W_O and W₂); HybridNorm: q, k, v + the MLP's;
+                   # ResiDual: its final module is x_a + Norm(x_d)
+                   "subln": (4, True), "residual_dual": (2, True), "hybrid": (4, True), "gated": (2, True)}
 
 
 def test_every_placement_option_is_checked():
@@ -234,6 +238,8 @@ def test_settings_read_from_the_built_model():
         (["placement=layerscale", "layers=20"], {"eps": 1e-5}, {"init_scale": 1e-5}),  # CaiT: 19-24 blocks
         (["placement=layerscale", "placement.init_scale=0.5"], {"eps": 1e-5}, {"init_scale": 0.5}),
         (["placement=deepnorm", "layers=2"], {"eps": 1e-5}, {"alpha": math.sqrt(2), "beta": 0.5}),  # 4^¼, 16^-¼
+        (["placement=subln", "layers=6"], {"eps": 1e-5}, {"gain": 1.5763587}),  # √(ln 12) = √2.4849066
+        (["placement=gated", "placement.gate_bias=1.0", "norm=scale"], {"eps": 1e-5}, {"gate_bias": 1.0}),
     ]
     for overrides, norm, placement in cases:
         settings = build(*overrides).settings()
