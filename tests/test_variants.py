@@ -12,7 +12,7 @@ from test_model import StandIn, randomize  # F(x) = tanh(x @ W), width D = 16
 
 from normexp.cli import check_job
 from normexp.compose import compose_config
-from normexp.instruments import attention_signals
+from normexp.instruments import Instruments, attention_signals, recording
 from normexp.model import GPT, MLP, NORMS, PLACEMENTS, CausalSelfAttention, ModelConfig
 from normexp.validate import ConfigError
 
@@ -139,7 +139,7 @@ def test_residual_dual_model_is_the_two_streams_by_hand():
             randomize(m)
     idx = torch.randint(0, 256, (2, 8))
     with torch.no_grad():
-        post = dual = (model.tok_emb(idx) + model.pos_emb(torch.arange(8))) * math.sqrt(D)
+        post = dual = embedded = (model.tok_emb(idx) + model.pos_emb(torch.arange(8))) * math.sqrt(D)
         streams = []
         for block in model.blocks:
             for wrapper in (block.attn, block.mlp):
@@ -148,9 +148,13 @@ def test_residual_dual_model_is_the_two_streams_by_hand():
             streams.append(post)
         expected = post + ln(dual, model.final_norm.norm)
         torch.testing.assert_close(model.hidden(idx), expected, atol=1e-5, rtol=1e-5)
-        _, trace = model.hidden(idx, record=True)
+        with recording(model) as trace:
+            model(idx)
+    assert len(trace["block"]) == len(streams)
     for got, want in zip(trace["block"], streams):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(trace["embed"][0], embedded)  # not the pair block 0 receives
+    torch.testing.assert_close(trace["final"][0], expected, atol=1e-5, rtol=1e-5)
 
 
 # -------------------------------------------------------------------------- HybridNorm
@@ -286,3 +290,25 @@ def test_softcap_keys_default_off_and_are_validated():
         for bad in ("-1", "0.0-1", "true"):
             with pytest.raises(ConfigError, match=rf"^{key}="):
                 check_job(compose_config([f"{key}={bad}"]), {key})
+
+
+def test_instruments_read_hybrid_queries_and_the_capped_attention_logits():
+    """Under HybridNorm the dot product sees the q and k norms' outputs; under attn_softcap
+    attn_logit_max is the largest |c·tanh(q·k/(√d_h·c))|, written out here for block 0."""
+    torch.manual_seed(0)
+    cap = 0.5  # below the logits at init, so the cap shows
+    model = GPT(ModelConfig(layers=2, d_model=D, heads=2, seq_len=8, placement="hybrid", attn_softcap=cap))
+    idx = torch.randint(0, 256, (2, 8))
+    with recording(model) as trace:
+        model(idx)
+    attn = model.blocks[0].attn.sublayer
+    with torch.no_grad():
+        x = (model.tok_emb(idx) + model.pos_emb(torch.arange(8))) * math.sqrt(D)
+        q, k, _ = (heads(ln(t, norm), 2) for t, norm in zip(projections(attn, x), attn.qkv_norm))
+    torch.testing.assert_close(trace["queries"][0], q[:1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(trace["keys"][0], k[:1], atol=1e-5, rtol=1e-5)
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    raw = (q[:1] @ k[:1].transpose(-1, -2) / math.sqrt(D // 2)).abs().masked_fill(~causal, 0).max().item()
+    assert raw > cap
+    values = Instruments(model).activations(trace)
+    assert values["attn_logit_max"][0].item() == pytest.approx(cap * math.tanh(raw / cap), rel=1e-5)
