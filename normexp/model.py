@@ -594,8 +594,8 @@ class GatedResidual(Placement):
         r = σ(W_r·y + U_r·x),   z = σ(W_z·y + U_z·x − b_g),   ĥ = tanh(W_g·y + U_g·(r ⊙ x)),
         x ← (1 − z) ⊙ x + z ⊙ ĥ.
 
-    b_g, one per channel and learnable, starts at gate_bias (2 in the paper), so z ≈ σ(−2)
-    ≈ 0.12 and each block starts near the identity. The six d×d matrices belong to the
+    b_g, one per channel and learnable, starts at gate_bias (2, the value GTrXL reports; its
+    text could not be re-read here), so z ≈ σ(−2) ≈ 0.12 and each block starts near the identity. The six d×d matrices belong to the
     placement and are drawn Xavier-normal (gain 1) whatever the run's init scheme. The
     contribution is the change it makes, g − x. GTrXL also puts a ReLU on F's output before
     the gate; this follows the formula above (as x-transformers does) and leaves it out.
