@@ -4,7 +4,8 @@ dashboard (Debian: `apt-get install chromium`).
 
     python scripts/screenshots.py runs/multirun/<date>/<time> --out docs/tensorboard
 
-writes hparams.png, images.png and custom_scalars.png into --out.
+writes hparams.png, images.png and custom_scalars.png into --out, and prints how long each
+dashboard took to load and draw.
 """
 
 from __future__ import annotations
@@ -57,10 +58,13 @@ def main() -> None:
         for name, route in DASHBOARDS.items():
             with tempfile.TemporaryDirectory() as profile:
                 path = args.out / f"{name}.png"
+                began = time.perf_counter()
                 subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={args.size}",
                                 f"--screenshot={path.resolve()}", f"{url}/#{route}"],
-                               check=True, capture_output=True, timeout=120)
-                print(f"wrote {path}")
+                               check=True, capture_output=True, timeout=300)
+                # headless Chromium returns once the page has loaded and gone idle for the virtual
+                # time budget: its wall time is how long the dashboard took to load and draw
+                print(f"wrote {path} ({time.perf_counter() - began:.1f} s to load and draw)")
     finally:
         board.terminate()
         board.wait(timeout=30)
