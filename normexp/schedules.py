@@ -25,13 +25,13 @@ def constant(progress: float, step: int, warmup: int, sched) -> float:
 
 @schedule("cosine")
 def cosine(progress: float, step: int, warmup: int, sched) -> float:
-    floor = sched.get("min_lr_ratio", 0.0)
+    floor = sched.min_lr_ratio  # configs/schedule/cosine.yaml
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 @schedule("linear")
 def linear(progress: float, step: int, warmup: int, sched) -> float:
-    floor = sched.get("min_lr_ratio", 0.0)
+    floor = sched.min_lr_ratio  # configs/schedule/linear.yaml
     return floor + (1 - floor) * (1 - progress)
 
 

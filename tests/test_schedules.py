@@ -22,13 +22,15 @@ import torch
 from conftest import RAN_TO_THE_END, TINY, make_corpus, read_scalars
 from omegaconf import OmegaConf
 
+from normexp.compose import option_config
 from normexp.schedules import lr_multiplier
 
 ETA = 1.0  # lr_multiplier is the lr over the peak
 
 
 def sched(name, **settings):
-    return OmegaConf.create({"name": name, **settings})
+    """The schedule's own yaml (its defaults, e.g. cosine's min_lr_ratio 0.1), with `settings` over it."""
+    return OmegaConf.merge(option_config("schedule", name), settings)
 
 
 def expected(name, n, S, W, f=0.0):
@@ -83,8 +85,8 @@ def test_middle_of_the_decay_by_hand():
     between peak and floor for cosine and linear alike."""
     assert lr_at("cosine", 11, 21, 0, min_lr_ratio=0.1) == pytest.approx(0.55, abs=1e-12)
     assert lr_at("linear", 11, 21, 0, min_lr_ratio=0.1) == pytest.approx(0.55, abs=1e-12)
-    # a quarter of the way: cosine (1 + cos π/4)/2 = 0.853553..., linear 0.75
-    assert lr_at("cosine", 6, 21, 0) == pytest.approx((1 + math.sqrt(0.5)) / 2, abs=1e-12)
+    # a quarter of the way, floor 0: cosine (1 + cos π/4)/2 = 0.853553..., linear 0.75
+    assert lr_at("cosine", 6, 21, 0, min_lr_ratio=0.0) == pytest.approx((1 + math.sqrt(0.5)) / 2, abs=1e-12)
     assert lr_at("linear", 6, 21, 0) == pytest.approx(0.75, abs=1e-12)
 
 
