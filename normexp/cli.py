@@ -8,6 +8,10 @@ line and exit code 2, not a traceback after a minute of data loading.
 
 from __future__ import annotations
 
+from .threads_env import configure as _configure_threads_env
+
+_configure_threads_env()  # before anything imports torch: OpenMP reads it once, when torch loads
+
 import os
 import sys
 from pathlib import Path

@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import checkpoint as ckpt
 from . import distributed
+from .flat_adamw import FlatAdamW
 from .instruments import Instruments, recording, scalar_tags
 from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
 from .model import GPT, IGNORE_TARGET, ModelConfig
@@ -264,14 +265,15 @@ def decays(name: str, p: torch.nn.Parameter) -> bool:
 
 
 def make_optimizer(model: GPT, cfg: DictConfig) -> torch.optim.AdamW:
-    """AdamW, weight decay as `decays` says; fused (one kernel per step for all tensors)
-    where the build has it, else foreach."""
+    """AdamW, weight decay as `decays` says; fused, on one flat buffer per group (FlatAdamW:
+    the same numbers as torch's per-tensor fused step, in one kernel call per group) where the
+    build has the fused kernel, else foreach. Checkpoints keep torch.optim.AdamW's format."""
     named = list(model.named_parameters())
     groups = [{"params": [p for n, p in named if decays(n, p)], "weight_decay": cfg.optim.weight_decay},
               {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}]
     kwargs = dict(lr=cfg.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
     try:
-        return torch.optim.AdamW(groups, **kwargs, fused=True)
+        return FlatAdamW(groups, **kwargs)
     except (RuntimeError, TypeError):
         return torch.optim.AdamW(groups, **kwargs, foreach=True)
 

@@ -30,10 +30,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-from torch.profiler import ProfilerActivity, profile, record_function
+from normexp.threads_env import configure as configure_threads_env
 
-import normexp
+configure_threads_env()  # OMP_WAIT_POLICY before torch loads, as `normexp train` runs
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+
+import normexp  # noqa: E402
 from normexp.bench.corpus import make_corpus
 from normexp.compose import compose_config
 

@@ -112,3 +112,137 @@ def test_one_step_with_grad_clip_and_weight_decay_by_hand(tmp_path, monkeypatch)
     decays = set(grads)
     all_decay = first_adamw_step(clip / (norm + 1e-6))
     assert max((theta1[n] - all_decay[n]).abs().max().item() for n in grads) > 1e-3
+
+
+# ------------------------------------------- FlatAdamW: the same numbers as torch's AdamW
+
+def _groups(model, wd=0.01):
+    from normexp.train import decays
+
+    named = list(model.named_parameters())
+    return [{"params": [p for n, p in named if decays(n, p)], "weight_decay": wd},
+            {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}]
+
+
+def _twin_models(overrides):
+    cfg = compose_config(overrides)
+    torch.manual_seed(0)
+    a = GPT(model_config(cfg, 256))
+    b = GPT(model_config(cfg, 256))
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def _same_random_grads(*models, skip=()):
+    for ps in zip(*(m.named_parameters() for m in models)):
+        g = torch.randn_like(ps[0][1])
+        for n, p in ps:
+            p.grad = None if n in skip else g.clone()
+
+
+KWARGS = dict(lr=3e-3, betas=(0.9, 0.98), eps=1e-8)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_flat_adamw_is_torch_adamw_bit_for_bit(threads):
+    """A DeepNorm stack 32 wide (every tensor a multiple of 16 elements): five steps with a
+    changing lr on one flat buffer give exactly torch's per-tensor fused AdamW."""
+    from normexp.flat_adamw import FlatAdamW
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = _twin_models(["layers=12", "d_model=32", "heads=4", "seq_len=32", "placement=deepnorm"])
+        ref, flat = torch.optim.AdamW(_groups(a), **KWARGS, fused=True), FlatAdamW(_groups(b), **KWARGS)
+        assert not flat.per_tensor
+        for step in range(5):
+            _same_random_grads(a, b)
+            for g in ref.param_groups + flat.param_groups:
+                g["lr"] = KWARGS["lr"] * (step + 1) / 5
+            ref.step()
+            flat.step()
+            flat.zero_grad(set_to_none=True)
+        for (n, p), q in zip(a.named_parameters(), b.parameters()):
+            assert torch.equal(p, q), n
+        assert not flat.per_tensor
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_flat_adamw_leaves_a_parameter_without_gradient_alone():
+    """torch skips a parameter whose grad is None (no decay, no momentum); so does FlatAdamW,
+    by going back to the per-tensor step for good."""
+    from normexp.flat_adamw import FlatAdamW
+
+    a, b = _twin_models(["layers=2", "d_model=32", "heads=4", "seq_len=32"])
+    ref, flat = torch.optim.AdamW(_groups(a, 0.5), **KWARGS, fused=True), FlatAdamW(_groups(b, 0.5), **KWARGS)
+    unused = "blocks.1.mlp.sublayer.fc_in.weight"
+    frozen = dict(b.named_parameters())[unused].detach().clone()
+    _same_random_grads(a, b)
+    ref.step()
+    flat.step()
+    _same_random_grads(a, b, skip={unused})
+    ref.step()
+    flat.step()
+    assert flat.per_tensor
+    assert not torch.equal(dict(b.named_parameters())[unused], frozen)  # it moved at step 1 ...
+    moved_once = dict(b.named_parameters())[unused].detach().clone()
+    _same_random_grads(a, b, skip={unused})
+    ref.step()
+    flat.step()
+    assert torch.equal(dict(b.named_parameters())[unused], moved_once)  # ... and not without a gradient
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), n
+
+
+def test_resume_of_a_plain_adamw_checkpoint_continues_bit_for_bit(tmp_path):
+    """A checkpoint written before FlatAdamW (torch.optim.AdamW's own state, per tensor) loads
+    into FlatAdamW, which continues exactly as the plain optimizer does; and FlatAdamW's
+    checkpoint loads back into a plain AdamW."""
+    from normexp.flat_adamw import FlatAdamW
+
+    a, b = _twin_models(["layers=3", "d_model=32", "heads=4", "seq_len=32"])
+    ref = torch.optim.AdamW(_groups(a), **KWARGS, fused=True)
+    for _ in range(3):
+        _same_random_grads(a)
+        ref.step()
+    torch.save({"model": a.state_dict(), "optimizer": ref.state_dict()}, tmp_path / "old.pt")
+    old = torch.load(tmp_path / "old.pt", weights_only=False)
+    b.load_state_dict(old["model"])
+    flat = FlatAdamW(_groups(b), **KWARGS)
+    flat.load_state_dict(old["optimizer"])
+    assert not flat.per_tensor
+    for _ in range(2):
+        _same_random_grads(a, b)
+        ref.step()
+        flat.step()
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), n
+    # and back: FlatAdamW's state as a plain AdamW reads it, each step count its own tensor
+    torch.save({"optimizer": flat.state_dict()}, tmp_path / "new.pt")
+    c = GPT(model_config(compose_config(["layers=3", "d_model=32", "heads=4", "seq_len=32"]), 256))
+    c.load_state_dict(b.state_dict())
+    plain = torch.optim.AdamW(_groups(c), **KWARGS, fused=True)
+    plain.load_state_dict(torch.load(tmp_path / "new.pt", weights_only=False)["optimizer"])
+    assert all(float(s["step"]) == 5 for s in plain.state.values())
+    _same_random_grads(a, c)
+    ref.step()
+    plain.step()
+    for (n, p), q in zip(a.named_parameters(), c.parameters()):
+        assert torch.equal(p, q), n
+
+
+def test_flat_adamw_keeps_per_tensor_steps_for_sizes_off_the_vector_width():
+    """A 36-wide model (tensors of 36 and 108 elements): the flat path could round tail
+    elements differently, so FlatAdamW runs torch's per-tensor step from the start."""
+    from normexp.flat_adamw import FlatAdamW
+
+    a, b = _twin_models(["layers=2", "d_model=36", "heads=3", "seq_len=16"])
+    ref, flat = torch.optim.AdamW(_groups(a), **KWARGS, fused=True), FlatAdamW(_groups(b), **KWARGS)
+    assert flat.per_tensor
+    for _ in range(3):
+        _same_random_grads(a, b)
+        ref.step()
+        flat.step()
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), n

@@ -2,6 +2,10 @@
 checkpoint are replaced here by a sleep each, and every reported throughput must still match
 the steps' own time, read off the loop's end-of-step timestamps with those sleeps taken out."""
 
+import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -78,3 +82,53 @@ def test_throughput_meter_counts_step_time_less_the_excluded_and_drops_warm_up(m
     meter.restart()
     meter.step_done()                  # 7 → 8: 1 s
     assert meter.window_rate() == pytest.approx(200 / 4.5, abs=0.05) == meter.tokens_per_second
+
+
+# ------------------------------------------------------- OpenMP's wait policy (issue 31)
+
+# Run in a fresh interpreter: records OMP_WAIT_POLICY at the moment `import torch` begins (the
+# audit hook fires before the module loads), then imports the entry point given in argv[1].
+_WAIT_POLICY_AT_TORCH_IMPORT = r"""
+import os, sys
+seen = []
+def hook(event, args):
+    if event == "import" and args[0] == "torch" and not seen:
+        seen.append(os.environ.get("OMP_WAIT_POLICY", "<unset>"))
+sys.addaudithook(hook)
+import importlib
+importlib.import_module(sys.argv[1])
+import torch
+print("AT_TORCH_IMPORT=" + seen[0])
+"""
+
+
+def _child(code: str, *args: str, **env_changes) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_DISPLAY_ENV")}
+    env.update(env_changes)
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                          timeout=120, check=True)
+
+
+def test_openmp_waits_passively_from_before_torch_loads():
+    """The command line (every `normexp` command, sweep jobs and the bench included) sets
+    OMP_WAIT_POLICY=PASSIVE before anything imports torch."""
+    assert "AT_TORCH_IMPORT=PASSIVE" in _child(_WAIT_POLICY_AT_TORCH_IMPORT, "normexp.cli").stdout
+
+
+def test_openmp_runtime_sleeps_at_once():
+    """What the OpenMP runtime itself read when torch loaded it: with OMP_DISPLAY_ENV=verbose
+    libgomp prints its settings as it loads, the spin count among them (300,000 by default,
+    0 under the passive policy; libgomp shows the policy as PASSIVE even when unset, so the
+    spin count is what tells)."""
+    result = _child("import normexp.cli, torch", OMP_DISPLAY_ENV="verbose")
+    shown = result.stderr + result.stdout
+    if "GOMP_SPINCOUNT" not in shown:
+        pytest.skip("torch's OpenMP runtime is not libgomp (it does not display GOMP_SPINCOUNT)")
+    assert re.search(r"GOMP_SPINCOUNT\s*=\s*'0'", shown), shown
+
+
+def test_a_wait_policy_the_user_chose_is_kept():
+    code = _WAIT_POLICY_AT_TORCH_IMPORT
+    assert "AT_TORCH_IMPORT=ACTIVE" in _child(code, "normexp.cli", OMP_WAIT_POLICY="ACTIVE").stdout
+    # GOMP_SPINCOUNT overrides the policy in libgomp: with it set, no policy is added
+    assert "AT_TORCH_IMPORT=<unset>" in _child(code, "normexp.cli", GOMP_SPINCOUNT="1000").stdout
