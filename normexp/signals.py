@@ -115,6 +115,8 @@ class StopSignals:
     def check(self) -> None:
         """At a step boundary: raise Interrupted if a signal came. (Under torchrun the ranks
         agree first, so that all stop at the same step.)"""
+        if self.signum:  # acted on from here: mark it before any slow work (the import below loads torch)
+            self._acted.set()
         from . import distributed
 
         signum = distributed.agree_max(self.signum)
