@@ -19,7 +19,7 @@ from pathlib import Path
 import typer
 
 from .compose import CONFIG_MODULE, CONFIG_NAME, compose_config, expose_plugins, config_groups, group_options, split_hydra_args
-from .signals import GRACE_SECONDS
+from .signals import GRACE_SECONDS, catch_early_signals, exit_if_early_signal, release_early_signals
 
 app = typer.Typer(
     help="Study where and how Transformers normalize: train, instrument, compare.",
@@ -40,8 +40,10 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 
 
 @app.callback()
-def _root():
+def _root(ctx: typer.Context):
     """normexp: Post-LN vs Pre-LN vs DeepNorm (and more) across depth and warmup."""
+    if ctx.invoked_subcommand != "train":  # only training defers Ctrl-C (see main)
+        release_early_signals()
 
 
 # ----------------------------------------------------------------------- train
@@ -89,6 +91,10 @@ def _check_overrides(parsed: list, multirun: bool) -> list[str]:
     first = []
     for o in parsed:
         key = o.key_or_group.split("@")[0]
+        if key.lstrip("+~").startswith("hydra.sweeper.params."):
+            swept = key.lstrip("+~")[len("hydra.sweeper.params."):]
+            fail(f"{o.input_line}: give a sweep on the command line as {swept}={o.input_line.split('=', 1)[-1]} "
+                 "with -m (hydra.sweeper.params is for a preset's yaml)")
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
         try:
             moved_key(key, values[0])
@@ -139,6 +145,9 @@ def check_job(job, explicit) -> None:
 
     check_settings(job.norm, job.placement, job.layers)
     variant(INITS, "init", job.init)  # settings the init does not take (found at model build otherwise)
+    from .validate import check_memory
+
+    check_memory(job)
 
 
 # a sweep larger than this is checked on an evenly spread sample of its jobs (~50 ms each)
@@ -156,6 +165,7 @@ def _check_sweep(parsed: list, sweeper_params, explicit) -> None:
     sample = jobs if len(jobs) <= MAX_CHECKED_JOBS else jobs[:: -(-len(jobs) // MAX_CHECKED_JOBS)]
     errors = []
     for job in sample:
+        exit_if_early_signal()
         try:
             check_job(_compose(job, sweep=True), explicit)
         except ConfigError as e:
@@ -207,6 +217,11 @@ def preflight(args: list[str]) -> None:
         from .distributed import launcher_problem  # imports torch: only sweeps need it
         if launcher_problem(cfg.hydra.launcher):
             fail(launcher_problem(cfg.hydra.launcher))
+        from .validate import check_launcher
+        try:
+            check_launcher(cfg.hydra.launcher)
+        except ConfigError as e:
+            fail(str(e))
     explicit = {o.key_or_group for o in parsed}
     try:
         if multirun:
@@ -289,6 +304,10 @@ def hydra_task(cfg, hooks=None) -> dict | None:
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    if hc.job.chdir and Path.cwd() != Path(hc.runtime.cwd):
+        # hydra.job.chdir=true moved into the run folder; normexp writes there by its full path
+        # anyway, and relative data paths mean what the pre-flight checked: from the start folder
+        os.chdir(hc.runtime.cwd)
     stop = StopSignals(on_hard_stop=lambda signum: _mark_interrupted(run_dir, signum))
     previous = read_summary(run_dir)
     try:
@@ -321,12 +340,37 @@ def hydra_task(cfg, hooks=None) -> dict | None:
         if not multirun:
             raise SystemExit(EXIT_BAD_INPUT)
     except Exception as e:  # noqa: BLE001 - a sweep must go on past one broken job
-        message = f"{type(e).__name__}: {e}".splitlines()[0]
-        _record_failure(run_dir, cfg, message)
-        if not multirun or os.environ.get("HYDRA_FULL_ERROR") == "1":
+        from .checks import describe_error
+
+        message, code = describe_error(e)
+        _leave_resumable(run_dir, cfg, previous, message, code)
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        log.exception("job failed: %s (the sweep goes on)", message)
+        if not multirun:
+            log.error("normexp: error: %s", message)
+            raise SystemExit(code)
+        log.error("job failed: %s (the sweep goes on)", message)
     return None
+
+
+def _leave_resumable(run_dir: Path, cfg, previous: dict | None, message: str, code: int) -> None:
+    """What a job that raised leaves behind. A run that had trained (in this process, or an
+    interrupted run being resumed) stays resumable: stopped by its environment (exit 2: a full
+    disk, a read-only folder) it is "interrupted" at its newest checkpoint; a run refused
+    before it trained again keeps its status. Only a run that trained nothing is "failed"."""
+    from .runfolder import read_summary, restore_hydra_files, trained_nothing, write_summary
+
+    try:
+        now = read_summary(run_dir) or {}
+        if now.get("status") == "running" and code == EXIT_BAD_INPUT:
+            _mark_interrupted(run_dir)
+            write_summary(run_dir, {**read_summary(run_dir), "error": message})
+        elif now.get("status") != "running" and previous is not None and not trained_nothing(run_dir, previous):
+            restore_hydra_files(run_dir)
+        else:
+            _record_failure(run_dir, cfg, message)
+    except OSError:  # the disk that stopped the job may refuse this write too: the message still goes out
+        pass
 
 
 def _record_failure(run_dir: Path, cfg, message: str) -> None:
@@ -389,6 +433,7 @@ def _sweep_outcome(results: list) -> None:
 def run_train(args: list[str], hooks=None) -> None:
     """`normexp train ARGS`: the pre-flight check, torchrun's process group if any, then Hydra."""
     preflight(args)
+    exit_if_early_signal()  # a Ctrl-C during the pre-flight: stop before Hydra makes a folder
     from . import distributed
     from .validate import ConfigError
 
@@ -546,8 +591,31 @@ def bench(
     typer.echo(f"wrote {opts.json}", err=True)
 
 
+def _utf8_mode() -> None:
+    """Under a non-UTF-8 locale (LANG=C, LC_ALL=C) Python reads and writes text files and
+    paths as ASCII, and the shipped configs hold non-ASCII text: run in Python's UTF-8 mode
+    instead (re-executed with PYTHONUTF8=1, which joblib workers and torchrun ranks inherit)."""
+    if sys.flags.utf8_mode:
+        return
+    import locale
+
+    if locale.getpreferredencoding(False).lower().replace("-", "") != "utf8":
+        os.environ["PYTHONUTF8"] = "1"
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
 def main():
-    app()
+    _utf8_mode()
+    # first thing, before typer dispatches and hydra/torch are imported: a Ctrl-C during start-up
+    # is remembered and acted on at a safe point, never raised halfway through an import
+    catch_early_signals()
+    try:
+        app()
+    except Exception as e:  # noqa: BLE001 - the one top-level mapping: one line, exit 2 or 1
+        from .checks import describe_error
+
+        message, code = describe_error(e)
+        fail(message, code)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@
   status "interrupted" and the job exits 130 (SIGINT) or 143 (SIGTERM).
 * Anywhere else (loading data, building the model), the first signal raises `Interrupted`
   at once.
+* During start-up (before a StopSignals is in place: torch and hydra are being imported), a
+  first signal is remembered (`catch_early_signals`, installed first thing by `normexp
+  train`) and acted on at the next safe point: before any folder exists the command exits
+  128+signum; once Hydra has made the job's folder, entering StopSignals raises `Interrupted`
+  and the run is recorded "interrupted".
 * A second signal, or a first one that the job has not acted on within `grace` seconds
   (a step that runs for minutes, a long C call that holds the main thread), ends the process
   right away: `on_hard_stop(signum)` records status "interrupted" (the last checkpoint stays
@@ -65,6 +70,59 @@ def stop_exception(signum: int) -> Interrupted:
     return Interrupted(signum) if signum in SIGNALS else Preempted(signum)
 
 
+# ------------------------------------------------------------------ start-up
+
+# The first SIGINT/SIGTERM that came before a StopSignals was in place (0 = none).
+_early_signum = 0
+
+
+def catch_early_signals() -> None:
+    """Install at the very start of `normexp train`, before the heavy imports (torch, hydra).
+
+    Python's default SIGINT handler raises KeyboardInterrupt wherever the main thread is,
+    also halfway through importing numpy or torch (a later import then fails with a bogus
+    AttributeError) or inside a library's broad `except`. Until a StopSignals takes over,
+    a first signal is only remembered; it is acted on at the next safe point:
+    `exit_if_early_signal()` before any folder exists (exit 128+signum, nothing written), or
+    StopSignals.__enter__ in the job (status "interrupted"). A second one ends the process at
+    once (nothing has been trained yet)."""
+
+    for s in SIGNALS:
+        signal.signal(s, _remember)
+
+
+def _remember(signum, frame):
+    global _early_signum
+    if _early_signum:
+        os._exit(128 + _early_signum)
+    _early_signum = signum
+
+
+def release_early_signals() -> None:
+    """For the commands that do not train (report, probe, bench): Python's default handlers
+    again, and a signal that came meanwhile acted on now."""
+    if signal.getsignal(signal.SIGINT) is _remember:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is _remember:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    exit_if_early_signal()
+
+
+def early_signal() -> int:
+    """The signal that came before a StopSignals was installed (0 = none)."""
+    return _early_signum
+
+
+def exit_if_early_signal() -> None:
+    """Exit 128+signum with one line if a signal came during start-up."""
+    if _early_signum:
+        import sys
+
+        sys.stderr.write(f"normexp: interrupted by {signal.Signals(_early_signum).name} during start-up; "
+                         "nothing was trained\n")
+        raise SystemExit(128 + _early_signum)
+
+
 class StopSignals:
     """Install with `with StopSignals(on_hard_stop) as stop:`; see the module docstring."""
 
@@ -92,6 +150,9 @@ class StopSignals:
         self._pair[0].setblocking(False)
         self._old_wakeup = signal.set_wakeup_fd(self._pair[0].fileno(), warn_on_full_buffer=False)
         threading.Thread(target=self._watch, args=(self._pair[1],), daemon=True, name="normexp-stop-watchdog").start()
+        if _early_signum:  # came during start-up (catch_early_signals): stop before loading anything
+            self.__exit__(None, None, None)  # a `with` does not call __exit__ when __enter__ raises
+            raise stop_exception(_early_signum)
         return self
 
     def __exit__(self, *exc):
@@ -115,6 +176,8 @@ class StopSignals:
     def check(self) -> None:
         """At a step boundary: raise Interrupted if a signal came. (Under torchrun the ranks
         agree first, so that all stop at the same step.)"""
+        if self.signum:  # acted on from here: mark it before any slow work (the import below loads torch)
+            self._acted.set()
         from . import distributed
 
         signum = distributed.agree_max(self.signum)

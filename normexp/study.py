@@ -152,9 +152,12 @@ def screen(members: list[Run]) -> Screened:
             continue
         out.kept.append(r)
         loss = run_loss(r)
-        if loss is None:
+        if loss is None and r.status == "diverged":
             out.left_out.append((r, "no initial loss", "diverged before its first finite loss, so it has no ℓ₀ "
                                  "to count as: left out of the mean (which is then too low), counted as diverged"))
+        elif loss is None:  # a finished run whose summary holds no finite final loss (written by hand, or a bug)
+            out.left_out.append((r, "no final loss", f"status {r.status} but its final_val_loss is "
+                                 f"{r.metrics().get('final_val_loss')}, not a finite number: left out of the mean"))
         else:
             out.losses.append(loss)
             out.entered.append(r)

@@ -334,13 +334,23 @@ class Trainer:
         if not self.cfg.resume:
             return None
         state = ckpt.load_latest(self.run_dir, map_location=self.device)
+        saved = ckpt.list_checkpoints(self.run_dir)
+        if state is None and saved:  # there are checkpoints, but none loads (load_latest warned why)
+            raise ConfigError("resume", "true", f"none of the {len(saved)} checkpoints in {saved[0].parent} loads "
+                              "(damaged or not normexp's); move them away to train again from step 0, "
+                              "or train in a new folder")
         if state is None:
             # the pre-flight refused a folder without a run, so this run stopped before its first checkpoint
             log.warning("resume=true but %s holds no checkpoint yet (status %s): training starts again from step 0",
                         self.run_dir, (read_summary(self.run_dir) or {}).get("status", "unknown"))
             return None
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:  # a checkpoint of another model (copied in)
+            newest = saved[-1]
+            raise ConfigError("resume", "true", f"{newest} holds a model of another shape than this run's settings "
+                              f"({' '.join(str(e).split())[:160]}); remove it or train in a new folder") from None
         self.data_gen.set_state(state["data_generator"])
         ckpt.restore_rng(state["rng"])
         # checkpoints written before the rename hold h₀ as "probe_h0"

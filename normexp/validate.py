@@ -96,8 +96,8 @@ def _validate(cfg: DictConfig, explicit) -> None:
         raise ConfigError("warmup", w, f"must be an integer step count from 0 to steps={cfg.steps}")
     if cfg.grad_clip is not None and (not is_number(cfg.grad_clip) or cfg.grad_clip <= 0):
         raise ConfigError("grad_clip", cfg.grad_clip, "must be null (off) or a finite number > 0")
-    if not is_integer(cfg.seed) or cfg.seed < 0:
-        raise ConfigError("seed", cfg.seed, "must be a non-negative integer")
+    if not is_integer(cfg.seed) or not 0 <= cfg.seed < 2**32:  # numpy's generators take seeds below 2³²
+        raise ConfigError("seed", cfg.seed, f"must be an integer from 0 to {2**32 - 1}")
     margin = cfg.stall_margin
     if not is_number(margin) or not 0 <= margin < 1:
         raise ConfigError("stall_margin", margin, "must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)")
@@ -196,6 +196,19 @@ def _device(device) -> None:
 
         if not torch.cuda.is_available():
             raise ConfigError("device", device, "no CUDA device is available here; use device=auto or device=cpu")
+    if device == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise ConfigError("device", device, "no Apple MPS device is available here; use device=auto or device=cpu")
+
+
+def check_launcher(launcher) -> None:
+    """Launcher settings the launcher itself would refuse with a traceback mid-sweep."""
+    n_jobs = launcher.get("n_jobs") if launcher is not None else None
+    if n_jobs is not None and (not is_integer(n_jobs) or n_jobs == 0):
+        raise ConfigError("hydra.launcher.n_jobs", n_jobs, "must be a positive number of parallel jobs, "
+                          "or -1 (one per core), -2 (all but one), ...")
 
 
 def check_tokenizer(tok) -> None:
@@ -222,7 +235,12 @@ def _nearest_existing(path: Path) -> Path:
 
 def _check_creatable(key: str, folder: Path) -> None:
     """The folder exists as a writable folder, or can be created (checked with a temp folder
-    in its nearest existing parent, so nothing is left behind)."""
+    in its nearest existing parent, so nothing is left behind), and no name in its path is
+    longer than the file system allows."""
+    for part in folder.parts:
+        if len(os.fsencode(part)) > 255:  # NAME_MAX of ext4, xfs, btrfs, tmpfs, APFS, NTFS (in bytes)
+            raise ConfigError(key, folder, f"a folder name of {len(os.fsencode(part))} bytes; file systems allow "
+                              "255 at most: choose a shorter name")
     if folder.exists():
         if not folder.is_dir():
             raise ConfigError(key, folder, "is a file, not a folder; choose another folder")
@@ -330,3 +348,54 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
         return (f"hydra.run.dir={run_dir} already finished (status {previous['status']} at step "
                 f"{previous.get('steps_completed')}); nothing to resume, nothing written")
     return None
+
+
+# ------------------------------------------------------------------------ memory
+
+def training_memory_bytes(cfg) -> int:
+    """An estimate of the memory one float32 training step needs (AdamW), from the settings:
+
+        P = 2·V·d + T·d + L·(4 + 2r)·d²            parameters (embedding, head, positions, blocks)
+        16·P                                         weights, gradients, AdamW's two moments (4 B each)
+        4·L·B·T·(16 + 2r)·d                          activations kept for backward, per block
+        + 4·L·B·H·T²  (only with attn_softcap)       the written-out attention scores
+        + 12·B·T·V                                   logits, their log-softmax and its gradient
+
+    (V vocabulary, d d_model, T seq_len, L layers, r mlp_ratio, B batch_size, H heads.) The fused
+    attention kernel keeps no T×T scores. The count of kept activations per block is an upper
+    estimate (norm outputs, q, k, v, attention output, residuals, the MLP's two r·d tensors)."""
+    V, d, T, L = cfg.tokenizer.vocab_size, cfg.d_model, cfg.seq_len, cfg.layers
+    r, B, H = cfg.mlp_ratio, cfg.batch_size, cfg.heads
+    params = 2 * V * d + T * d + L * (4 + 2 * r) * d * d
+    activations = 4 * L * B * T * (16 + 2 * r) * d + (4 * L * B * H * T * T if cfg.get("attn_softcap") else 0)
+    return int(16 * params + activations + 12 * B * T * V)
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (Linux); None where there is no such file."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(cfg, available: int | None = None) -> None:
+    """Refuse, before training, a run that needs more memory than this machine has free (on
+    the CPU: a GPU's memory is its own), rather than be killed by the OOM killer mid-set-up."""
+    if str(cfg.device).startswith(("cuda", "mps")):
+        return
+    if cfg.device == "auto":
+        import torch
+
+        if torch.cuda.is_available() or torch.backends.mps.is_available():
+            return
+    available = available if available is not None else available_memory_bytes()
+    need = training_memory_bytes(cfg)
+    if available is not None and need > available:
+        gib = 2 ** 30
+        raise ConfigError("batch_size", cfg.batch_size, f"one training step needs about {need / gib:.1f} GiB "
+                          f"(seq_len={cfg.seq_len}, d_model={cfg.d_model}, layers={cfg.layers}; the estimate "
+                          f"is in docs/usage.md) and {available / gib:.1f} GiB is free; lower batch_size or seq_len")

@@ -2,6 +2,7 @@
 existing run folder is never touched. Each case goes through the real command line in a
 subprocess; then a 4-job sweep with one impossible and one diverging job."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,16 @@ CASES = [
     ("finished-run-without-resume", [], "hydra.run.dir={finished}: already holds a run (status "),
     ("resume-with-other-settings", ["resume=true", "layers=3"], "layers=3: differs from the run in {finished} (layers=2)"),
     ("run-dir-inside-a-file", ["hydra.run.dir={file}/run"], "hydra.run.dir={file}/run: cannot create it"),
+    # issue 32: inputs that used to end in a traceback
+    ("seed-of-2-to-the-32", ["seed=4294967296"], "seed=4294967296: must be an integer from 0 to 4294967295"),
+    ("mps-where-there-is-none", ["device=mps"], "device=mps: no Apple MPS device is available here"),
+    ("sweeper-params-as-override", ["hydra.sweeper.params.seed=0,1", "-m"],
+     "hydra.sweeper.params.seed=0,1: give a sweep on the command line as seed=0,1 with -m"),
+    ("joblib-with-zero-jobs", ["hydra/launcher=joblib", "hydra.launcher.n_jobs=0", "seed=0,1", "-m"],
+     "hydra.launcher.n_jobs=0: must be a positive number of parallel jobs"),
+    ("folder-name-over-255-bytes", ["hydra.run.dir={missing}/" + "a" * 256],
+     "a folder name of 256 bytes; file systems allow 255 at most"),
+    ("batch-too-large-for-memory", ["batch_size=10000000"], "batch_size=10000000: one training step needs about"),
     # found only after loading the data, inside the Hydra job: the job gets its own new folder
     ("seq-len-longer-than-split", ["seq_len=100000", "hydra.run.dir={fresh}"], "seq_len=100000: the train split has only"),
     ("non-utf8-file", ["data.files=[{latin1}]", "hydra.run.dir={fresh}"], "data.files: {latin1} is not UTF-8"),
@@ -107,8 +118,15 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def mps_available() -> bool:
+    import torch
+
+    return torch.backends.mps.is_available()
+
+
 # cases that are not bad input on this machine: device=cuda is valid where there is a GPU
-NOT_BAD_HERE = {"cuda-on-cpu-machine"} if cuda_available() else set()
+NOT_BAD_HERE = ({"cuda-on-cpu-machine"} if cuda_available() else set()) | (
+    {"mps-where-there-is-none"} if mps_available() else set())
 
 
 def merged(base: list[str], extra: list[str]) -> list[str]:
@@ -229,3 +247,182 @@ def test_sweep_goes_on_past_a_failed_and_a_diverged_job(world, tmp_path):
     for status in (*counts, "1 diverged", "1 failed"):
         assert status in report.stdout, report.stdout
     assert "lr=-1: must be a finite number > 0" in report.stdout
+
+
+# ------------------------------------------------ errors inside a job (issue 32, items 7 and 8)
+
+# Each child runs the real `normexp train` (cli.main) with one function replaced, so a
+# machine condition that a test cannot make portably (a full disk; a read-only folder, which
+# root may write anyway) happens exactly where it would: checkpoint.save raises the OSError
+# the kernel gives, from its `fail_on`-th call on.
+FAILING_SAVE = """
+import errno, sys
+import normexp.checkpoint as ckpt
+from normexp.cli import main
+real, calls = ckpt.save, []
+def save(run_dir, *a, **kw):
+    calls.append(1)
+    if len(calls) >= {fail_on}:
+        raise OSError(errno.{errno}, "{strerror}", str(run_dir / "checkpoints" / "step_x.pt"))
+    return real(run_dir, *a, **kw)
+ckpt.save = save
+sys.argv = ["normexp", *sys.argv[1:]]
+main()
+"""
+CHECKPOINTED = [*BASE, "steps=6", "checkpoint_every=2", "keep_checkpoints=5"]
+
+
+def _train(env, args, code=None):
+    cmd = [sys.executable, "-c", code, "train", *args] if code else [sys.executable, "-m", "normexp.cli", "train", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _one_line(proc, code: int, expected: str) -> str:
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "error" in last and expected in last, proc.stderr[-3000:]
+    assert sum("error" in line.lower() for line in proc.stderr.splitlines()) == 1, proc.stderr[-3000:]
+    return last
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("errno_name,strerror,expected", [
+    ("ENOSPC", "No space left on device", "no space left on the device writing"),
+    ("EROFS", "Read-only file system", "the file system is read-only"),
+    ("EACCES", "Permission denied", "permission denied"),
+])
+def test_a_write_the_machine_refuses_mid_run_is_one_line_and_leaves_it_resumable(world, tmp_path, errno_name,
+                                                                                  strerror, expected):
+    """The second checkpoint (step 4) cannot be written: one line naming the condition, exit 2,
+    and the run "interrupted" at its step-2 checkpoint; once the disk is fine, resume=true
+    finishes it."""
+    _, paths, env = world
+    run = tmp_path / "run"
+    args = [*CHECKPOINTED, f"data.files=[{paths['corpus']}]", f"hydra.run.dir={run}"]
+    proc = _train(env, args, FAILING_SAVE.format(fail_on=2, errno=errno_name, strerror=strerror))
+    _one_line(proc, 2, expected)
+    summary = read_summary(run)
+    assert summary["status"] == "interrupted" and summary["steps_completed"] == 2, summary
+    assert expected in summary["error"]
+    # the same again on the interrupted run (resuming while the disk is still full): still interrupted
+    proc = _train(env, [*args, "resume=true"], FAILING_SAVE.format(fail_on=1, errno=errno_name, strerror=strerror))
+    _one_line(proc, 2, expected)
+    assert read_summary(run)["status"] == "interrupted" and read_summary(run)["steps_completed"] == 2
+    done = _train(env, [*args, "resume=true"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert read_summary(run)["status"] in RAN_TO_THE_END and read_summary(run)["steps_completed"] == 6
+
+
+@pytest.mark.slow
+def test_a_bug_of_ours_is_one_line_exit_1():
+    """Anything no rule names is normexp's own bug: one line saying so, exit 1 (the traceback
+    only with HYDRA_FULL_ERROR=1)."""
+    code = ("import sys\nimport normexp.cli as cli\n"
+            "def broken(args, hooks=None):\n    raise KeyError('boom')\n"
+            "cli.run_train = broken\nsys.argv = ['normexp', 'train']\ncli.main()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == ("normexp: error: internal error (a bug in normexp; please report it): "
+                                   "KeyError: 'boom'; HYDRA_FULL_ERROR=1 shows the traceback")
+
+
+def _interrupted_run(env, corpus, run, layers=2):
+    """A run stopped at its step-2 checkpoint: trained to 4 of 6 steps with checkpoints at 2 and
+    4, then the newer one dropped and the summary set back, as a stop right after step 2 leaves it."""
+    args = [*CHECKPOINTED, f"layers={layers}", f"data.files=[{corpus}]", f"hydra.run.dir={run}"]
+    done = _train(env, args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = sorted((run / "checkpoints").glob("step_*.pt"))
+    assert len(saved) == 3, saved
+    for later in saved[1:]:
+        later.unlink()
+    summary = read_summary(run)
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "interrupted", "steps_completed": 2}))
+    return args
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_another_shape_is_one_line_and_keeps_the_run(world, tmp_path):
+    _, paths, env = world
+    run, other = tmp_path / "run", tmp_path / "other"
+    args = _interrupted_run(env, paths["corpus"], run)
+    _interrupted_run(env, paths["corpus"], other, layers=3)
+    (first,) = sorted((run / "checkpoints").glob("step_*.pt"))
+    shutil.copy(other / "checkpoints" / first.name, first)  # copied in by hand
+    before = folder_state(run)
+    proc = _train(env, [*args, "resume=true"])
+    _one_line(proc, 2, "holds a model of another shape than this run's settings")
+    assert read_summary(run)["status"] == "interrupted"
+    assert folder_state(run)["summary.json"] == before["summary.json"]
+
+
+@pytest.mark.slow
+def test_checkpoints_that_do_not_load_are_named_not_called_missing(world, tmp_path):
+    """Item 8: checkpoints exist but none loads: not "holds no checkpoint yet" and a silent
+    restart from step 0, but one line naming them, and the run left as it was."""
+    _, paths, env = world
+    run = tmp_path / "run"
+    args = _interrupted_run(env, paths["corpus"], run)
+    (first,) = sorted((run / "checkpoints").glob("step_*.pt"))
+    first.write_bytes(b"not a checkpoint")
+    proc = _train(env, [*args, "resume=true"])
+    last = _one_line(proc, 2, "none of the 1 checkpoints in")
+    assert "no checkpoint yet" not in proc.stderr and "loads" in last
+    assert read_summary(run)["status"] == "interrupted" and read_summary(run)["steps_completed"] == 2
+
+
+@pytest.mark.slow
+def test_a_non_utf8_locale_with_non_ascii_paths_trains(world, tmp_path):
+    """LC_ALL=C without Python's UTF-8 mode (PYTHONUTF8=0; what a latin-1 locale gives): the
+    shipped configs hold non-ASCII text and the paths here are non-ASCII. normexp re-runs itself
+    in UTF-8 mode, so it trains as under a UTF-8 locale."""
+    _, paths, env = world
+    folder = tmp_path / "dätä"
+    folder.mkdir()
+    corpus = folder / "corpüs.txt"
+    shutil.copy(paths["corpus"], corpus)
+    run = tmp_path / "rün"
+    env = {**env, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}
+    # non-ASCII values must be quoted for Hydra's override grammar (in any locale)
+    proc = subprocess.run([sys.executable.encode(), b"-m", b"normexp.cli", b"train",
+                           *(a.encode() for a in BASE), f"data.files=['{corpus}']".encode(),
+                           f"hydra.run.dir='{run}'".encode()], env=env, capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")[-3000:]
+    assert read_summary(run)["status"] in RAN_TO_THE_END
+
+
+def test_a_finished_run_without_a_finite_loss_is_not_called_a_run_without_an_initial_loss():
+    """Item 8: a `completed` summary whose final_val_loss is nan (or inf, or missing) is left out
+    of the mean as "no final loss"; "no initial loss" stays the diverged-before-any-loss case."""
+    from normexp.runs import Run
+    from normexp.study import screen
+
+    def run(name, status, **summary):
+        return Run(path=Path(name), rel=name, config={"seed": ["nan", "inff", "diverged", "fine"].index(name)},
+                   overrides=[],
+                   summary={"status": status, "steps_completed": 10, **summary})
+
+    members = [run("nan", "completed", final_val_loss=float("nan"), initial_loss=5.5),
+               run("inff", "completed", final_val_loss=float("inf"), initial_loss=5.5),
+               run("diverged", "diverged", initial_loss=None),
+               run("fine", "completed", final_val_loss=2.0, initial_loss=5.5)]
+    out = screen(members)
+    why = {r.rel: (short, text) for r, short, text in out.left_out}
+    assert why["nan"][0] == why["inff"][0] == "no final loss"
+    assert "final_val_loss is nan" in why["nan"][1] and "final_val_loss is inf" in why["inff"][1]
+    assert why["diverged"][0] == "no initial loss"
+    assert out.losses == [2.0]
+
+
+@pytest.mark.slow
+def test_a_relative_data_path_under_hydra_job_chdir_is_found(world, tmp_path):
+    """Item 8: with hydra.job.chdir=true Hydra moves into the run folder; data.files=[corpus.txt]
+    (relative to where normexp was started, as the pre-flight checked it) still trains."""
+    _, paths, env = world
+    shutil.copy(paths["corpus"], tmp_path / "corpus.txt")
+    proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *BASE, "data.files=[corpus.txt]",
+                           "hydra.job.chdir=true", "hydra.run.dir=run"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_summary(tmp_path / "run")["status"] in RAN_TO_THE_END

@@ -261,6 +261,9 @@ def test_the_help_lists_the_options(cli_env):
     (["--sweep", "--sweep-shape", "Q"], "--sweep-shape Q: unknown"),
     (["--json", "{missing}/bench.json"], "--json {missing}/bench.json: no folder {missing}"),
     (["--json", "{tmp}"], "--json {tmp} is a folder"),
+    (["--only", ""], "--only '': names no shape; give some of A, B, C, deep"),
+    (["--only", " , "], "--only ' , ': names no shape"),
+    (["--instruments", "B,Q"], "--instruments B,Q: unknown shape Q; choose from A, B, C, deep"),
 ])
 def test_bad_bench_arguments_are_refused_before_anything_runs(tmp_path, capsys, monkeypatch, args, message):
     """In-process through the Typer app, with every measurement replaced by a tripwire: a bad

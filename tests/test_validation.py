@@ -74,3 +74,20 @@ def test_variant_settings_beyond_float32_are_refused(case):
     choose, key = case
     with pytest.raises(ConfigError, match=rf"^{key}=1e\+308:"):
         check_job(compose_config([choose, f"++{key}=1e308"]), {key})
+
+
+def test_the_memory_estimate_follows_its_formula_and_refuses_with_the_number():
+    """validate.training_memory_bytes against its documented formula, computed by hand for one
+    shape; check_memory refuses with the estimate in GiB when it exceeds what is free."""
+    from normexp.validate import check_memory, training_memory_bytes
+
+    cfg = compose_config(["layers=3", "d_model=64", "heads=4", "seq_len=128", "batch_size=16", "device=cpu"])
+    V, d, T, L, r, B = 256, 64, 128, 3, 4, 16
+    params = 2 * V * d + T * d + L * (4 + 2 * r) * d * d          # 32,768 + 8,192 + 147,456 = 188,416
+    by_hand = 16 * params + 4 * L * B * T * (16 + 2 * r) * d + 12 * B * T * V
+    assert training_memory_bytes(cfg) == by_hand == 3_014_656 + 37_748_736 + 6_291_456
+    capped = compose_config(["layers=3", "d_model=64", "heads=4", "seq_len=128", "batch_size=16", "attn_softcap=50"])
+    assert training_memory_bytes(capped) - by_hand == 4 * L * B * 4 * T * T  # the written-out scores
+    check_memory(cfg, available=by_hand + 1)
+    with pytest.raises(ConfigError, match=r"batch_size=16: one training step needs about 0\.0 GiB .* and 0\.0 GiB is free"):
+        check_memory(cfg, available=by_hand - 1)

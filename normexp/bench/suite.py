@@ -21,7 +21,7 @@ import torch
 from . import BenchError
 from .corpus import make_corpus
 from .loops import LOG_EVERY, build_seconds, bytes_per_logging_step, min_steps, minimal_step_times, normexp_run
-from .shapes import DEFAULT_ONLY, Shape, default_shape, find_shape, select_shapes
+from .shapes import DEFAULT_ONLY, SHAPES, Shape, default_shape, find_shape, select_shapes
 from .timing import OFF, WARMUP, CPUShare, PeakRSS, Pool, load_average, matmul_gflops, paired_overhead
 
 
@@ -49,7 +49,15 @@ class BenchOptions:
 def check_options(opts: BenchOptions, cores: int) -> tuple[dict[str, Shape], list[Shape]]:
     """Everything that can be checked before the bench runs, so that no measurement is lost to
     a bad argument at the end (the --json file is written last). Returns select_shapes'."""
+    if not [n for n in opts.only.split(",") if n.strip()]:
+        raise BenchError(f"--only {opts.only!r}: names no shape; give some of {', '.join(SHAPES)} (or a --shape "
+                         "NAME), or --only none to time no shapes")
     known, shapes = select_shapes(opts.only, opts.shape)
+    unknown = [n.strip() for n in opts.instruments.split(",")
+               if n.strip() and n.strip() != "none" and n.strip() not in known and n.strip() not in SHAPES]
+    if unknown:
+        raise BenchError(f"--instruments {opts.instruments}: unknown shape {', '.join(unknown)}; choose from "
+                         f"{', '.join(dict.fromkeys([*SHAPES, *known]))}, or none")
     if opts.sweep or opts.all:
         known[opts.sweep_shape] = find_shape(opts.sweep_shape, known, "--sweep-shape")
     if opts.steps < min_steps():
