@@ -155,3 +155,47 @@ def sweep_jobs(parsed: list, sweeper_params) -> list[list[str]]:
         else:
             axes.append([o.input_line])
     return [list(job) for job in itertools.product(*axes)]
+
+
+def job_folder_name(job: list[str], dirname) -> str:
+    """The folder name Hydra gives a sweep job with these overrides (hydra.job.override_dirname:
+    the overrides but `dirname.exclude_keys`, sorted, joined). `dirname`: the config's
+    hydra.job.config.override_dirname."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    task = [o for o in job if not o.lstrip("+~").startswith("hydra.") and not o.lstrip("+~").startswith("hydra/")]
+    return get_overrides_dirname(OverridesParser.create().parse_overrides(task), exclude_keys=list(dirname.exclude_keys),
+                                 item_sep=dirname.item_sep, kv_sep=dirname.kv_sep)
+
+
+def check_job_folders(cfg, jobs: list[list[str]]) -> None:
+    """Refuse a sweep two of whose jobs would get one folder (raises ConfigError): a swept key
+    that job folder names leave out (train.yaml's exclude_keys: paths, presets, the run
+    settings). Every key that changes a run's result is either in the names or refused here;
+    behind this, each job claims its folder, so a collision can never merge two jobs."""
+    from omegaconf import OmegaConf
+
+    from .checks import ConfigError
+    from .runfolder import is_run_setting
+
+    if OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir") != "${hydra.job.override_dirname}":
+        return  # a subdir of the user's own: the job claims still refuse a shared folder
+    dirname = cfg.hydra.job.config.override_dirname
+    seen: dict[str, list[str]] = {}
+    for job in jobs:
+        name = job_folder_name(job, dirname)
+        if name not in seen:
+            seen[name] = job
+            continue
+        first, second = (dict(o.split("=", 1) for o in j if "=" in o) for j in (seen[name], job))
+        key = next((k for k in sorted(set(first) | set(second)) if first.get(k) != second.get(k)), "hydra.sweep.subdir")
+        values = f"{first.get(key, '<unset>')},{second.get(key, '<unset>')}"
+        if is_run_setting(key.lstrip("+~")):
+            why = (f"{key} does not change what a run computes, so these jobs are one run twice, in one folder; "
+                   "give it one value")
+        else:
+            why = (f"job folder names leave {key} out (hydra.job.config.override_dirname.exclude_keys), so two jobs "
+                   f"would share the folder {name or '(the sweep folder)'}; sweep it with one sweep per value, "
+                   "each with its own hydra.sweep.dir")
+        raise ConfigError(key, values, why)
