@@ -236,8 +236,13 @@ def claim_output(args: list[str], cfg) -> list[str]:
     flags, overrides = split_hydra_args(args)
     multirun = "-m" in flags or "--multirun" in flags
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    given = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides}
     folder = Path(str(OmegaConf.select(cfg, key)))
+    if key in given:  # as given (torchrun's join_run pins rank 0's folder after the pre-flight composed its own)
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        value = str(OverridesParser.create().parse_override(given[key]).value())
+        folder = folder if "${" in value else Path(value)
     resume = OmegaConf.select(cfg, "resume") is True
     try:
         if key not in given and not resume:
@@ -284,11 +289,6 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
 
     log = logging.getLogger("normexp")
     validate(cfg, explicit)
-    from .distributed import is_main
-
-    if is_main():  # before the job writes anything: the folder is this job's alone (or FolderTaken)
-        claim_folder(run_dir, bool(cfg.resume) or (previous or {}).get("status") == "requeued",
-                     "hydra.sweep.dir" if _in_sweep() else "hydra.run.dir")
     existing = previous is not None and not trained_nothing(run_dir, previous)
     if existing and (cfg.resume or previous.get("status") == "requeued"):
         same_settings(run_dir, cfg)  # a sweep job's only check: the pre-flight cannot see job folders
@@ -296,6 +296,11 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
         restore_hydra_files(run_dir)
         log.info("%s already finished (status %s): skipped", run_dir, previous["status"])
         return previous
+    from .distributed import is_main
+
+    if is_main():  # before the job writes anything: the folder is this job's alone (or FolderTaken)
+        claim_folder(run_dir, bool(cfg.resume) or (previous or {}).get("status") == "requeued",
+                     "hydra.sweep.dir" if _in_sweep() else "hydra.run.dir")
     if existing and previous.get("status") == "requeued":  # SLURM started the job again after a preemption
         log.info("%s was requeued by SLURM: resuming from its last checkpoint", run_dir)
         cfg.resume = True
