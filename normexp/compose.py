@@ -169,6 +169,34 @@ def job_folder_name(job: list[str], dirname) -> str:
                                  item_sep=dirname.item_sep, kv_sep=dirname.kv_sep)
 
 
+def _check_one_value_twice(jobs: list[list[str]]) -> None:
+    """Refuse a sweep with two jobs of one setting spelled two ways (grad_clip=1,1.0; lr=1e-3,0.001):
+    their folder names differ, but they are one run twice (values compared canonically, as
+    runfolder.canonical_value: the form duplicate detection and the resume checks use)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from .checks import ConfigError
+    from .runfolder import canonical_value, is_run_setting
+
+    parser, seen = OverridesParser.create(), {}
+    for job in jobs:
+        values = {}
+        for o in parser.parse_overrides([o for o in job if not o.lstrip("+~").startswith("hydra")]):
+            key = o.key_or_group.lstrip("+~")
+            if not is_run_setting(key):
+                values[key] = (o.input_line, repr(canonical_value(o.value())))
+        identity = tuple(sorted((k, v) for k, (_, v) in values.items()))
+        if identity in seen:
+            first = seen[identity]
+            key = next((k for k in sorted(values) if values[k][0] != first[k][0]), None)
+            if key is None:  # the same overrides twice (a preset's list and the command line's)
+                raise ConfigError("-m", " ".join(job), "this job comes twice in the sweep; give each value once")
+            spellings = ",".join(v[key][0].split("=", 1)[1] for v in (first, values))
+            raise ConfigError(key, spellings, "one value spelled two ways, so two jobs of this sweep would be one run "
+                              "twice (in two folders); give each value once")
+        seen[identity] = values
+
+
 def check_job_folders(cfg, jobs: list[list[str]]) -> None:
     """Refuse a sweep two of whose jobs would get one folder (raises ConfigError): a swept key
     that job folder names leave out (train.yaml's exclude_keys: paths, presets, the run
@@ -179,6 +207,7 @@ def check_job_folders(cfg, jobs: list[list[str]]) -> None:
     from .checks import ConfigError
     from .runfolder import is_run_setting
 
+    _check_one_value_twice(jobs)
     if OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir") != "${hydra.job.override_dirname}":
         return  # a subdir of the user's own: the job claims still refuse a shared folder
     dirname = cfg.hydra.job.config.override_dirname

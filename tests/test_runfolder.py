@@ -143,6 +143,21 @@ def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
     check_job_folders(_sweep_cfg("hydra.sweep.subdir=${hydra.job.num}"), jobs)
 
 
+def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
+    from normexp.checks import ConfigError
+    from normexp.compose import check_job_folders
+
+    for spellings in (("grad_clip=1", "grad_clip=1.0"), ("lr=1e-3", "lr=0.001"), ("optim.betas=[0.9,1]",
+                                                                                  "optim.betas=[0.9,1.0]")):
+        key = spellings[0].split("=")[0]
+        with pytest.raises(ConfigError) as e:
+            check_job_folders(_sweep_cfg(), [[spellings[0], "seed=0"], [spellings[1], "seed=0"]])
+        assert str(e.value) == (f"{key}={spellings[0].split('=')[1]},{spellings[1].split('=')[1]}: one value spelled "
+                                "two ways, so two jobs of this sweep would be one run twice (in two folders); give each "
+                                "value once")
+    check_job_folders(_sweep_cfg(), [["grad_clip=1", "seed=0"], ["grad_clip=1.0", "seed=1"]])  # other seeds: fine
+
+
 def test_every_excluded_key_is_a_path_a_preset_or_a_run_setting():
     """What job folder names leave out must not change a run's result, or be refused as a
     sweep axis by check_job_folders (which refuses any collision, whatever the key)."""
