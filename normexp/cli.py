@@ -189,7 +189,8 @@ def preflight(args: list[str]):
         fail("--cfg shows the config of one run: drop -m (or use --cfg with a single value per key)")
     from omegaconf import OmegaConf
 
-    from .compose import check_job_folders, sweep_jobs
+    from .compose import sweep_jobs
+    from .runfolder import check_job_folders
     from .validate import ConfigError, check_cache, check_output_folder
 
     parsed = _parse(overrides)

@@ -437,3 +437,82 @@ def claim_sweep_folder(folder: Path) -> None:
         raise FolderTaken(f"hydra.sweep.dir={folder}: another sweep writes into it{_holder(read_claim(folder))}; "
                           "pass resume=true to add this sweep's jobs to it (finished jobs are skipped), or choose "
                           "another folder (hydra.sweep.dir=PATH)")
+
+
+# ------------------------------------------------------------- sweeps' job folders
+
+def job_folder_name(job: list[str], dirname) -> str:
+    """The folder name Hydra gives a sweep job with these overrides (hydra.job.override_dirname:
+    the overrides but `dirname.exclude_keys`, sorted, joined). `dirname`: the config's
+    hydra.job.config.override_dirname."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    task = [o for o in job if not o.lstrip("+~").startswith("hydra.") and not o.lstrip("+~").startswith("hydra/")]
+    return get_overrides_dirname(OverridesParser.create().parse_overrides(task), exclude_keys=list(dirname.exclude_keys),
+                                 item_sep=dirname.item_sep, kv_sep=dirname.kv_sep)
+
+
+def _check_one_value_twice(jobs: list[list[str]]) -> None:
+    """Refuse a sweep with two jobs of one setting spelled two ways (grad_clip=1,1.0; lr=1e-3,0.001):
+    their folder names differ, but they are one run twice (values compared canonically, as
+    runfolder.canonical_value: the form duplicate detection and the resume checks use)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from .checks import ConfigError
+
+    parser, seen, seen_jobs = OverridesParser.create(), {}, {}
+    for job in jobs:
+        values = {}
+        for o in parser.parse_overrides([o for o in job if not o.lstrip("+~").startswith("hydra")]):
+            key = o.key_or_group.lstrip("+~")
+            if not is_run_setting(key):
+                values[key] = (o.input_line, repr(canonical_value(o.value())))
+        identity = tuple(sorted((k, v) for k, (_, v) in values.items()))
+        if identity in seen:
+            first = seen[identity]
+            key = next((k for k in sorted(values) if values[k][0] != first[k][0]), None)
+            if key is None:  # the jobs differ in run settings only (threads=1,2), or not at all
+                lines = dict(o.split("=", 1) for o in seen_jobs[identity] if "=" in o)
+                key = next((o.split("=", 1)[0] for o in job if "=" in o and lines.get(o.split("=", 1)[0]) != o.split("=", 1)[1]), None)
+                if key is None:
+                    raise ConfigError("-m", " ".join(job), "this job comes twice in the sweep; give each value once")
+                raise ConfigError(key, f"{lines.get(key, '<unset>')},{dict(o.split('=', 1) for o in job)[key]}",
+                                  f"{key} does not change what a run computes, so these jobs are one run twice; "
+                                  "give it one value")
+            spellings = ",".join(v[key][0].split("=", 1)[1] for v in (first, values))
+            raise ConfigError(key, spellings, "one value spelled two ways, so two jobs of this sweep would be one run "
+                              "twice (in two folders); give each value once")
+        seen[identity], seen_jobs[identity] = values, job
+
+
+def check_job_folders(cfg, jobs: list[list[str]]) -> None:
+    """Refuse a sweep two of whose jobs would get one folder (raises ConfigError): a swept key
+    that job folder names leave out (train.yaml's exclude_keys: paths, presets, the run
+    settings). Every key that changes a run's result is either in the names or refused here;
+    behind this, each job claims its folder, so a collision can never merge two jobs."""
+    from omegaconf import OmegaConf
+
+    from .checks import ConfigError
+
+    _check_one_value_twice(jobs)
+    if OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir") != "${hydra.job.override_dirname}":
+        return  # a subdir of the user's own: the job claims still refuse a shared folder
+    dirname = cfg.hydra.job.config.override_dirname
+    seen: dict[str, list[str]] = {}
+    for job in jobs:
+        name = job_folder_name(job, dirname)
+        if name not in seen:
+            seen[name] = job
+            continue
+        first, second = (dict(o.split("=", 1) for o in j if "=" in o) for j in (seen[name], job))
+        key = next((k for k in sorted(set(first) | set(second)) if first.get(k) != second.get(k)), "hydra.sweep.subdir")
+        values = f"{first.get(key, '<unset>')},{second.get(key, '<unset>')}"
+        if is_run_setting(key.lstrip("+~")):
+            why = (f"{key} does not change what a run computes, so these jobs are one run twice, in one folder; "
+                   "give it one value")
+        else:
+            why = (f"job folder names leave {key} out (hydra.job.config.override_dirname.exclude_keys), so two jobs "
+                   f"would share the folder {name or '(the sweep folder)'}; sweep it with one sweep per value, "
+                   "each with its own hydra.sweep.dir")
+        raise ConfigError(key, values, why)

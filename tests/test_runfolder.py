@@ -128,7 +128,7 @@ def _sweep_cfg(*overrides):
 
 def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
     from normexp.checks import ConfigError
-    from normexp.compose import check_job_folders
+    from normexp.runfolder import check_job_folders
 
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     jobs = [["data=text", f"data.files=[{a}]", "lr=0.001"], ["data=text", f"data.files=[{b}]", "lr=0.001"]]
@@ -145,7 +145,7 @@ def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
 
 def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
     from normexp.checks import ConfigError
-    from normexp.compose import check_job_folders
+    from normexp.runfolder import check_job_folders
 
     for spellings in (("grad_clip=1", "grad_clip=1.0"), ("lr=1e-3", "lr=0.001"), ("optim.betas=[0.9,1]",
                                                                                   "optim.betas=[0.9,1.0]")):
