@@ -350,6 +350,21 @@ def _claim_alive(claim: dict) -> bool:
     return True
 
 
+def _claim_dead(claim: dict | None) -> bool:
+    """The claiming process is known to be gone: on this host, no such pid."""
+    import socket
+
+    if not claim or not isinstance(claim.get("pid"), int) or claim.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(claim["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def _create_claim(folder: Path) -> bool:
     """Exclusive create of the claim (O_EXCL): True for exactly one process."""
     import socket
@@ -394,12 +409,17 @@ def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> Non
     claim = read_claim(run_dir)
     summary = read_summary(run_dir)
     held = [] if trained_nothing(run_dir, summary) else run_artefacts(run_dir)
+    if held == [CLAIM] and _claim_dead(claim):  # its process ended before it wrote anything (Ctrl-C at start-up)
+        held = []
     fix = f"choose another folder ({key}=PATH)"
     if held and claim and _claim_alive(claim) and (summary or {}).get("status", "running") == "running":
         raise FolderTaken(f"{key}={run_dir}: a run is training into it now{_holder(claim)}; wait for it to end "
                           f"(then resume=true continues it), or {fix}")
     if held and not resume:
-        what = f"status {summary.get('status')}" if summary else "no summary.json, but " + ", ".join(held) + _holder(claim)
+        if held == [CLAIM]:  # a claim alone: a run starting now, or one whose host cannot be asked
+            raise FolderTaken(f"{key}={run_dir}: another run claimed it{_holder(claim)}; {fix} (or, if that "
+                              f"process is gone, remove {run_dir / CLAIM})")
+        what = f"status {summary.get('status')}" if summary else "no summary.json, but " + ", ".join(held)
         raise FolderTaken(f"{key}={run_dir}: already holds a run ({what}); pass resume=true to "
                           f"continue it, or {fix}")
     if claim is not None:  # hand the claim over: of several processes, one renames it

@@ -20,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .checks import ConfigError, is_integer, is_number
 from .compose import config_groups, declared_keys, declared_names, top_level_keys
-from .runfolder import FINISHED, RECORD, RUN_SETTINGS, cache_root
+from .runfolder import FINISHED, RECORD, cache_root
 
 # Keys that moved, and where to: the old key gets one line naming the new one.
 MOVED_KEYS = {"deepnorm.alpha": "placement.alpha", "deepnorm.beta": "placement.beta", "deepnorm": "placement.alpha"}

@@ -315,3 +315,22 @@ def test_two_sweeps_into_one_folder_keep_both_results(tmp_path, cli_env):
         f"normexp: error: hydra.sweep.dir={sweep}: already holds 4 runs; pass resume=true to continue them "
         "(finished jobs are skipped), or choose another folder"]
     assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
+
+
+def test_a_claim_left_by_a_process_stopped_at_start_up_does_not_lock_the_folder(tmp_path):
+    import socket
+
+
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CLAIM).write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname(), "token": "t"}))
+    claim_folder(run, resume=False)  # nothing but the claim of a process that is gone: an empty folder
+    assert runfolder.holds_own_claim(run)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / CLAIM).write_text(json.dumps({"pid": 1, "host": "another-host", "token": "t"}))
+    with pytest.raises(FolderTaken, match=f"another run claimed it .*remove {other / CLAIM}\\)$"):
+        claim_folder(other, resume=False)
