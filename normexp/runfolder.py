@@ -493,11 +493,12 @@ def _check_one_value_twice(jobs: list[list[str]]) -> None:
             first = seen[identity]
             key = next((k for k in sorted(values) if values[k][0] != first[k][0]), None)
             if key is None:  # the jobs differ in run settings only (threads=1,2), or not at all
-                lines = dict(o.split("=", 1) for o in seen_jobs[identity] if "=" in o)
-                key = next((o.split("=", 1)[0] for o in job if "=" in o and lines.get(o.split("=", 1)[0]) != o.split("=", 1)[1]), None)
-                if key is None:
+                # the jobs come from one grid, so their overrides line up axis by axis
+                key, was, now = next(((a.split("=", 1)[0], a.split("=", 1)[-1], b.split("=", 1)[-1])
+                                      for a, b in zip(seen_jobs[identity], job) if a != b), (None, None, None))
+                if key is None or not is_run_setting(key.lstrip("+~")):
                     raise ConfigError("-m", " ".join(job), "this job comes twice in the sweep; give each value once")
-                raise ConfigError(key, f"{lines.get(key, '<unset>')},{dict(o.split('=', 1) for o in job)[key]}",
+                raise ConfigError(key, f"{was},{now}",
                                   f"{key} does not change what a run computes, so these jobs are one run twice; "
                                   "give it one value")
             spellings = ",".join(v[key][0].split("=", 1)[1] for v in (first, values))
@@ -515,9 +516,9 @@ def check_job_folders(cfg, jobs: list[list[str]]) -> None:
 
     from .checks import ConfigError
 
-    _check_one_value_twice(jobs)
     if OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir") != "${hydra.job.override_dirname}":
-        return  # a subdir of the user's own: the job claims still refuse a shared folder
+        return  # a subdir of the user's own (${hydra.job.num}: a job may repeat on purpose); the job claims guard it
+    _check_one_value_twice(jobs)
     dirname = cfg.hydra.job.config.override_dirname
     seen: dict[str, list[str]] = {}
     for job in jobs:

@@ -156,6 +156,8 @@ def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
                                 "two ways, so two jobs of this sweep would be one run twice (in two folders); give each "
                                 "value once")
     check_job_folders(_sweep_cfg(), [["grad_clip=1", "seed=0"], ["grad_clip=1.0", "seed=1"]])  # other seeds: fine
+    # numbered job folders: a job repeated on purpose (a reproducibility check) is the user's to ask for
+    check_job_folders(_sweep_cfg("hydra.sweep.subdir=${hydra.job.num}"), [["seed=0"], ["seed=1"], ["seed=0"]])
 
 
 def test_every_excluded_key_is_a_path_a_preset_or_a_run_setting():
