@@ -155,4 +155,3 @@ def sweep_jobs(parsed: list, sweeper_params) -> list[list[str]]:
         else:
             axes.append([o.input_line])
     return [list(job) for job in itertools.product(*axes)]
-
