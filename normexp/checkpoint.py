@@ -107,6 +107,30 @@ def load_latest(run_dir: Path, map_location=None) -> dict | None:
     return None
 
 
+def check_settings(state: dict, settings: dict, path: str, run_dir: Path) -> None:
+    """Refuse (ConfigError, one line) a checkpoint trained with other settings than the run
+    resuming it (e.g. copied in from another run's folder). `settings`: the resuming run's
+    runfolder.result_settings; the checkpoint's own are its "settings" (checkpoints written
+    before they were kept: the hyperparameters of its summary)."""
+    from .checks import ConfigError
+    from .names import HPARAMS
+    from .runfolder import canonical_value
+
+    saved = state.get("settings")
+    if saved is None:  # an older checkpoint: its summary's hyperparameters are what it holds
+        summary = state.get("summary") or {}
+        # (warmup: the summary keeps the warmup as run, at most `steps`)
+        saved = {k: canonical_value(summary[k]) for k in HPARAMS if k in summary and k in settings and k != "warmup"}
+        mine = {k: settings[k] for k in saved}
+    else:
+        mine = settings
+    for key in sorted(set(saved) | set(mine)):
+        if saved.get(key) != mine.get(key):
+            raise ConfigError(key, mine.get(key, "<unset>"), f"differs from the checkpoint {path} in {run_dir} "
+                              f"({key}={saved.get(key, '<unset>')}): it was trained with other settings; resume "
+                              "with the checkpoint's own run, or remove that checkpoint")
+
+
 def resume_command(run_dir: Path) -> str:
     """The command that continues this run, shell-quoted so it can be pasted: the job's own
     overrides plus resume=true and its folder. Inside a sweep, the sweep's command with

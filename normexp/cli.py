@@ -189,19 +189,22 @@ def _check_boundary_search(sweeper, parsed: list) -> None:
              f"hydra.sweeper.upper={sweeper.upper}; drop the list of {sweeper.key} values")
 
 
-def preflight(args: list[str]) -> None:
+def preflight(args: list[str]):
     """Compose the config as Hydra will and check it before any folder is written: one run
-    fully; a sweep job by job (see _check_sweep)."""
+    fully; a sweep job by job (see _check_sweep). Returns the composed config (with its hydra
+    node) of a command that will train, else None."""
     flags, overrides = split_hydra_args(args)
     _check_flags(args)
     if any(f in _NO_PREFLIGHT for f in flags):
-        return
+        return None
     multirun = "-m" in flags or "--multirun" in flags
     show = any(f in ("--cfg", "-c") for f in flags)
     if multirun and show:
         fail("--cfg shows the config of one run: drop -m (or use --cfg with a single value per key)")
     from omegaconf import OmegaConf
 
+    from .compose import sweep_jobs
+    from .runfolder import check_job_folders
     from .validate import ConfigError, check_cache, check_output_folder
 
     parsed = _parse(overrides)
@@ -229,12 +232,49 @@ def preflight(args: list[str]) -> None:
         else:
             check_job(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), explicit)
         check_cache()
+        if multirun:
+            check_job_folders(cfg, sweep_jobs(parsed, sweeper_params))
         nothing_to_do = check_output_folder(cfg, multirun, explicit)
     except ConfigError as e:
         fail(str(e))
     if nothing_to_do:  # resume=true on a finished run: say so, write nothing
         typer.echo(f"normexp: {nothing_to_do}", err=True)
         raise SystemExit(0)
+    return None if show else cfg
+
+
+def claim_output(args: list[str], cfg) -> list[str]:
+    """Claim the folder this command writes into before Hydra writes anything (runfolder's
+    claims), and pin it in the arguments: Hydra would resolve the default `${now:...}` name
+    again, maybe in the next second. A single run claims its run folder; a new sweep its
+    sweep folder (each job then claims its own job folder). One line and exit 2 when the
+    folder belongs to another run."""
+    from omegaconf import OmegaConf
+
+    from .runfolder import FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder
+
+    flags, overrides = split_hydra_args(args)
+    multirun = "-m" in flags or "--multirun" in flags
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides}
+    folder = Path(str(OmegaConf.select(cfg, key)))
+    if key in given:  # as given (torchrun's join_run pins rank 0's folder after the pre-flight composed its own)
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        value = str(OverridesParser.create().parse_override(given[key]).value())
+        folder = folder if "${" in value else Path(value)
+    resume = OmegaConf.select(cfg, "resume") is True
+    try:
+        if key not in given and not resume:
+            folder = claim_default_folder(folder, key)
+        elif not multirun:
+            claim_folder(folder, resume, key)
+        elif not resume:
+            claim_sweep_folder(folder)
+    except FolderTaken as e:
+        fail(str(e))
+    quote = '"' if "'" in str(folder) else "'"  # a quoted value keeps `,` or `=` in a path literal
+    return [a for a in args if a.split("=", 1)[0] != key] + [f"{key}={quote}{folder}{quote}"]
 
 
 def _mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None) -> None:
@@ -264,7 +304,7 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
     a new run's settings, and train."""
     import logging
 
-    from .runfolder import FINISHED, read_record, restore_hydra_files, trained_nothing, write_record
+    from .runfolder import FINISHED, claim_folder, read_record, restore_hydra_files, trained_nothing, write_record
     from .validate import same_settings, validate
 
     log = logging.getLogger("normexp")
@@ -276,16 +316,26 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
         restore_hydra_files(run_dir)
         log.info("%s already finished (status %s): skipped", run_dir, previous["status"])
         return previous
+    from .distributed import is_main
+
+    if is_main():  # before the job writes anything: the folder is this job's alone (or FolderTaken)
+        claim_folder(run_dir, bool(cfg.resume) or (previous or {}).get("status") == "requeued",
+                     "hydra.sweep.dir" if _in_sweep() else "hydra.run.dir")
     if existing and previous.get("status") == "requeued":  # SLURM started the job again after a preemption
         log.info("%s was requeued by SLURM: resuming from its last checkpoint", run_dir)
         cfg.resume = True
-    from .distributed import is_main
-
     if is_main() and (not existing or read_record(run_dir) is None):  # under torchrun rank 0 writes
         write_record(run_dir, cfg.data)
     from .train import train  # imports torch
 
     return train(cfg, run_dir, stop=stop, hooks=hooks)
+
+
+def _in_sweep() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def hydra_task(cfg, hooks=None) -> dict | None:
@@ -296,7 +346,7 @@ def hydra_task(cfg, hooks=None) -> dict | None:
     from hydra.types import RunMode
 
     from .data import DataError
-    from .runfolder import read_summary, restore_hydra_files, trained_nothing
+    from .runfolder import FolderTaken, read_summary, restore_hydra_files, trained_nothing
     from .signals import Interrupted, Preempted, StopSignals
     from .validate import ConfigError
 
@@ -331,6 +381,11 @@ def hydra_task(cfg, hooks=None) -> dict | None:
             from .checkpoint import resume_command
             log.warning("interrupted by %s before training: start again with: %s", e, resume_command(run_dir))
         raise SystemExit(e.exit_code)
+    except FolderTaken as e:  # another run's folder: Hydra rewrote its .hydra/ files, nothing else is touched
+        restore_hydra_files(run_dir)
+        log.error("normexp: error: %s", e)
+        if not multirun:
+            raise SystemExit(EXIT_BAD_INPUT)
     except (ConfigError, DataError) as e:
         if previous is not None and not trained_nothing(run_dir, previous):
             restore_hydra_files(run_dir)  # a refused command leaves the run as it was, resumable
@@ -431,8 +486,9 @@ def _sweep_outcome(results: list) -> None:
 
 
 def run_train(args: list[str], hooks=None) -> None:
-    """`normexp train ARGS`: the pre-flight check, torchrun's process group if any, then Hydra."""
-    preflight(args)
+    """`normexp train ARGS`: the pre-flight check, torchrun's process group if any, the output
+    folder's claim, then Hydra."""
+    cfg = preflight(args)
     exit_if_early_signal()  # a Ctrl-C during the pre-flight: stop before Hydra makes a folder
     from . import distributed
     from .validate import ConfigError
@@ -446,6 +502,8 @@ def run_train(args: list[str], hooks=None) -> None:
             if distributed.is_main():
                 fail(str(e))
             raise SystemExit(EXIT_BAD_INPUT)
+    if cfg is not None and distributed.is_main():  # under torchrun rank 0 claims (join_run pinned the folder)
+        args = claim_output(args, cfg)
     try:
         results = run_hydra(args, hooks)
     finally:

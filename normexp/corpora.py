@@ -6,7 +6,7 @@ own: `defaults: [hub, _self_]`). The class holds everything about the source:
 
     check()          its settings' rules: a one-line ConfigError (pre-flight and load_corpus)
     local_files()    the local files it reads (their identity goes into the run record)
-    identity()       the token cache's key for its text, computed without reading the text
+    identity()       the token cache's key for its text: names, settings, and local files by content
     load(progress)   (train text, val text, description)
 
 A tokenizer is one class in `TOKENIZERS` and one yaml in configs/tokenizer/: `check()`,
@@ -230,8 +230,8 @@ class Text(Source):
         return [str(f) for f in [*(self.cfg.get("files") or []), *(self.cfg.get("val_files") or [])]]
 
     def identity(self) -> dict:
-        identity = {"name": self.name, "files": _stat_files(self.cfg.files),
-                    "val_files": _stat_files(self.cfg.val_files)}
+        identity = {"name": self.name, "files": _content_ids(self.cfg.files),
+                    "val_files": _content_ids(self.cfg.val_files)}
         if not self.cfg.val_files:
             identity["val_fraction"] = float(self.cfg.val_fraction)
         return identity
@@ -241,11 +241,11 @@ class Text(Source):
         return _concat(paths, key)
 
     def load(self, progress: bool) -> tuple[str, str, str]:
-        files, val_files = _stat_files(self.cfg.files), _stat_files(self.cfg.val_files)
-        text = self.read([Path(f["path"]) for f in files], "data.files")
+        files, val_files = _local_paths(self.cfg.files), _local_paths(self.cfg.val_files)
+        text = self.read(files, "data.files")
         what = f"{self.name}: {len(files)} file{'s' * (len(files) > 1)}"
         if val_files:
-            val_text = self.read([Path(f["path"]) for f in val_files], "data.val_files")
+            val_text = self.read(val_files, "data.val_files")
             return text, val_text, f"{what} train ({_mb(text)}), {len(val_files)} val ({_mb(val_text)})"
         fraction = self.cfg.val_fraction
         cut = len(text) - round(len(text) * fraction)  # the last val_fraction of the characters
@@ -292,15 +292,26 @@ class JsonLines(Text):
         return "".join(parts)
 
 
-def _stat_files(value) -> list[dict]:
-    """Path, size and mtime of each file (check() has checked that they exist, are files and
-    are not empty): the cache key of a local corpus, read without its text."""
+def _local_paths(value) -> list[Path]:
+    """The files a data.files-like value names, absolute (symlinks kept as named)."""
     value = [value] if isinstance(value, (str, os.PathLike)) else list(value or [])  # data.files=a.txt: one file
+    return [Path(os.path.abspath(Path(str(v)).expanduser())) for v in value]
+
+
+def _content_ids(value) -> list[dict]:
+    """Size and sha256 of each file's contents (check() has checked that they exist, are files
+    and are not empty): the cache key of a local corpus. By content, not path, size and mtime:
+    a file edited in place with its size and mtime kept gets a new key (stale tokens are never
+    served), and a copy of a file reuses its tokens. Costs one read of the files (~0.5 s/GB)."""
+    import hashlib
+
     out = []
-    for v in value:
-        p = Path(os.path.abspath(Path(str(v)).expanduser()))  # keep symlinks as named
-        st = p.stat()
-        out.append({"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    for p in _local_paths(value):
+        digest = hashlib.sha256()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        out.append({"bytes": p.stat().st_size, "sha256": digest.hexdigest()})
     return out
 
 

@@ -4,8 +4,8 @@
 (train, val). Tokenized splits are cached under `cache_root()/tokens/<key>/`
 as raw .bin files and reopened with `np.memmap`, so a second run spends
 milliseconds here. The cache key is computed from the corpus identity (names,
-config values, file paths/sizes/mtimes) and the tokenizer config, never from
-the text, so a cache hit reads no text at all.
+config values, the sha256 of local files' contents) and the tokenizer config, so a
+cache hit tokenizes nothing, and a file changed in place never gets stale tokens.
 
 The corpora (`data.name`) and tokenizers (`tokenizer.name`) are the registries SOURCES and
 TOKENIZERS of corpora.py, one class each; this module caches and serves their tokens.

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .names import NUMERIC_FIELDS, OUTCOME_FIELDS, STATUSES, TOKENS_PER_SECOND, TRAIN_LOSS, VAL_LOSS
-from .runfolder import find_runs
+from .runfolder import find_runs, flat_settings
 
 # summary.json fields that load() puts in its frame besides the status (the hyperparameters come from the config)
 FRAME_FIELDS = tuple(f for f in OUTCOME_FIELDS if f not in ("status", "requeues"))
@@ -143,14 +143,13 @@ def read_summary_checked(run_dir: Path) -> tuple[dict, str | None]:
 
 
 def flatten(node, prefix: str = "") -> dict:
-    """{"optim": {"lr": 1}} -> {"optim.lr": 1}; lists become their string form."""
-    out = {}
-    if isinstance(node, dict):
-        for k, v in node.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    out[prefix[:-1]] = str(node) if isinstance(node, list) else node
-    return out
+    """{"optim": {"lr": 1.0}} -> {"optim.lr": 1}: dotted keys, each value in its one canonical
+    form (runfolder.canonical_value: grad_clip=1 and grad_clip=1.0 are one value), lists as
+    the string form of their canonical items ("[0.9, 0.98]")."""
+    def shown(v):  # as str(list) writes it
+        return "[" + ", ".join(map(shown, v)) + "]" if isinstance(v, tuple) else repr(v)
+
+    return {k: shown(v) if isinstance(v, tuple) else v for k, v in flat_settings(node, prefix).items()}
 
 
 def load_config(run_dir: Path) -> dict:

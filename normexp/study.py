@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .names import MODEL_UPDATE
-from .runfolder import FINISHED, RUN_SETTINGS
+from .runfolder import FINISHED, is_run_setting
 from .runs import Run
 
 REPLICATE_KEYS = ("seed",)
@@ -109,8 +109,10 @@ class Screened:
 
 
 def setting_identity(r: Run) -> tuple:
-    """Everything that makes a run what it computes: its config but how it ran (RUN_SETTINGS)."""
-    return tuple(sorted((k, repr(v)) for k, v in r.config.items() if k not in RUN_SETTINGS))
+    """Everything that makes a run what it computes: its config but how it ran (RUN_SETTINGS),
+    by value: runs.load_config canonicalizes once (grad_clip=1 and 1.0, a default and the same
+    value given explicitly, are one setting), and cells group by the same values."""
+    return tuple(sorted((k, repr(v)) for k, v in r.config.items() if not is_run_setting(k)))
 
 
 def unfinished_reason(r: Run) -> tuple[str, str] | None:

@@ -38,7 +38,7 @@ from .instruments import Instruments, recording, scalar_tags
 from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
 from .model import GPT, IGNORE_TARGET, ModelConfig
 from . import names
-from .runfolder import beat_baseline, hparams_row, read_summary, summary_record, write_summary
+from .runfolder import beat_baseline, hparams_row, read_summary, result_settings, summary_record, write_summary
 from .schedules import lr_multiplier
 from .signals import Interrupted, Preempted, StopSignals
 from .validate import ConfigError
@@ -284,6 +284,7 @@ class Trainer:
 
     def __init__(self, cfg: DictConfig, run_dir: Path, hooks: Hooks):
         self.cfg, self.run_dir, self.hooks = cfg, run_dir, hooks
+        self.settings = result_settings(cfg)  # what this run computes; each checkpoint keeps it
         self.t_start = time.time()
         threads = set_threads(cfg)
         seed_everything(cfg.seed)
@@ -339,6 +340,8 @@ class Trainer:
             raise ConfigError("resume", "true", f"none of the {len(saved)} checkpoints in {saved[0].parent} loads "
                               "(damaged or not normexp's); move them away to train again from step 0, "
                               "or train in a new folder")
+        if state is not None:  # a checkpoint of other settings (copied in) is refused, not loaded
+            ckpt.check_settings(state, self.settings, f"step_{state['step']:08d}.pt", self.run_dir)
         if state is None:
             # the pre-flight refused a folder without a run, so this run stopped before its first checkpoint
             log.warning("resume=true but %s holds no checkpoint yet (status %s): training starts again from step 0",
@@ -511,7 +514,7 @@ class Trainer:
         ckpt.save(self.run_dir, {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
             "data_generator": self.data_gen.get_state(), "rng": ckpt.capture_rng(), "best_val": self.best_val,
-            "instruments": self.instruments.state_dict(), "summary": self.summary,
+            "instruments": self.instruments.state_dict(), "summary": self.summary, "settings": self.settings,
         }, keep=self.cfg.keep_checkpoints)
 
     def _write_summary(self) -> None:

@@ -20,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .checks import ConfigError, is_integer, is_number
 from .compose import config_groups, declared_keys, declared_names, top_level_keys
-from .runfolder import FINISHED, RECORD, RUN_SETTINGS, cache_root
+from .runfolder import FINISHED, RECORD, cache_root
 
 # Keys that moved, and where to: the old key gets one line naming the new one.
 MOVED_KEYS = {"deepnorm.alpha": "placement.alpha", "deepnorm.beta": "placement.beta", "deepnorm": "placement.alpha"}
@@ -272,40 +272,46 @@ def _flat(cfg) -> dict:
 
 
 def _recorded_settings(run_dir: Path) -> dict | None:
-    """{dotted.key: value} of the run's own settings: normexp's record, or for a run made before
-    there was one, .hydra/config.yaml (only trustworthy before Hydra rewrites it for a new job)."""
-    from .runfolder import read_record
+    """The run's own settings (runfolder.result_settings): normexp's record, or for a run made
+    before there was one, .hydra/config.yaml (only trustworthy before Hydra rewrites it for a new job)."""
+    from .runfolder import read_record, result_settings
 
     record = read_record(run_dir)
     try:
-        return _flat(OmegaConf.create(record["config"]) if record else OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
+        return result_settings(OmegaConf.create(record["config"]) if record else
+                               OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
     except (OSError, OmegaConfBaseException, ValueError):
         return None
 
 
+def _shown(v) -> str:
+    return "[" + ",".join(map(str, v)) + "]" if isinstance(v, (list, tuple)) else str(v)
+
+
 def same_settings(run_dir: Path, job: DictConfig) -> None:
-    """A resumed run must compute what the run it continues computed: the same settings (run
-    settings such as threads aside) and the same contents in its data files."""
-    from .runfolder import data_files, read_record, same_file
+    """A resumed run must compute what the run it continues computed: the same settings by
+    value (runfolder.result_settings: run settings such as threads aside, 1 and 1.0 alike) and
+    the same contents in the data files the job names now (runfolder.changed_data_file)."""
+    from .runfolder import changed_data_file, data_files, read_record, result_settings
 
     old = _recorded_settings(Path(run_dir))
     if old is None:
         raise ConfigError("hydra.run.dir", run_dir, f"the run's settings are unreadable (no .hydra/config.yaml, "
                           f"no {RECORD}), so a resume cannot be checked against them; train in a new folder")
-    new = _flat(job)
+    new = result_settings(job)
     for key in sorted(set(old) | set(new)):
-        if key in RUN_SETTINGS or key.split(".")[0] in RUN_SETTINGS:
-            continue
         if old.get(key) != new.get(key):
-            shown, was = (v if not isinstance(v, list) else "[" + ",".join(map(str, v)) + "]"
-                          for v in (new.get(key, "<unset>"), old.get(key, "<unset>")))
+            shown, was = (_shown(v) for v in (new.get(key, "<unset>"), old.get(key, "<unset>")))
             raise ConfigError(key, shown, f"differs from the run in {run_dir} ({key}={was}); "
                               "resume with the run's own settings, or train in a new folder")
-    recorded = (read_record(run_dir) or {}).get("data_files") or []
-    for entry, given in zip(recorded, data_files(job.data)):
-        if not same_file(entry):
-            raise ConfigError("data.files", given, f"{entry['path']} is not the file the run in {run_dir} began on "
-                              "(its size or contents changed); resume on the same data, or train in a new folder")
+    record = read_record(run_dir)
+    if record is None or "data_files" not in record:
+        return
+    changed = changed_data_file(record["data_files"], data_files(job.data))
+    if changed:
+        given, why = changed
+        raise ConfigError("data.files", given, f"{why}: it is not the file the run in {run_dir} began on; resume on "
+                          "the same data, or train in a new folder")
 
 
 def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | frozenset[str]) -> str | None:
@@ -315,7 +321,7 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
 
     An existing run is never overwritten: without resume=true a folder holding a run is
     refused; with resume=true the settings must match the run's own."""
-    from .runfolder import find_runs, read_summary, trained_nothing
+    from .runfolder import CLAIM, find_runs, read_summary, run_artefacts, trained_nothing
 
     job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     resume = job.get("resume") is True
@@ -323,7 +329,7 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
         sweep_dir = Path(str(cfg.hydra.sweep.dir))
         _check_creatable("hydra.sweep.dir", sweep_dir)
         if "hydra.sweep.dir" in explicit and not resume and sweep_dir.is_dir():
-            held = [r for r in find_runs(sweep_dir) if (r / "summary.json").exists()]
+            held = [r for r in find_runs(sweep_dir) if run_artefacts(r)]
             if held:
                 raise ConfigError("hydra.sweep.dir", sweep_dir, f"already holds {len(held)} runs; pass resume=true "
                                   "to continue them (finished jobs are skipped), or choose another folder")
@@ -336,9 +342,16 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
     if trained_nothing(run_dir, previous):  # failed before training: the corrected command may use it
         return None
     if previous is None:
-        if resume:  # most likely a mistyped path: starting afresh would pass for a resume
+        # a run's files without its summary (deleted, or a run in its first seconds) still make a run
+        held = [f for f in run_artefacts(run_dir) if f != CLAIM]  # a claim alone: the claim itself decides
+        if resume and not held:  # most likely a mistyped path: starting afresh would pass for a resume
             raise ConfigError("hydra.run.dir", run_dir, "resume=true but no run here (no summary.json); give the "
                               "run's folder as hydra.run.dir=PATH, or drop resume=true to start a new run")
+        if held and not resume:
+            raise ConfigError("hydra.run.dir", run_dir, f"holds a run's files ({', '.join(held)}) but no summary.json; "
+                              "pass resume=true to continue it, or choose another folder")
+        if held:
+            same_settings(run_dir, job)
         return None
     if not resume:
         raise ConfigError("hydra.run.dir", run_dir, f"already holds a run (status {previous.get('status')}); "

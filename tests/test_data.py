@@ -394,3 +394,24 @@ def test_jsonl_checks_before_loading(tmp_path):
         check_data(compose_config(["data=jsonl"]).data)
     # the run record keeps the identity of the files it read (resume refuses a changed corpus)
     assert data_files(jsonl_cfg(a, val_files=f"[{a}]")) == [str(a), str(a)]
+
+
+def test_a_file_edited_in_place_with_its_size_and_mtime_kept_is_tokenized_again(tmp_path):
+    """The token cache is keyed on the files' contents: an edit that keeps the size and the
+    modification time (a same-length substitution, then the old mtime put back) gets new tokens."""
+    a = write(tmp_path / "a.txt", prose(2000))
+    first = load_corpus(text_cfg(a), BYTE)
+    st = a.stat()
+    edited = a.read_text().replace("the", "zzz")
+    write(a, edited)
+    os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert a.stat().st_size == st.st_size and a.stat().st_mtime_ns == st.st_mtime_ns
+    second = load_corpus(text_cfg(a), BYTE)
+    expected = np.frombuffer(edited.encode(), dtype=np.uint8)  # the byte tokenizer: one token per byte
+    assert np.array_equal(np.concatenate([second.train, second.val]), expected)
+    assert not np.array_equal(np.asarray(first.train), np.asarray(second.train))
+    # a copy elsewhere holds the same text: its tokens come from the same cache entry
+    copy = write(tmp_path / "copy.txt", edited)
+    assert len([p for p in (tmp_path / "cache" / "tokens").iterdir() if not p.name.startswith(".")]) == 2
+    load_corpus(text_cfg(copy), BYTE)
+    assert len([p for p in (tmp_path / "cache" / "tokens").iterdir() if not p.name.startswith(".")]) == 2

@@ -198,3 +198,23 @@ def test_the_val_curve_of_a_cell_averages_its_replicates_only(tmp_path):
     drawn = {int(r["step"]): r for r in read_csv(tmp_path / "val_loss.csv")}
     assert float(drawn[10]["mean"]) == pytest.approx((2.0 + 2.4) / 2) and drawn[10]["n"] == "2"
     assert float(drawn[0]["mean"]) == pytest.approx((3.0 + 3.2) / 2)
+
+
+def test_one_value_in_two_spellings_is_one_setting(tmp_path):
+    """grad_clip=1 and grad_clip=1.0 (and lr 1e-3 against 0.001) with one seed are one
+    replicate, not two; another value is a setting of its own."""
+    from normexp import study
+    from normexp.runs import read_runs
+
+    root = tmp_path / "sweep"
+    for name, clip, lr, age in (("clip_1", "1", "1e-3", 50), ("clip_1.0", "1.0", "0.001", 5), ("clip_2", "2", "1e-3", 5)):
+        run = write_run(root, name, 1e-3, 0, {"status": "completed", "final_val_loss": 2.0 + len(name) / 100}, age=age)
+        config = (run / ".hydra" / "config.yaml").read_text().replace("lr: 0.001", f"lr: {lr}")
+        (run / ".hydra" / "config.yaml").write_text(config + f"grad_clip: {clip}\n")
+    runs = read_runs(root)
+    cells = study.cells(runs, ["grad_clip"])
+    assert sorted(cells) == [(1,), (2,)] and len(cells[(1,)]) == 2
+    sc = study.screen(cells[(1,)])
+    assert [r.rel for r in sc.kept] == ["clip_1.0"] and sc.losses == [2.0 + 8 / 100]
+    assert [(r.rel, short) for r, short, _ in sc.left_out] == [("clip_1", "duplicate seed")]
+    assert [r.rel for r in study.screen(cells[(2,)]).kept] == ["clip_2"]

@@ -134,3 +134,41 @@ def test_resume_command_names_absolute_folders(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     assert resume_command(Path("runs/a")).endswith(f"resume=true hydra.run.dir={tmp_path / 'runs' / 'a'}")
+
+
+@pytest.mark.slow
+def test_resume_checks_the_data_as_named_now_and_the_checkpoints_own_settings(tmp_path, cli_env):
+    """A relative data.files resolved from another working folder names other text; a
+    checkpoint copied in from a run of another lr: both refused in one line, exit 2, the
+    folder as it was. From the first folder, on its own checkpoint, the run continues."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir(), there.mkdir()
+    make_corpus(here / "c.txt", 20_000)
+    make_corpus(there / "c.txt", 20_000, seed=1)  # same name, same size, other text
+    run, other = tmp_path / "run", tmp_path / "other"
+    run_cli(["train", *BASE, "data.files=[c.txt]", f"hydra.run.dir={run}"], cli_env, cwd=here)
+    run_cli(["train", *BASE, "data.files=[c.txt]", "lr=1e-3", f"hydra.run.dir={other}"], cli_env, cwd=here)
+    interrupted(run)
+    before = snapshot(run)
+
+    proc = run_cli(["train", *BASE, "data.files=[c.txt]", "resume=true", f"hydra.run.dir={run}"], cli_env,
+                   check=False, cwd=there)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"normexp: error: data.files=c.txt: does not hold the text the run began on (it is {there / 'c.txt'} now, "
+        f"was {here / 'c.txt'}): it is not the file the run in {run} began on; resume on the same data, or train "
+        "in a new folder"]
+    assert snapshot(run) == before
+
+    own = (run / "checkpoints" / "step_00000002.pt").read_bytes()
+    (run / "checkpoints" / "step_00000002.pt").write_bytes((other / "checkpoints" / "step_00000002.pt").read_bytes())
+    proc = run_cli(["train", *BASE, "data.files=[c.txt]", "resume=true", f"hydra.run.dir={run}"], cli_env,
+                   check=False, cwd=here)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        f"normexp: error: lr=0.002: differs from the checkpoint step_00000002.pt in {run} (lr=0.001): it was trained "
+        "with other settings; resume with the checkpoint's own run, or remove that checkpoint")
+    assert snapshot(run) == before
+
+    (run / "checkpoints" / "step_00000002.pt").write_bytes(own)
+    proc = run_cli(["train", *BASE, "data.files=[c.txt]", "resume=true", f"hydra.run.dir={run}"], cli_env, cwd=here)
+    assert "resumed from step 2" in proc.stderr and read_summary(run)["steps_completed"] == 4
