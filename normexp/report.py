@@ -579,8 +579,13 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
         for c in setting_cols:
             mine = mine[mine[c].astype(str) == str(row[c])]
         at = mine.groupby(key)["learned"].apply(lambda v: bool((v == "yes").all()))
+        slow = (mine.groupby(key)["outcome"].apply(lambda v: not v.isin(["collapsed", "diverged"]).any())
+                if "outcome" in mine.columns else at & False)  # no seed unstable: too slow, not unstable
         ax.plot([x for x, ok in at.items() if ok], [y] * int(at.sum()), "o", color="tab:green", ms=5)
-        ax.plot([x for x, ok in at.items() if not ok], [y] * int((~at).sum()), "x", color="tab:red", ms=7, mew=2)
+        bad = [x for x, ok in at.items() if not ok and not slow[x]]
+        ax.plot(bad, [y] * len(bad), "x", color="tab:red", ms=7, mew=2)
+        too_slow = [x for x, ok in at.items() if not ok and slow[x]]
+        ax.plot(too_slow, [y] * len(too_slow), "v", color="tab:blue", ms=6)
         if pd.notna(row["last_stable"]) and pd.notna(row["first_unstable"]):
             ax.fill_betweenx([y - 0.3, y + 0.3], row["last_stable"], row["first_unstable"], color="0.6", alpha=0.5)
     ax.set_yticks(range(len(table)), [label(r) for r in table.to_dict("records")], fontsize=7)
@@ -588,18 +593,27 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     ax.invert_yaxis()
     ax.set_xlabel("learning rate" if key == "lr" else key)
     ax.grid(alpha=0.3, which="both", axis="x")
-    ax.set_title(f"Boundary search over {key}: green dot = every seed learned,\nred x = some seed did not; "
-                 "grey = the bracket", fontsize=8)
+    ax.set_title(f"Boundary search over {key}: green dot = every seed learned, red x = some seed collapsed or "
+                 "diverged,\nblue triangle = some seed never learned, none unstable; grey = the bracket", fontsize=8)
     _save(fig, out_dir / "boundary_search.png", points)
     head = [*setting_cols, "last stable", "first unstable", "ratio", "points", "runs", "monotone", "seeds"]
+    two_edges = "upper_edge" in table.columns  # boundary.csv from before the outcome classes has one edge
+    if two_edges:
+        head += ["upper edge (why)", "lower edge: too slow .. learns"]
     rows = [[*(fmt_param(r[c]) for c in setting_cols), _or_word(r["last_stable"], "none"),
              _or_word(r["first_unstable"], "none (upper bound held)"), _or_word(r["ratio"], "-", "{:.2f}"),
-             str(r["points_probed"]), str(r["runs_used"]), str(r["monotone"]), str(r["seeds"])]
+             str(r["points_probed"]), str(r["runs_used"]), str(r["monotone"]), str(r["seeds"]),
+             *([_edge_cell(r["upper_edge"], r["upper_why"]),
+                _lower_cell(r["highest_too_slow"], r["lowest_learning"], r["lower_why"])] if two_edges else [])]
             for r in table.to_dict("records")]
     echo(f"\nboundary of {key} (last stable .. first unstable, every seed learned below):\n" + text_table(head, rows))
     return [f"## Boundary of {key}", "", f"The largest {key} at which every seed learned (last stable) and the "
-            "smallest at which some seed did not (first unstable), found by the boundary sweeper's bisection; "
-            "monotone = no stable point lies above the first unstable one. Data: `boundary.csv`, "
+            "smallest above it at which some seed did not (first unstable), found by the boundary sweeper's bisection; "
+            "monotone = no stable point lies above the first unstable one. Upper edge: what bounded the search from "
+            "above (unstable: some seed collapsed or diverged there; stalled: its seeds never learned at a higher "
+            "value than one that learned; upper bound: it learned up to the search's upper bound; too slow: nothing "
+            "learned and nothing was unstable — no stability limit). Lower edge: the largest value below the window "
+            "where runs were too slow, and the smallest that learned. Data: `boundary.csv`, "
             "`boundary_points.csv` (every probed point and seed).", "", markdown_table(head, rows), "",
             f"![boundary of {key}](boundary_search.png)", ""]
 
@@ -607,7 +621,23 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
 def boundary_columns() -> set[str]:
     """The columns of boundary.csv that are results, not the setting."""
     return {"key", "last_stable", "first_unstable", "ratio", "verdict", "points_probed", "runs_used", "monotone",
-            "seeds"}
+            "seeds", "upper_edge", "upper_why", "lowest_learning", "highest_too_slow", "lower_edge", "lower_why",
+            "runs_skipped"}
+
+
+def _edge_cell(edge, why) -> str:
+    """"unstable (diverged 1)": what bounded the search from above and the seeds' outcomes there."""
+    edge = "" if edge != edge or edge is None else str(edge)
+    why = "" if why != why or why is None else str(why)
+    return f"{edge} ({why})" if why else edge or "-"
+
+
+def _lower_cell(slow, start, why) -> str:
+    if start is None or start != start:
+        return "-"
+    if slow is None or slow != slow:
+        return f"learns from the lower bound {start:g}"
+    return f"{slow:g} .. {start:g}" + (f" ({why})" if why == why and why else "")
 
 
 def _or_word(value, word: str, pattern: str = "{:g}") -> str:
