@@ -618,6 +618,34 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             f"![boundary of {key}](boundary_search.png)", ""]
 
 
+def depth_law_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
+    """With lr searched at several depths (`layers` a setting key): the depth law (normexp/
+    depth_law.py), depth_law.png (its points: depth_law.csv) and depth_law_slopes.csv (the slope table); [] otherwise."""
+    import pandas as pd
+
+    from . import depth_law
+
+    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
+    if str(table["key"].iloc[0]) != "lr" or "layers" not in table.columns or table["layers"].nunique() < 2:
+        return []
+    line_cols = [c for c in table.columns if c not in boundary_columns() and c != "layers"]
+    results = depth_law.laws(table, line_cols)
+    head, rows = depth_law.table_rows(results, line_cols)
+    pd.DataFrame([dict(zip(head, r)) for r in rows]).to_csv(out_dir / "depth_law_slopes.csv", index=False)
+    depth_law.draw(results, line_cols, out_dir / "depth_law.png", _save)
+    echo("\ndepth law (max stable lr vs depth, log-log fit; 95 % bootstrap over the brackets and depths):\n"
+         + text_table(head, rows))
+    return ["## Depth law", "", "The largest stable lr at each depth (the bracket last stable .. first unstable, "
+            "kept only where the search found an upper edge above the learning window: a seed collapsed or "
+            "diverged, or never learned above an lr that learned) against depth, log-log; slope of the "
+            "least-squares line through the brackets' geometric middles, its 95 % interval a percentile bootstrap "
+            "over the brackets (each limit drawn log-uniformly inside its bracket) and the depths (resampled), 2,000 "
+            "resamples; the limit at the shallowest depth and the line's value at 1,000 blocks. Depths without a "
+            "limit (too slow: nothing learned; upper bound: learned up to the search's bound) are listed, never "
+            "fitted. Data: `depth_law_slopes.csv` (this table), `depth_law.csv` (the figure's points).", "", markdown_table(head, rows), "",
+            "![depth law](depth_law.png)", ""]
+
+
 def boundary_columns() -> set[str]:
     """The columns of boundary.csv that are results, not the setting."""
     return {"key", "last_stable", "first_unstable", "ratio", "verdict", "points_probed", "runs_used", "monotone",
@@ -770,6 +798,10 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
         sections += boundary_section(searched, out_dir, echo)
         extra += ["boundary_search.png"]
+        law = depth_law_section(searched, out_dir, echo)
+        if law:
+            sections += law
+            extra += ["depth_law_slopes.csv", "depth_law.png"]
     if swept(runs, keys, "lr") and not searched:
         sections += sensitivity_section(runs, keys, out_dir)
         extra += ["sensitivity.csv", "lr_sensitivity.png"]
