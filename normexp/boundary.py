@@ -282,7 +282,8 @@ class Scheduler:
         so they are skipped;
       - seed 0 never learned anywhere else: the others run, since one of them collapsing
         would make the point an unstable one (the upper edge's "why", or the empty-window
-        search's direction depends on it).
+        search's direction depends on it). While another point of the search still waits
+        for its seed 0 (it may turn out to learn above this one) the decision waits too.
     `ready()` orders runs by `cost` (largest first), so long runs start early and do not
     straggle at the end."""
 
@@ -291,6 +292,7 @@ class Scheduler:
         self.queue: list = []        # (i, x, seed) ready to start
         self.running: set = set()    # (i, x, seed) launched, not yet in
         self.open: dict = {}         # i -> {x: seeds still to come back}
+        self.deferred: dict = {}     # i -> {x: seed 0 never learned, the decision waits for the other seed 0s}
         for i, s in enumerate(searches):
             for x in first_points:
                 self._probe(i, x)
@@ -321,17 +323,30 @@ class Scheduler:
             self.open[i] = {}
             return
         if seed == self.seeds[0] and len(self.seeds) > 1:
-            if self._decided_by_first(s, x, seed):
-                s.skipped += len(self.seeds) - 1
-            else:
-                for other in self.seeds[1:]:
-                    waiting.add(other)
-                    self.queue.append((i, x, other))
-        if not waiting:
-            del self.open[i][x]
+            self.deferred.setdefault(i, set()).add(x)
+        self._decide(i)
+        for done in [p for p, w in self.open[i].items() if not w and p not in self.deferred.get(i, ())]:
+            del self.open[i][done]
         if not self.open[i]:
             for nxt in s.next_points():
                 self._probe(i, nxt)
+
+    def _decide(self, i) -> None:
+        """Each point of search i whose seed 0 is in: skip its other seeds where seed 0 decided
+        it, start them where it did not (a never-learned seed 0 waits while another point's
+        seed 0 is still out: that one may learn above it)."""
+        s, first = self.searches[i], self.seeds[0]
+        first_out = any(first in seeds and first not in s.outcomes.get(x, {}) for x, seeds in self.open[i].items())
+        for x in sorted(self.deferred.get(i, ())):
+            if self._decided_by_first(s, x, first):
+                s.skipped += len(self.seeds) - 1
+            elif first_out and s.outcomes[x][first] in outcomes.TOO_SLOW:
+                continue
+            else:
+                for other in self.seeds[1:]:
+                    self.open[i][x].add(other)
+                    self.queue.append((i, x, other))
+            self.deferred[i].discard(x)
 
     @staticmethod
     def _decided_by_first(s: Search, x, seed) -> bool:

@@ -251,20 +251,19 @@ def test_no_learning_point_searches_between_slow_and_unstable():
 
 
 def test_seed_zero_decides_only_where_the_rule_allows():
-    # seed 0 diverges at 1e-1: the others are skipped. Seed 0 never learns at 1e-4 below the
-    # learning 1e-3: skipped too, once 1e-3 is known to learn (one slot: initial points run in
-    # order of cost, all equal, so 1e-4 comes back first and its seeds 1, 2 do run)
+    # seed 0 diverges above 0.02: the others are skipped. Seed 0 never learns at or below 3e-4,
+    # under points known to learn: skipped too (at 1e-4 the decision waits until the other
+    # initial points' seed 0 is in: one slot, equal costs, so 1e-4 comes back first)
     (s,), launched, _ = scheduled(window(3e-4, 0.02))
     runs_at = lambda x: sorted(seed for _, xx, seed in launched if xx == x)  # noqa: E731
-    assert runs_at(0.1) == [0] and runs_at(1e-3) == [0, 1, 2] and runs_at(1e-2) == [0, 1, 2]
-    assert runs_at(1e-4) == [0, 1, 2]          # no learning point known yet when it came back
-    later_slow = [x for x in s.outcomes if 1e-4 < x <= 3e-4]
-    assert later_slow and all(runs_at(x) == [0] for x in later_slow)  # below a learning point: decided
-    assert s.skipped == 2 * (1 + len(later_slow)) + 2 * sum(1 for x in s.outcomes if x > 0.02 and x != 0.1)
-    # the rounds schedule probes the same points and brackets, with every seed
-    (r,), _ = search(lambda x, seed, i: window(3e-4, 0.02)(x, seed, i)["status"] if x > 3e-4
-                     else "stalled", lower=1e-4)
-    assert set(r.outcomes) >= {1e-4, 1e-3, 1e-2, 0.1} and r.bracket() == s.bracket()
+    for x in s.outcomes:
+        assert runs_at(x) == ([0, 1, 2] if 3e-4 < x <= 0.02 else [0]), x
+    failing = [x for x in s.outcomes if not 3e-4 < x <= 0.02]
+    assert s.skipped == 2 * len(failing) and s.runs == len(launched)
+    # the rounds schedule probes the same points and finds the same brackets, with every seed
+    (r,), _ = search(lambda x, seed, i: "completed" if 3e-4 < x <= 0.02 else ("stalled" if x <= 3e-4 else "diverged"))
+    assert set(r.outcomes) == set(s.outcomes) and r.bracket() == s.bracket()
+    assert r.lower_bracket() == s.lower_bracket() and r.runs == 3 * len(r.outcomes)
 
 
 def test_a_seed_that_collapses_makes_the_point_unstable_and_others_run_after_a_slow_seed_zero():
