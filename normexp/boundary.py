@@ -316,12 +316,12 @@ class Scheduler:
         self.running.discard(job)
         s = self.searches[i]
         record(s, x, seed, summary)
-        waiting = self.open[i][x]
-        waiting.discard(seed)
         if s.error is not None:  # a failed job stops its search: nothing more of it starts
             self.queue = [j for j in self.queue if j[0] != i]
-            self.open[i] = {}
+            self.open[i], self.deferred[i] = {}, set()
             return
+        waiting = self.open[i][x]
+        waiting.discard(seed)
         if seed == self.seeds[0] and len(self.seeds) > 1:
             self.deferred.setdefault(i, set()).add(x)
         self._decide(i)

@@ -51,7 +51,7 @@ class BoundarySweeperConf:
     initial_points: int = 4       # log-spaced points of round 0, the bounds included
     lower_ratio: Optional[float] = None  # the lower edge (too slow .. learns) to this ratio; null = ratio
     schedule: str = "async"       # async (runs as slots free up, seed 0 first) | rounds (one batch a round)
-    parallel: Optional[int] = None  # runs at once under async; null = the launcher's n_jobs, else 1
+    parallel: Optional[int] = None  # runs at once under async; null = n_jobs / array_parallelism, else 1
     params: Optional[Dict[str, str]] = None  # the other swept keys, as the basic sweeper's params
 
 
@@ -98,7 +98,10 @@ class BoundarySweeper(Sweeper):
         import os
 
         n_jobs = OmegaConf.select(self.config, "hydra.launcher.n_jobs")
-        return parallel_jobs(n_jobs, os.cpu_count() or 1) if n_jobs is not None else 1
+        if n_jobs is not None:  # joblib
+            return parallel_jobs(n_jobs, os.cpu_count() or 1)
+        array = OmegaConf.select(self.config, "hydra.launcher.array_parallelism")  # submitit (SLURM, local)
+        return int(array) if array else 1  # the basic launcher: one at a time, inline
 
     def sweep(self, arguments: List[str]) -> Any:
         axes = self._axes(arguments)
