@@ -122,8 +122,8 @@ class BoundarySweeper(Sweeper):
 
         def launch(batch):
             jobs = [overrides(*job) for job in batch]
-            log.info("boundary search: %d runs (%d settings × %d seeds)", len(jobs),
-                     len({i for i, _, _ in batch}), len(seeds))
+            log.info("boundary search: %d run%s of %d setting%s", len(jobs), "s" * (len(jobs) != 1),
+                     len({i for i, _, _ in batch}), "s" * (len({i for i, _, _ in batch}) != 1))
             self.validate_batch_is_legal(jobs)
             with lock:
                 first = next_idx[0]
