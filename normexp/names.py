@@ -124,7 +124,14 @@ OUTCOME_FIELDS = {
     "baseline_loss": Field("the unigram baseline: the loss of predicting token frequencies"),
     "stall_margin": Field("the fraction below the baseline a completed run must end at to count as learned"),
     "requeues": Field("the times SLURM requeued the job"),
+    "outcome": Field("learned / never_learned / collapsed / diverged (normexp.outcomes.classify); null while "
+                     "unfinished", csv=True, number=False),
+    "learned_margin": Field("the fraction below the baseline some loss must reach for a run that ended above it to "
+                            "count as collapsed rather than never_learned"),
+    "loss_trajectory": Field("{train: [[step, loss], ...] at logging steps, val: [[step, loss], ...] at evaluations}",
+                             number=False),
 }
+LOSS_TRAJECTORY = "loss_trajectory"
 
 # Where and how it ran (written by training, read by `normexp report` to tell a killed run)
 RUN_FIELDS = ("device", "threads", "pid", "host")

@@ -579,8 +579,13 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
         for c in setting_cols:
             mine = mine[mine[c].astype(str) == str(row[c])]
         at = mine.groupby(key)["learned"].apply(lambda v: bool((v == "yes").all()))
+        slow = (mine.groupby(key)["outcome"].apply(lambda v: not v.isin(["collapsed", "diverged"]).any())
+                if "outcome" in mine.columns else at & False)  # no seed unstable: too slow, not unstable
         ax.plot([x for x, ok in at.items() if ok], [y] * int(at.sum()), "o", color="tab:green", ms=5)
-        ax.plot([x for x, ok in at.items() if not ok], [y] * int((~at).sum()), "x", color="tab:red", ms=7, mew=2)
+        bad = [x for x, ok in at.items() if not ok and not slow[x]]
+        ax.plot(bad, [y] * len(bad), "x", color="tab:red", ms=7, mew=2)
+        too_slow = [x for x, ok in at.items() if not ok and slow[x]]
+        ax.plot(too_slow, [y] * len(too_slow), "v", color="tab:blue", ms=6)
         if pd.notna(row["last_stable"]) and pd.notna(row["first_unstable"]):
             ax.fill_betweenx([y - 0.3, y + 0.3], row["last_stable"], row["first_unstable"], color="0.6", alpha=0.5)
     ax.set_yticks(range(len(table)), [label(r) for r in table.to_dict("records")], fontsize=7)
@@ -588,26 +593,79 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     ax.invert_yaxis()
     ax.set_xlabel("learning rate" if key == "lr" else key)
     ax.grid(alpha=0.3, which="both", axis="x")
-    ax.set_title(f"Boundary search over {key}: green dot = every seed learned,\nred x = some seed did not; "
-                 "grey = the bracket", fontsize=8)
+    ax.set_title(f"Boundary search over {key}: green dot = every seed learned, red x = some seed collapsed or "
+                 "diverged,\nblue triangle = some seed never learned, none unstable; grey = the bracket", fontsize=8)
     _save(fig, out_dir / "boundary_search.png", points)
     head = [*setting_cols, "last stable", "first unstable", "ratio", "points", "runs", "monotone", "seeds"]
+    two_edges = "upper_edge" in table.columns  # boundary.csv from before the outcome classes has one edge
+    if two_edges:
+        head += ["upper edge (why)", "lower edge: too slow .. learns"]
     rows = [[*(fmt_param(r[c]) for c in setting_cols), _or_word(r["last_stable"], "none"),
              _or_word(r["first_unstable"], "none (upper bound held)"), _or_word(r["ratio"], "-", "{:.2f}"),
-             str(r["points_probed"]), str(r["runs_used"]), str(r["monotone"]), str(r["seeds"])]
+             str(r["points_probed"]), str(r["runs_used"]), str(r["monotone"]), str(r["seeds"]),
+             *([_edge_cell(r["upper_edge"], r["upper_why"]),
+                _lower_cell(r["highest_too_slow"], r["lowest_learning"], r["lower_why"])] if two_edges else [])]
             for r in table.to_dict("records")]
     echo(f"\nboundary of {key} (last stable .. first unstable, every seed learned below):\n" + text_table(head, rows))
     return [f"## Boundary of {key}", "", f"The largest {key} at which every seed learned (last stable) and the "
-            "smallest at which some seed did not (first unstable), found by the boundary sweeper's bisection; "
-            "monotone = no stable point lies above the first unstable one. Data: `boundary.csv`, "
+            "smallest above it at which some seed did not (first unstable), found by the boundary sweeper's bisection; "
+            "monotone = no stable point lies above the first unstable one. Upper edge: what bounded the search from "
+            "above (unstable: some seed collapsed or diverged there; stalled: its seeds never learned at a higher "
+            "value than one that learned; upper bound: it learned up to the search's upper bound; too slow: nothing "
+            "learned and nothing was unstable — no stability limit). Lower edge: the largest value below the window "
+            "where runs were too slow, and the smallest that learned. Data: `boundary.csv`, "
             "`boundary_points.csv` (every probed point and seed).", "", markdown_table(head, rows), "",
             f"![boundary of {key}](boundary_search.png)", ""]
+
+
+def depth_law_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
+    """With lr searched at several depths (`layers` a setting key): the depth law (normexp/
+    depth_law.py), depth_law.png (its points: depth_law.csv) and depth_law_slopes.csv (the slope table); [] otherwise."""
+    import pandas as pd
+
+    from . import depth_law
+
+    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
+    if str(table["key"].iloc[0]) != "lr" or "layers" not in table.columns or table["layers"].nunique() < 2:
+        return []
+    line_cols = [c for c in table.columns if c not in boundary_columns() and c != "layers"]
+    results = depth_law.laws(table, line_cols)
+    head, rows = depth_law.table_rows(results, line_cols)
+    pd.DataFrame([dict(zip(head, r)) for r in rows]).to_csv(out_dir / "depth_law_slopes.csv", index=False)
+    depth_law.draw(results, line_cols, out_dir / "depth_law.png", _save)
+    echo("\ndepth law (max stable lr vs depth, log-log fit; 95 % bootstrap over the brackets and depths):\n"
+         + text_table(head, rows))
+    return ["## Depth law", "", "The largest stable lr at each depth (the bracket last stable .. first unstable, "
+            "kept only where the search found an upper edge above the learning window: a seed collapsed or "
+            "diverged, or never learned above an lr that learned) against depth, log-log; slope of the "
+            "least-squares line through the brackets' geometric middles, its 95 % interval a percentile bootstrap "
+            "over the brackets (each limit drawn log-uniformly inside its bracket) and the depths (resampled), 2,000 "
+            "resamples; the limit at the shallowest depth and the line's value at 1,000 blocks. Depths without a "
+            "limit (too slow: nothing learned; upper bound: learned up to the search's bound) are listed, never "
+            "fitted. Data: `depth_law_slopes.csv` (this table), `depth_law.csv` (the figure's points).", "", markdown_table(head, rows), "",
+            "![depth law](depth_law.png)", ""]
 
 
 def boundary_columns() -> set[str]:
     """The columns of boundary.csv that are results, not the setting."""
     return {"key", "last_stable", "first_unstable", "ratio", "verdict", "points_probed", "runs_used", "monotone",
-            "seeds"}
+            "seeds", "upper_edge", "upper_why", "lowest_learning", "highest_too_slow", "lower_edge", "lower_why",
+            "runs_skipped"}
+
+
+def _edge_cell(edge, why) -> str:
+    """"unstable (diverged 1)": what bounded the search from above and the seeds' outcomes there."""
+    edge = "" if edge != edge or edge is None else str(edge)
+    why = "" if why != why or why is None else str(why)
+    return f"{edge} ({why})" if why else edge or "-"
+
+
+def _lower_cell(slow, start, why) -> str:
+    if start is None or start != start:
+        return "-"
+    if slow is None or slow != slow:
+        return f"learns from the lower bound {start:g}"
+    return f"{slow:g} .. {start:g}" + (f" ({why})" if why == why and why else "")
 
 
 def _or_word(value, word: str, pattern: str = "{:g}") -> str:
@@ -740,6 +798,10 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
         sections += boundary_section(searched, out_dir, echo)
         extra += ["boundary_search.png"]
+        law = depth_law_section(searched, out_dir, echo)
+        if law:
+            sections += law
+            extra += ["depth_law_slopes.csv", "depth_law.png"]
     if swept(runs, keys, "lr") and not searched:
         sections += sensitivity_section(runs, keys, out_dir)
         extra += ["sensitivity.csv", "lr_sensitivity.png"]

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .names import FINISHED, HPARAMS, OUTCOME_FIELDS, RUN_FIELDS, SETTINGS_FIELDS, STATUSES  # noqa: F401 - re-exported
+from .names import FINISHED, HPARAMS, LOSS_TRAJECTORY, OUTCOME_FIELDS, RUN_FIELDS, SETTINGS_FIELDS, STATUSES  # noqa: F401 - re-exported
 
 # Keys that say how to run, not what to compute: a resumed run may change them, the report
 # never calls them "varied", and run names leave them out (train.yaml's exclude_keys holds
@@ -56,7 +56,9 @@ def summary_record(cfg, **facts) -> dict:
     read it (its fields: names.py). Starts from the config's hyperparameters; `facts` add or
     replace fields (the model's resolved settings, where it ran, the outcome)."""
     record = {**dict.fromkeys(OUTCOME_FIELDS), "status": "running", "steps_completed": 0, "requeues": 0,
-              "stall_margin": cfg.stall_margin, **dict.fromkeys(RUN_FIELDS), **hyperparameters(cfg),
+              "stall_margin": cfg.stall_margin,
+              "learned_margin": cfg.outcome.learned_margin, LOSS_TRAJECTORY: {"train": [], "val": []},
+              **dict.fromkeys(RUN_FIELDS), **hyperparameters(cfg),
               **{f: {} for f in SETTINGS_FIELDS.values()}}
     record.update(facts)
     return record

@@ -38,6 +38,7 @@ from .instruments import Instruments, recording, scalar_tags
 from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
 from .model import GPT, IGNORE_TARGET, ModelConfig
 from . import names
+from . import outcomes
 from .runfolder import beat_baseline, hparams_row, read_summary, result_settings, summary_record, write_summary
 from .schedules import lr_multiplier
 from .signals import Interrupted, Preempted, StopSignals
@@ -460,6 +461,7 @@ class Trainer:
         """A logging step's scalars, depth-profile image and optional histograms, at the step just taken."""
         s = self.step - 1
         write_scalars(self.writer, {**scalar_tags(values), names.TRAIN_LOSS: values["loss"], names.TRAIN_LR: lr}, s)
+        self.summary[names.LOSS_TRAJECTORY]["train"].append([s, values["loss"]])  # for outcomes.classify
         every = profiles_every(self.cfg)
         t0 = time.perf_counter()
         if every and (s % every == 0 or s == self.cfg.steps - 1):
@@ -484,6 +486,7 @@ class Trainer:
         if step % cfg.eval_every == 0 or step == cfg.steps:
             val = validation_loss(self.model, self.corpus.val, cfg, self.device, self.autocast)
             self.summary["final_val_loss"] = val
+            self.summary[names.LOSS_TRAJECTORY]["val"].append([step, val])
             self.best_val = min(self.best_val, val)
             self._log_val(val, step)
             if not math.isfinite(val):
@@ -549,6 +552,7 @@ class Trainer:
         self.summary.update(status=status, steps_completed=self.step, final_train_loss=self.last_train_loss,
                             best_val_loss=None if self.best_val == math.inf else self.best_val,
                             tokens_per_second=self.meter.tokens_per_second, wall_seconds=round(time.time() - self.t_start, 2))
+        self.summary["outcome"] = outcomes.classify(self.summary)
         for tag, v in names.hparam_metric_values(self.summary).items():
             if v is not None and math.isfinite(v):
                 self.writer.add_scalar(tag, v, self.step)

@@ -101,6 +101,10 @@ def _validate(cfg: DictConfig, explicit) -> None:
     margin = cfg.stall_margin
     if not is_number(margin) or not 0 <= margin < 1:
         raise ConfigError("stall_margin", margin, "must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)")
+    learned = cfg.outcome.learned_margin
+    if not is_number(learned) or not 0 <= learned < 1:
+        raise ConfigError("outcome.learned_margin", learned, "must be a number from 0 to below 1 (0.05 = 5 % below the "
+                          "unigram baseline)")
     _optimizer(cfg)
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")

@@ -127,14 +127,14 @@ def _sweep(tmp_path, env, ratio, resume=False):
 
 
 def _from_folders(sweep: Path) -> dict:
-    """{placement: {lr: [status of each seed]}} read from the run folders' own files."""
+    """{placement: {lr: {seed: (status, outcome)}}} read from the run folders' own files."""
     from omegaconf import OmegaConf
 
     out = {}
     for run in find_runs(sweep):
         cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
-        status = read_summary(run)["status"]
-        out.setdefault(cfg.placement.name, {}).setdefault(cfg.lr, []).append(status)
+        summary = read_summary(run)
+        out.setdefault(cfg.placement.name, {}).setdefault(cfg.lr, {})[cfg.seed] = (summary["status"], summary["outcome"])
     return out
 
 
@@ -143,7 +143,7 @@ def test_the_sweeper_end_to_end_and_a_resumed_search(tmp_path, cli_env):
     proc = _sweep(tmp_path, cli_env, ratio=4)   # a coarse search, continued below to ×2
     sweep = tmp_path / "sw"
     first = {run: (run / "summary.json").stat().st_mtime_ns for run in find_runs(sweep)}
-    assert "boundary of lr" in proc.stderr
+    assert "boundary of lr" in proc.stderr and "busy fraction" in proc.stderr
     _sweep(tmp_path, cli_env, ratio=2, resume=True)
     runs = find_runs(sweep)
     assert all((r / "summary.json").stat().st_mtime_ns == first[r] for r in first)  # nothing retrained
@@ -152,17 +152,181 @@ def test_the_sweeper_end_to_end_and_a_resumed_search(tmp_path, cli_env):
     by_hand = _from_folders(sweep)
     assert set(table) == set(by_hand) == {"post", "pre"}
     for placement, points in by_hand.items():
-        assert all(len(statuses) == 2 for statuses in points.values())  # both seeds at every point
-        stable = {lr: all(s == "completed" for s in st) for lr, st in points.items()}
-        unstable = [lr for lr, ok in stable.items() if not ok]
-        first_unstable = min(unstable) if unstable else None
+        stable = {lr: all(st == "completed" for st, _ in seeds.values()) for lr, seeds in points.items()}
+        start = min((lr for lr, ok in stable.items() if ok), default=None)
+        for lr, seeds in points.items():  # both seeds, or seed 0 alone where it decided the point
+            first = seeds[0][1]
+            if first in ("collapsed", "diverged"):      # unstable whatever seed 1 does
+                assert set(seeds) == {0}, (lr, seeds)
+            elif first == "learned" or start is None or lr > start:
+                assert set(seeds) == {0, 1}, (lr, seeds)
+            else:  # never learned below the window: skipped if a learning point was known by then
+                assert set(seeds) in ({0}, {0, 1}), (lr, seeds)
+        above = [lr for lr, ok in stable.items() if not ok and (start is None or lr > start)]
+        first_unstable = min(above) if above else None
         below = [lr for lr, ok in stable.items() if ok and (first_unstable is None or lr < first_unstable)]
         last_stable = max(below) if below else None
+        if start is None:
+            first_unstable = min(points)
         row = table[placement]
         assert (float(row["last_stable"]) if row["last_stable"] else None) == last_stable
         assert (float(row["first_unstable"]) if row["first_unstable"] else None) == first_unstable
         assert int(row["points_probed"]) == len(points)
+        assert int(row["runs_used"]) + int(row["runs_skipped"]) == 2 * len(points)
         if last_stable and first_unstable:
             assert first_unstable / last_stable <= 2
+    schedule = __import__("json").loads((sweep / "boundary_schedule.json").read_text())
+    assert schedule["slots"] == 2 and 0 < schedule["busy_fraction"] <= 1
     report = run_cli(["report", str(sweep)], cli_env)
     assert "boundary of lr" in report.stdout and (sweep / "boundary_search.png").exists()
+
+
+# ------------------------------------------------------------ two edges, the schedule
+
+def window(low, high, above="diverged"):
+    """Learns strictly inside (low, high]; below: never gets going; above: `above`."""
+    def outcome(x, seed, i):
+        if x <= low:
+            return {"status": "stalled", "outcome": "never_learned"}
+        return {"status": "completed"} if x <= high else {"status": "diverged" if above == "diverged" else "stalled",
+                                                          "outcome": above}
+    return outcome
+
+
+def scheduled(outcome, lower=1e-4, upper=1e-1, ratio=1.25, first=4, seeds=(0, 1, 2), settings=1, lower_ratio=None,
+              slots=1):
+    """The searches run by Scheduler + run_scheduled against `outcome(x, seed, i) -> summary`."""
+    searches = [boundary.Search((("placement", i),), lower, upper, ratio, lower_ratio=lower_ratio)
+                for i in range(settings)]
+    launched = []
+
+    def launch_one(job):
+        launched.append(job)
+        return outcome(job[1], job[2], job[0])
+
+    scheduler = boundary.Scheduler(searches, list(seeds), boundary.initial_points(lower, upper, first, False))
+    stats = boundary.run_scheduled(scheduler, launch_one, slots)
+    return searches, launched, stats
+
+
+def as_summary(outcome):
+    return lambda x, seed, i: (lambda o: None if o is None else {"status": o})(outcome(x, seed, i))
+
+
+def test_both_edges_of_the_window_are_bracketed():
+    # too slow at or below 3e-4, learns up to 0.02, diverges above: 1e-4 and 1e-1 fail, 1e-3 and 1e-2 learn
+    (s,), _, _ = scheduled(window(3e-4, 0.02), lower_ratio=1.25)
+    low, high = s.bracket()
+    assert low <= 0.02 < high and high / low <= 1.25
+    slow, start = s.lower_bracket()
+    assert slow <= 3e-4 < start and start / slow <= 1.25
+    row = s.row("lr")
+    assert row["upper_edge"] == "unstable" and row["upper_why"] == "diverged 1"  # seed 0 decided it alone
+    assert row["lower_edge"] == "too slow" and row["lower_why"].startswith("never_learned")
+    assert row["verdict"] == f"{low:g} .. {high:g}"
+
+
+def test_too_slow_everywhere_is_never_a_stability_limit():
+    (s,), _, _ = scheduled(window(1.0, 2.0))  # never learns up to the upper bound
+    assert s.verdict() == "none" and s.upper_edge() == "too slow"
+    assert s.next_points() == []     # nothing to bisect: no unstable point to bound a window
+    row = s.row("lr")
+    assert row["last_stable"] is None and "never_learned 3" in s.why(1e-1)  # every seed ran: no skipping
+
+
+def test_above_the_window_a_run_that_never_learned_is_stalled_not_unstable():
+    (s,), _, _ = scheduled(window(1e-5, 0.02, above="never_learned"))
+    assert s.upper_edge() == "stalled" and s.why(s.bracket()[1]) == "never_learned 3"
+    (s,), _, _ = scheduled(window(1e-5, 0.02, above="collapsed"))
+    assert s.upper_edge() == "unstable" and s.why(s.bracket()[1]) == "collapsed 1"
+
+
+def test_no_learning_point_searches_between_slow_and_unstable():
+    # slow up to 2e-3, unstable from 2.2e-3: the midpoints close in on the gap, and nothing learns
+    def outcome(x, seed, i):
+        if x <= 2e-3:
+            return {"status": "stalled", "outcome": "never_learned"}
+        return {"status": "diverged"}
+    (s,), _, _ = scheduled(outcome)
+    assert s.upper_edge() == "no window" and s.verdict() == "none"
+    slow, unstable = s.empty_window()
+    assert slow <= 2e-3 < unstable and unstable / slow <= 1.25
+    (s,), _, _ = scheduled(lambda x, seed, i: {"status": "diverged"})
+    assert s.upper_edge() == "unstable everywhere" and len(s.outcomes) == 4
+
+
+def test_seed_zero_decides_only_where_the_rule_allows():
+    # seed 0 diverges above 0.02: the others are skipped. Seed 0 never learns at or below 3e-4,
+    # under points known to learn: skipped too (at 1e-4 the decision waits until the other
+    # initial points' seed 0 is in: one slot, equal costs, so 1e-4 comes back first)
+    (s,), launched, _ = scheduled(window(3e-4, 0.02))
+    runs_at = lambda x: sorted(seed for _, xx, seed in launched if xx == x)  # noqa: E731
+    for x in s.outcomes:
+        assert runs_at(x) == ([0, 1, 2] if 3e-4 < x <= 0.02 else [0]), x
+    failing = [x for x in s.outcomes if not 3e-4 < x <= 0.02]
+    assert s.skipped == 2 * len(failing) and s.runs == len(launched)
+    # the rounds schedule probes the same points and finds the same brackets, with every seed
+    (r,), _ = search(lambda x, seed, i: "completed" if 3e-4 < x <= 0.02 else ("stalled" if x <= 3e-4 else "diverged"))
+    assert set(r.outcomes) == set(s.outcomes) and r.bracket() == s.bracket()
+    assert r.lower_bracket() == s.lower_bracket() and r.runs == 3 * len(r.outcomes)
+
+
+def test_a_seed_that_collapses_makes_the_point_unstable_and_others_run_after_a_slow_seed_zero():
+    # seed 0 never learns at 0.05, seed 1 collapses there: the point is unstable, seen only because seed 1 ran
+    def outcome(x, seed, i):
+        if x < 0.05:
+            return {"status": "completed"}
+        return {"status": "stalled", "outcome": "collapsed" if seed == 1 else "never_learned"}
+    (s,), launched, _ = scheduled(outcome, lower=1e-3, upper=0.1, first=2)
+    assert s.upper_edge() == "unstable" and "collapsed 1" in s.why(s.bracket()[1])
+
+
+def test_no_barrier_between_settings_and_the_busy_fraction():
+    """Two slots: setting 0's runs take 0.3 s, setting 1's 0.02 s (sleeps). In rounds a slot
+    would wait for the slow setting; here the fast one's runs fill the other slot."""
+    import time
+
+    searches = [boundary.Search((("layers", d),), 1e-3, 1e-1, 1.25) for d in (64, 4)]
+    durations = {0: 0.3, 1: 0.02}
+    spans = []
+
+    def launch_one(job):
+        i, x, seed = job
+        t = time.monotonic()
+        time.sleep(durations[i])
+        spans.append((i, t, time.monotonic()))
+        return {"status": "completed" if x <= 0.02 else "diverged"}
+
+    scheduler = boundary.Scheduler(searches, [0], boundary.initial_points(1e-3, 1e-1, 3, False),
+                                   cost=lambda i, x: searches[i].setting[0][1])
+    stats = boundary.run_scheduled(scheduler, launch_one, slots=2)
+    assert min(spans, key=lambda s: s[1])[0] == 0      # the deep setting starts first (largest cost)
+    assert all(s.bracket()[1] / s.bracket()[0] <= 1.25 for s in searches)
+    assert stats["runs"] == sum(s.runs for s in searches) == len(spans)
+    busy = sum(end - start for _, start, end in spans)
+    assert stats["busy_seconds"] == pytest.approx(busy, rel=0.1, abs=0.05)
+    assert stats["busy_fraction"] == pytest.approx(stats["busy_seconds"] / (2 * stats["wall_seconds"]), abs=2e-3)
+    # every fast run started and ended while some slow run was going: no barrier between settings
+    slow = [(a, b) for i, a, b in spans if i == 0]
+    fast = [(a, b) for i, a, b in spans if i == 1]
+    inside = sum(any(a0 <= a and b <= b0 for a0, b0 in slow) for a, b in fast)
+    assert inside == len(fast)
+
+
+def test_a_failed_job_stops_its_search_under_the_async_schedule_too():
+    # setting 0's job at 1e-2 fails while its other points' runs are still out (two slots)
+    def outcome(x, seed, i):
+        if i == 0 and x == 1e-2:
+            return None
+        return {"status": "completed" if x <= 0.0123 else "diverged"}
+    (broken, fine), launched, stats = scheduled(outcome, settings=2, slots=2)
+    assert broken.error is not None and broken.verdict().startswith("failed") and broken.upper_edge() == "failed"
+    assert not any(i == 0 and x not in (1e-4, 1e-3, 1e-2, 1e-1) for i, x, _ in launched)  # no midpoint after it
+    low, high = fine.bracket()
+    assert low <= 0.0123 < high and high / low <= 1.25 and stats["runs"] == len(launched)
+
+
+def test_settings_of_the_schedule_are_checked():
+    assert "lower_ratio" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, lower_ratio=0.5)
+    assert "async, rounds" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, schedule="fast")
+    assert "parallel" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, parallel=0)

@@ -38,11 +38,15 @@ PRESET_VALUES = {
                     "checkpoint_every": 0},
     "depth_boundary": {"schedule.name": "constant", "steps": 200, "lr": 1e-3, "warmup": 100, "d_model": 64,
                        "seq_len": 64, "checkpoint_every": 0},
+    "depth_law": {"schedule.name": "cosine", "steps": 150, "warmup": 40, "d_model": 32, "heads": 2, "seq_len": 32,
+                  "batch_size": 8, "checkpoint_every": 0},
+    "depth_rung": {"schedule.name": "cosine", "steps": 150, "warmup": 40, "layers": 1000, "d_model": 32, "heads": 2,
+                   "seq_len": 32, "batch_size": 8, "checkpoint_every": 50},
 }
 # Presets searched by the boundary sweeper (not a grid): the key searched, and a shrunken search
 # (two settings, one seed, the two bounds only) that a 2-step tiny run cannot learn, so each
 # setting's lower bound fails and the search ends after round 0: settings × 2 runs.
-BOUNDARY = {"lr_boundary": "lr", "depth_boundary": "layers"}
+BOUNDARY = {"lr_boundary": "lr", "depth_boundary": "layers", "depth_law": "lr"}
 BOUNDARY_SHRINK = ["hydra.sweeper.params.placement=post", "hydra.sweeper.params.init='xavier,torchscale'",
                    "hydra.sweeper.params.seed=0", "hydra.sweeper.initial_points=2"]
 # The shrunken copy of a preset's grid: its names (placements, norms) kept, its numbers
@@ -89,6 +93,8 @@ def sweeps(tmp_path_factory):
     jobs = {}
     for preset, key in BOUNDARY.items():
         bounds = ["hydra.sweeper.lower=1", "hydra.sweeper.upper=2"] if key == "layers" else []
+        if "layers" in preset_grid(preset):  # depth a setting key (depth_law): one depth
+            bounds.append("hydra.sweeper.params.layers=1")
         jobs[preset] = ["train", "-m", f"experiment={preset}", *TINY, *data, f"steps={STEPS}", "warmup=0",
                         *BOUNDARY_SHRINK, *bounds, f"hydra.sweep.dir={root / preset}"]
     for preset in set(PRESET_VALUES) - set(BOUNDARY):

@@ -5,14 +5,26 @@ so every launcher (basic, joblib, SLURM) runs its rounds and `resume=true` conti
         hydra.sweeper.key=lr hydra.sweeper.lower=1e-4 hydra.sweeper.upper=0.1
 
 Every swept key but `seed` spans the settings; `seed` gives the replicates; the searched key
-(`key`) must not be swept itself. Each round launches the next point of every unfinished
-setting × every seed as one batch. After each round boundary.csv and boundary_points.csv are
-written into the sweep folder (`normexp report` reads them).
+(`key`) must not be swept itself. Two schedules (`schedule`):
+
+    async   (default) runs start as slots free up, across settings, with no round-wide
+            barrier; seed 0 of a point runs first and decides it alone where the rule allows
+            (normexp.boundary.Scheduler); the largest `layers` first. A launcher's `launch`
+            blocks until its batch is done, so each run is its own one-job launch call, made
+            from `parallel` threads at once (default: the launcher's n_jobs, else 1: inline).
+    rounds  each round launches the next point of every unfinished setting × every seed as
+            one batch and waits for all of it (the schedule before issue 31).
+
+After each run (async) or round, boundary.csv and boundary_points.csv are written into the
+sweep folder (`normexp report` reads them); at the end boundary_schedule.json holds the
+runs, wall and busy seconds and the busy fraction (busy / (slots × wall)).
 """
 
 
 import itertools
+import json
 import logging
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +49,9 @@ class BoundarySweeperConf:
     upper: Any = 1.0e-1
     ratio: float = 1.25           # stop when first unstable / last stable <= ratio
     initial_points: int = 4       # log-spaced points of round 0, the bounds included
+    lower_ratio: Optional[float] = None  # the lower edge (too slow .. learns) to this ratio; null = ratio
+    schedule: str = "async"       # async (runs as slots free up, seed 0 first) | rounds (one batch a round)
+    parallel: Optional[int] = None  # runs at once under async; null = n_jobs / array_parallelism, else 1
     params: Optional[Dict[str, str]] = None  # the other swept keys, as the basic sweeper's params
 
 
@@ -45,13 +60,15 @@ ConfigStore.instance().store(group="hydra/sweeper", name="boundary", node=Bounda
 
 class BoundarySweeper(Sweeper):
     def __init__(self, key: str, lower, upper, ratio: float, initial_points: int,
-                 params: Optional[Dict[str, str]] = None) -> None:
+                 params: Optional[Dict[str, str]] = None, lower_ratio: Optional[float] = None,
+                 schedule: str = "async", parallel: Optional[int] = None) -> None:
         super().__init__()
-        problem = boundary.check_settings(key, lower, upper, ratio, initial_points)
+        problem = boundary.check_settings(key, lower, upper, ratio, initial_points, lower_ratio, schedule, parallel)
         if problem:
             raise ValueError(problem)
         self.key, self.lower, self.upper, self.ratio = key, lower, upper, ratio
         self.initial_points, self.params = initial_points, dict(params or {})
+        self.lower_ratio, self.schedule, self.parallel = lower_ratio, schedule, parallel
         self.hydra_context = self.config = self.launcher = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
@@ -74,34 +91,71 @@ class BoundarySweeper(Sweeper):
         axes.pop(self.key, None)
         return axes
 
+    def _slots(self) -> int:
+        if self.parallel:
+            return int(self.parallel)
+        from normexp.distributed import parallel_jobs
+        import os
+
+        n_jobs = OmegaConf.select(self.config, "hydra.launcher.n_jobs")
+        if n_jobs is not None:  # joblib
+            return parallel_jobs(n_jobs, os.cpu_count() or 1)
+        array = OmegaConf.select(self.config, "hydra.launcher.array_parallelism")  # submitit (SLURM, local)
+        return int(array) if array else 1  # the basic launcher: one at a time, inline
+
     def sweep(self, arguments: List[str]) -> Any:
         axes = self._axes(arguments)
         seeds = axes.pop("seed", [str(self.config.seed)])
         swept = [k for k, v in axes.items() if len(v) > 1]
         settings = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
         integer = boundary.SEARCHABLE[self.key]
-        searches = [boundary.Search(tuple((k, s[k]) for k in swept), self.lower, self.upper, self.ratio, integer)
+        searches = [boundary.Search(tuple((k, s[k]) for k in swept), self.lower, self.upper, self.ratio, integer,
+                                    lower_ratio=self.lower_ratio)
                     for s in settings]
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        returns, next_idx = [], [0]
+        returns, next_idx, lock = [], [0], threading.Lock()
+
+        def overrides(i, x, seed):
+            return [*(f"{k}={v}" for k, v in settings[i].items()), f"{self.key}={x:g}", f"seed={seed}"]
 
         def launch(batch):
-            jobs = [[*(f"{k}={v}" for k, v in settings[i].items()), f"{self.key}={x:g}", f"seed={seed}"]
-                    for i, x, seed in batch]
-            log.info("boundary search: %d runs (%d settings × %d seeds)", len(jobs),
-                     len({i for i, _, _ in batch}), len(seeds))
+            jobs = [overrides(*job) for job in batch]
+            log.info("boundary search: %d run%s of %d setting%s", len(jobs), "s" * (len(jobs) != 1),
+                     len({i for i, _, _ in batch}), "s" * (len({i for i, _, _ in batch}) != 1))
             self.validate_batch_is_legal(jobs)
-            results = self.launcher.launch(jobs, initial_job_idx=next_idx[0])
-            next_idx[0] += len(jobs)
-            returns.append(results)
+            with lock:
+                first = next_idx[0]
+                next_idx[0] += len(jobs)
+            results = self.launcher.launch(jobs, initial_job_idx=first)
+            with lock:
+                returns.append(results)
             return [r._return_value if r.status == JobStatus.COMPLETED else None for r in results]
 
+        def cost(i, x):
+            """A run's relative cost: its depth (a step's time grows with it), the searched depth itself."""
+            depth = x if self.key == "layers" else settings[i].get("layers", self.config.get("layers", 1))
+            try:
+                return float(depth)
+            except (TypeError, ValueError):
+                return 0.0
+
+        def save_tables():
+            with lock:
+                boundary.write_tables(searches, self.key, sweep_dir)
+
         first = boundary.initial_points(self.lower, self.upper, self.initial_points, integer)
-        rounds = boundary.search_all(searches, seeds, first, launch,
-                                     after_round=lambda k: boundary.write_tables(searches, self.key, sweep_dir))
+        schedule = None
+        if self.schedule == "rounds":
+            rounds = boundary.search_all(searches, seeds, first, launch, after_round=lambda k: save_tables())
+        else:
+            rounds = None
+            scheduler = boundary.Scheduler(searches, seeds, first, cost=cost)
+            schedule = boundary.run_scheduled(scheduler, lambda job: launch([job])[0], self._slots(),
+                                              after_run=save_tables)
+            (sweep_dir / "boundary_schedule.json").write_text(json.dumps(schedule, indent=2) + "\n")
         boundary.write_tables(searches, self.key, sweep_dir)
-        for line in boundary.summary_lines(searches, self.key, len(seeds), rounds):
+        for line in boundary.summary_lines(searches, self.key, len(seeds), rounds, schedule):
             log.info("%s", line)
         return returns

@@ -1,0 +1,75 @@
+"""What became of a finished run: learned, never learned (too slow), collapsed, or diverged.
+
+A run that does not end below the unigram baseline failed for one of two reasons, and only
+one of them is a stability limit (REFERENCE.md, "Depth scaling"): the lr was too *low* for
+the budget (the loss never got going) or too *high* (the loss fell, then came back up, or
+blew up). `classify` tells them apart from the run's status and loss trajectory, with the
+unigram baseline b (summary.json's baseline_loss; ℓ₀, the step-0 loss, for a run without one):
+
+    diverged       status diverged: the divergence guard stopped it (a non-finite loss or
+                   gradient, or a loss above its ceiling)
+    learned        status completed: it ended at least `stall_margin` below b
+                   (final val ≤ (1 − stall_margin)·b, runfolder.beat_baseline)
+    collapsed      it ended above that, but some loss of its trajectory (a logged train loss
+                   or a validation loss) got at least `learned_margin` below b:
+                   min ℓ ≤ (1 − learned_margin)·b — it learned, then lost it
+    never_learned  it ended above that and no point of its trajectory got `learned_margin`
+                   below b: it never got going in the budget
+
+`learned_margin` (configs/train.yaml `outcome.learned_margin`, 0.05) is larger than
+`stall_margin` (0.02) because a logged train loss is one batch's loss: its noise around a
+stalled run's plateau must not read as "it learned once". Unstable = collapsed or diverged
+(the upper edge of the learning window); never_learned is the lower edge's failure.
+"""
+
+from __future__ import annotations
+
+import math
+
+LEARNED, NEVER_LEARNED, COLLAPSED, DIVERGED = "learned", "never_learned", "collapsed", "diverged"
+OUTCOMES = (LEARNED, NEVER_LEARNED, COLLAPSED, DIVERGED)
+UNSTABLE = (COLLAPSED, DIVERGED)         # failures above the learning window: a stability limit
+TOO_SLOW = (NEVER_LEARNED,)              # the failure below it: too slow for the budget
+DEFAULT_LEARNED_MARGIN = 0.05            # configs/train.yaml outcome.learned_margin (the summary records it)
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def lowest_loss(summary: dict) -> float | None:
+    """The lowest finite loss a run reached: its trajectory's train and val points
+    (summary.json's loss_trajectory), its best and final validation loss."""
+    trajectory = summary.get("loss_trajectory") or {}
+    values = [p[1] for part in ("train", "val") for p in (trajectory.get(part) or []) if len(p) == 2]
+    values += [summary.get("best_val_loss"), summary.get("final_val_loss")]
+    values = [v for v in values if _finite(v)]
+    return min(values) if values else None
+
+
+def classify(summary: dict, learned_margin: float | None = None) -> str | None:
+    """The outcome of a finished run's summary (see the module's rule); None for a run that
+    has not finished (running, failed, interrupted: no outcome). `learned_margin` defaults to
+    the one the run recorded, else DEFAULT_LEARNED_MARGIN."""
+    status = summary.get("status")
+    if status == "diverged":
+        return DIVERGED
+    if status == "completed":
+        return LEARNED
+    if status != "stalled":
+        return None
+    if learned_margin is None:
+        learned_margin = summary.get("learned_margin")
+    if not _finite(learned_margin):
+        learned_margin = DEFAULT_LEARNED_MARGIN
+    reference = summary.get("baseline_loss")
+    if not _finite(reference):
+        reference = summary.get("initial_loss")
+    best = lowest_loss(summary)
+    if not _finite(reference) or best is None:
+        return NEVER_LEARNED
+    return COLLAPSED if best <= (1 - learned_margin) * reference else NEVER_LEARNED
+
+
+def is_unstable(outcome: str | None) -> bool:
+    return outcome in UNSTABLE
