@@ -19,6 +19,7 @@ imports fairscale and timm; install into a venv of your own (not an unpinned tor
     pip install torchscale==0.3.0 --no-deps && pip install fairscale --no-deps
     python scripts/torchscale_crosscheck.py                      # the issue's table, seeds 0 and 1
     python scripts/torchscale_crosscheck.py --rows post:6:3e-3 --seeds 0 --steps 100
+    python scripts/torchscale_crosscheck.py --weights normexp   # the reference from normexp's draws
 
 timm (for `drop_path`, used only with drop_path_rate > 0) is replaced by a shim here.
 tests/test_torchscale_reference.py uses `reference_decoder` and `copy_into_normexp` for the
@@ -163,6 +164,30 @@ def copy_into_normexp(decoder, model) -> None:
     model.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
 
 
+@torch.no_grad()
+def copy_into_reference(model, decoder) -> None:
+    """The other direction: a normexp GPT's weights into the reference (`copy_into_normexp`'s
+    map inverted); the position rows the model never reads (fairseq's offset) stay as drawn."""
+    ours = model.state_dict()
+    seq_len = model.pos_emb.weight.shape[0]
+    decoder.embed_tokens.weight.copy_(ours["tok_emb.weight"])
+    decoder.embed_positions.weight[POSITION_OFFSET: POSITION_OFFSET + seq_len].copy_(ours["pos_emb.weight"])
+    for i, layer in enumerate(decoder.layers):
+        a, f, block = layer.self_attn, layer.ffn, f"blocks.{i}."
+        for proj, w, b in zip((a.q_proj, a.k_proj, a.v_proj), ours[block + "attn.sublayer.qkv.weight"].chunk(3),
+                              ours[block + "attn.sublayer.qkv.bias"].chunk(3)):
+            proj.weight.copy_(w)
+            proj.bias.copy_(b)
+        for module, key in ((a.out_proj, "attn.sublayer.proj"), (layer.self_attn_layer_norm, "attn.norm"),
+                            (f.fc1, "mlp.sublayer.fc_in"), (f.fc2, "mlp.sublayer.fc_out"),
+                            (layer.final_layer_norm, "mlp.norm")):
+            module.weight.copy_(ours[block + key + ".weight"])
+            module.bias.copy_(ours[block + key + ".bias"])
+    if decoder.layer_norm is not None:
+        decoder.layer_norm.weight.copy_(ours["final_norm.weight"])
+        decoder.layer_norm.bias.copy_(ours["final_norm.bias"])
+
+
 def reference_optimizer(decoder, lr: float, betas, eps: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW with normexp's rule (train.decays): decay on matrices, not on norms, biases or
     embeddings (the tied head is the token embedding)."""
@@ -189,16 +214,22 @@ def protocol_config(placement: str, layers: int, lr: float, seed: int, steps: in
                            f"steps={steps}", *extra])
 
 
-def train_reference(cfg, corpus) -> float:
+def train_reference(cfg, corpus, weights: str = "own") -> float:
     """The reference Decoder trained on normexp's batches for the seed; the final validation
-    loss on normexp's validation batches (`train.validation_loss`'s stream)."""
+    loss on normexp's validation batches (`train.validation_loss`'s stream). weights="own":
+    its own init; "normexp": the weights normexp's run for this config starts from (so the
+    two runs differ only by the implementation)."""
     from normexp.data import get_batch
-    from normexp.train import generator, seed_everything
+    from normexp.model import GPT
+    from normexp.train import generator, model_config, seed_everything
 
     torch.set_num_threads(int(cfg.threads))
     seed_everything(cfg.seed)
     decoder = reference_decoder(cfg.placement.name, cfg.layers, cfg.d_model, cfg.heads, corpus.vocab_size,
                                 cfg.seq_len, cfg.mlp_ratio)
+    if weights == "normexp":
+        seed_everything(cfg.seed)  # as train.Trainer does before it builds the model
+        copy_into_reference(GPT(model_config(cfg, corpus.vocab_size)), decoder)
     opt = reference_optimizer(decoder, cfg.lr, cfg.optim.betas, cfg.optim.eps, cfg.optim.weight_decay)
     data = generator(cfg.seed, "data")
     decoder.train()
@@ -241,6 +272,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--set", nargs="*", default=[], dest="extra", help="more normexp overrides for both, e.g. data=text")
+    parser.add_argument("--weights", choices=["own", "normexp"], default="own",
+                        help="the reference starts from its own init (default) or from normexp's weights for the seed")
     args = parser.parse_args(argv)
     why = torchscale_missing()
     if why:
@@ -249,7 +282,8 @@ def main(argv=None) -> int:
 
     from normexp.train import load_data
 
-    print("| placement | depth | lr | torchscale Decoder, own init (seeds " + ", ".join(map(str, args.seeds))
+    start = "own init" if args.weights == "own" else "from normexp's weights"
+    print(f"| placement | depth | lr | torchscale Decoder, {start} (seeds " + ", ".join(map(str, args.seeds))
           + ") | normexp `init=torchscale` | agree |")
     print("|---|---|---|---|---|---|")
     corpus, disagreements, t0 = None, 0, time.time()
@@ -260,7 +294,7 @@ def main(argv=None) -> int:
             cfg = protocol_config(placement, int(layers), float(lr), seed, args.steps, args.extra)
             corpus = corpus or load_data(cfg)
             baseline, margin = corpus.baseline_loss, cfg.stall_margin
-            ref_loss = train_reference(cfg, corpus)
+            ref_loss = train_reference(cfg, corpus, args.weights)
             with tempfile.TemporaryDirectory() as tmp:
                 our_loss, status = train_normexp(cfg, Path(tmp))
             ref_out.append(outcome(ref_loss, baseline, margin))

@@ -129,3 +129,18 @@ def test_the_copied_reference_draws_match_init_torchscale():
             torch.testing.assert_close(a, b, msg=lambda m: f"{name}: {m}")
         else:
             assert a.std().item() == pytest.approx(b.std().item(), rel=0.1), name
+
+
+def test_the_inverse_map_puts_normexp_weights_into_the_reference():
+    """copy_into_reference then copy_into_normexp gives back every normexp weight, and the
+    reference then computes normexp's logits."""
+    _, ours = pair("post", seed=3)
+    torch.manual_seed(4)
+    other = tc.reference_decoder("post", LAYERS, D, HEADS, VOCAB, T)  # different draws
+    tc.copy_into_reference(ours, other)
+    back = tc.normexp_model("post", LAYERS, D, HEADS, VOCAB, T)
+    tc.copy_into_normexp(other, back)
+    for (name, a), b in zip(ours.state_dict().items(), back.state_dict().values()):
+        assert torch.equal(a, b), name
+    x, _ = batch(5)
+    torch.testing.assert_close(tc.reference_logits(other, x), ours(x)[0], atol=2e-5, rtol=1e-5)
