@@ -144,7 +144,8 @@ def check_job(job, explicit) -> None:
     from .model import INITS, check_settings, variant
 
     check_settings(job.norm, job.placement, job.layers)
-    variant(INITS, "init", job.init)  # settings the init does not take (found at model build otherwise)
+    init_cls, init_settings = variant(INITS, "init", job.init)  # settings the init does not take,
+    init_cls(job.d_model, job.layers, **init_settings)  # and bad values (found at model build otherwise)
     from .validate import check_memory
 
     check_memory(job)

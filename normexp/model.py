@@ -643,10 +643,16 @@ RESIDUAL_OUTPUTS = ("attn_out", "mlp_out")
 class XavierInit:
     """Xavier-normal matrices (Glorot & Bengio 2010), std = gain·√(2/(fan_in+fan_out)): the
     setting Xiong et al. 2020 analyse, and the default. Embeddings N(0, 1/d) (scaled by √d
-    on the way in, so the stream starts at unit scale)."""
+    on the way in, so the stream starts at unit scale).
 
-    def __init__(self, d_model: int, layers: int):
-        self.d_model, self.layers = d_model, layers
+    `scale_positions`, a setting of every init (its yaml): what the √d embedding scale
+    multiplies. true (xavier, gpt2, small): the sum of token and position embeddings,
+    (tok + pos)·√d, as Vaswani et al. 2017 state it; false (torchscale): the token embedding
+    only, tok·√d + pos, as fairseq and torchscale's `Decoder.forward_embedding` do."""
+
+    def __init__(self, d_model: int, layers: int, scale_positions: bool = True):
+        _check(isinstance(scale_positions, bool), "init.scale_positions", scale_positions, "must be true or false")
+        self.d_model, self.layers, self.scale_positions = d_model, layers, scale_positions
 
     def embedding(self, w: torch.Tensor) -> None:
         nn.init.normal_(w, std=self.d_model ** -0.5)
@@ -682,29 +688,29 @@ class SmallInit(XavierInit):
 
 @register(INITS, "torchscale")
 class TorchscaleInit(XavierInit):
-    """The init of the DeepNet reference code (torchscale; its attention init is fairseq's), so
-    its numbers can be reproduced (Wang et al. 2022). Query, key and value: Xavier-uniform with
-    gain 1/√2 on each d×d matrix (std 1/√(2d)), biases `nn.Linear`'s default U(±1/√fan_in); the
-    attention output: Xavier-uniform (gain 1), bias 0; both MLP matrices and biases `nn.Linear`'s
-    default, kaiming-uniform with a = √5, i.e. U(±1/√fan_in). Embeddings N(0, 1/d), as xavier's.
-    The placement's gain multiplies weights *and* biases: under DeepNorm, torchscale divides
-    those of value, attention output and both MLP matrices by (8N)^¼, i.e. multiplies by β."""
+    """The init of the DeepNet reference code as it runs (torchscale 0.3's `Decoder`, built as
+    its fairseq language-model example builds it), so its numbers can be reproduced (Wang et al.
+    2022). Every matrix and every bias keeps `nn.Linear`'s default, kaiming-uniform with
+    a = √5, i.e. U(±1/√fan_in) (std 1/√(3d) for q, k, v, the attention output and the first MLP
+    matrix, 1/√(12d) for the second), biases U(±1/√fan_in), the attention output's included:
+    torchscale's `MultiheadAttention.reset_parameters` (fairseq's Xavier-uniform, gain 1/√2 on
+    q, k, v, out bias 0) is never called by the Decoder. Embeddings N(0, 1/d), token and
+    learned position alike (fairseq's `Embedding` and `PositionalEmbedding`), and the √d
+    scale multiplies the token embedding only (`scale_positions: false` in its yaml:
+    tok·√d + pos, `Decoder.forward_embedding`). The placement's gain multiplies weights *and*
+    biases: under DeepNorm, torchscale divides those of value, attention output and both MLP
+    matrices by (8N)^¼, i.e. multiplies by β."""
+
+    def __init__(self, d_model: int, layers: int, scale_positions: bool = False):
+        super().__init__(d_model, layers, scale_positions)
 
     def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
-        if role in ("query", "key", "value"):
-            nn.init.xavier_uniform_(w, gain=2 ** -0.5)
-        elif role == "attn_out":
-            nn.init.xavier_uniform_(w)
-        else:
-            nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+        nn.init.kaiming_uniform_(w, a=math.sqrt(5))  # nn.Linear's default: U(±1/√fan_in)
         w.mul_(gain)
 
     def bias(self, b: torch.Tensor, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
-        if role == "attn_out":
-            nn.init.zeros_(b)
-        else:
-            bound = gain / math.sqrt(w.shape[1])
-            nn.init.uniform_(b, -bound, bound)
+        bound = gain / math.sqrt(w.shape[1])
+        nn.init.uniform_(b, -bound, bound)
 
 
 # ----------------------------------------------------------------------- sublayers
@@ -887,7 +893,8 @@ IGNORE_TARGET = -100  # a target position that adds nothing to the loss
 
 
 class GPT(nn.Module):
-    """Token + position embeddings (scaled by √d), `layers` blocks, the final norm where the
+    """Token + position embeddings (scaled by √d: their sum, or the token embedding alone as
+    the init scheme's `scale_positions` says), `layers` blocks, the final norm where the
     placement needs one, and a head tied to the token embedding. `causal=False` and
     `cross_attention=True` build the encoder and the decoder of an encoder-decoder model."""
 
@@ -909,13 +916,14 @@ class GPT(nn.Module):
         self.final_norm = self.blocks[-1].mlp.make_final(make_norm)  # a Norm, the identity, or ResiDual's output
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         self.embed_scale = math.sqrt(cfg.d_model)
+        self.scale_positions = self.init_scheme.scale_positions  # what √d multiplies: tok + pos, or tok alone
         self._init_weights()
 
     def _init_weights(self):
         """Embeddings and matrices drawn by the init scheme (xavier by default: embeddings
         N(0, 1/d), multiplied by √d on the way in as in Vaswani et al. 2017, so the stream
         entering block 0 has unit-scale entries as Xiong et al.'s analysis assumes, and
-        Xavier-normal matrices), zero biases, each placement's gain on value, output and MLP
+        Xavier-normal matrices; see `embed` for what √d multiplies), zero biases, each placement's gain on value, output and MLP
         matrices. A placement that profiles (Admin) is set afterwards by `calibrate`."""
         self.init_scheme.embedding(self.tok_emb.weight)
         self.init_scheme.embedding(self.pos_emb.weight)
@@ -954,9 +962,17 @@ class GPT(nn.Module):
         norms = [m for m in self.modules() if type(m) in NORMS.values()]
         return {"norm": norms[0].resolved() if norms else {}, "placement": first.resolved()}
 
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """The stream entering block 0: (tok + pos)·√d, or tok·√d + pos where the init scheme's
+        `scale_positions` is false (fairseq's and torchscale's order)."""
+        tok, pos = self.tok_emb(idx), self.pos_emb(self.positions[: idx.shape[1]])
+        if self.scale_positions:
+            return (tok + pos) * self.embed_scale
+        return tok * self.embed_scale + pos
+
     def hidden(self, idx: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
         """The final hidden state (B, T, d). `memory`: the encoder output, for cross-attention."""
-        x = (self.tok_emb(idx) + self.pos_emb(self.positions[: idx.shape[1]])) * self.embed_scale
+        x = self.embed(idx)
         x = self.blocks[0].attn.enter(x)  # the stream: x itself, or ResiDual's pair
         for block in self.blocks:
             x = block(x, memory)

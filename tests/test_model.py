@@ -181,6 +181,68 @@ def test_tied_head_and_causality():
     torch.testing.assert_close(logits, h @ model.tok_emb.weight.t())
 
 
+def _std_ok(w: torch.Tensor, expected: float) -> bool:
+    # the sample std of n draws has relative standard error ≈ 1/√(2n) (normal) or √(1/5n)
+    # (uniform); allow 5 normal ones, which also covers the uniform's
+    return abs(w.std().item() / expected - 1) < 5 / math.sqrt(2 * w.numel())
+
+
+def _uniform_ok(w: torch.Tensor, bound: float) -> bool:
+    """Inside ±bound, reaching near it, and with the std of U(±bound), bound/√3."""
+    return (w.abs().max().item() <= bound * (1 + 1e-6) and w.abs().max().item() > 0.9 * bound
+            and _std_ok(w, bound / math.sqrt(3)))
+
+
+@pytest.mark.parametrize("placement", ["post", "deepnorm"])
+def test_torchscale_init_draws_nn_linear_defaults_and_deepnorm_divides_them(placement):
+    """torchscale 0.3's Decoder keeps every nn.Linear at its default, U(±1/√fan_in) for weight
+    and bias (PyTorch's nn.Linear docs; MultiheadAttention.reset_parameters is never called):
+    q, k, v, out and fc1 have fan_in d, fc2 4d. Under DeepNorm the weights and biases of v, out,
+    fc1 and fc2 are divided by (8N)^¼ (REFERENCE.md), q and k untouched. Embeddings N(0, 1/d)."""
+    d, layers = 256, 12
+    beta = (8 * layers) ** -0.25 if placement == "deepnorm" else 1.0
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(layers=layers, d_model=d, heads=4, seq_len=64, placement=placement,
+                            init={"name": "torchscale", "scale_positions": False}))
+    attn, mlp = model.blocks[5].attn.sublayer, model.blocks[5].mlp.sublayer
+    (q, k, v), (bq, bk, bv) = attn.qkv.weight.detach().split(d), attn.qkv.bias.detach().split(d)
+    bounds = [(q, bq, 1 / math.sqrt(d)), (k, bk, 1 / math.sqrt(d)), (v, bv, beta / math.sqrt(d)),
+              (attn.proj.weight, attn.proj.bias, beta / math.sqrt(d)),
+              (mlp.fc_in.weight, mlp.fc_in.bias, beta / math.sqrt(d)),
+              (mlp.fc_out.weight, mlp.fc_out.bias, beta / math.sqrt(4 * d))]
+    for i, (w, b, bound) in enumerate(bounds):
+        assert _uniform_ok(w.detach(), bound), (placement, i, w.std().item(), bound / math.sqrt(3))
+        assert b.abs().max().item() <= bound * (1 + 1e-6) and b.abs().max().item() > 0.8 * bound, (placement, i)
+        assert b.abs().mean().item() == pytest.approx(bound / 2, rel=0.25), (placement, i)  # E|U(±a)| = a/2
+    for table in (model.tok_emb.weight, model.pos_emb.weight):
+        assert _std_ok(table.detach(), d ** -0.5)
+
+
+def test_scale_positions_says_what_the_embedding_scale_multiplies():
+    """tok·√d + pos under init=torchscale (fairseq's and torchscale's forward_embedding), and
+    (tok + pos)·√d by default (Vaswani et al. 2017), written out by hand; the setting can be
+    flipped on either, and a non-boolean is a ConfigError naming it."""
+    from normexp.compose import compose_config
+    from normexp.train import model_config
+    from normexp.validate import ConfigError
+
+    idx = torch.randint(0, 256, (2, 8))
+    for overrides, scaled in ((["init=torchscale"], False), (["init=xavier"], True),
+                              (["init=torchscale", "init.scale_positions=true"], True),
+                              (["init=xavier", "init.scale_positions=false"], False)):
+        model = GPT(model_config(compose_config([*overrides, f"d_model={D}", "heads=2", "layers=2", "seq_len=8"]), 256))
+        tok, pos = model.tok_emb(idx), model.pos_emb(torch.arange(8))
+        expected = (tok + pos) * math.sqrt(D) if scaled else tok * math.sqrt(D) + pos
+        torch.testing.assert_close(model.embed(idx), expected)
+        with torch.no_grad():  # and it is what the first block receives
+            from normexp.model import read_outputs
+            with read_outputs({"embed": model.readouts()["embed"]}) as read:
+                model(idx)
+        torch.testing.assert_close(read["embed"][0], expected)
+    with pytest.raises(ConfigError, match="init.scale_positions"):
+        GPT(ModelConfig(d_model=D, heads=2, layers=1, seq_len=8, init={"name": "torchscale", "scale_positions": "yes"}))
+
+
 @pytest.mark.parametrize("depth, scale", [(6, 0.1), (18, 0.1), (24, 1e-5), (36, 1e-6), (1000, 1e-6)])
 def test_layerscale_initial_scale_follows_cait_for_the_depth(depth, scale):
     layer = PLACEMENTS["layerscale"](StandIn(), lambda: NORMS["layer"](D), index=0, depth=depth)

@@ -127,36 +127,3 @@ def test_init_schemes_draw_the_stds_of_their_papers(placement):
         assert _std_ok(model.tok_emb.weight.detach(), embedding_std), init
 
 
-def _uniform_ok(b: torch.Tensor, bound: float) -> bool:
-    """Inside ±bound, and the std of U(±bound), bound/√3, within sampling error (the sample
-    variance of a uniform has relative standard error √(4/5n))."""
-    std = bound / math.sqrt(3)
-    return b.abs().max().item() <= bound and abs(b.std().item() / std - 1) < 5 * math.sqrt(0.2 / b.numel())
-
-
-@pytest.mark.parametrize("placement", ["pre", "deepnorm"])
-def test_torchscale_init_draws_the_reference_codes_stds(placement):
-    """torchscale's MultiheadAttention.reset_parameters / FeedForwardNetwork / Decoder: q, k, v
-    xavier_uniform(gain 1/√2) → std 1/√(2d), their biases U(±1/√d); out xavier_uniform → std
-    1/√d, bias 0; fc1 kaiming_uniform(a=√5) → U(±1/√d), std 1/√(3d), bias U(±1/√d); fc2 std
-    1/√(12d), bias U(±1/√(4d)). DeepNorm: weights and biases of v, out, fc1, fc2 divided by
-    (8N)^¼; q and k untouched."""
-    d, layers = 256, 12
-    beta = (8 * layers) ** -0.25 if placement == "deepnorm" else 1.0
-    torch.manual_seed(0)
-    model = GPT(model_config(compose_config(["init=torchscale", f"placement={placement}", f"layers={layers}",
-                                              f"d_model={d}", "heads=4", "seq_len=8"]), 256))
-    attn, mlp = model.blocks[5].attn.sublayer, model.blocks[5].mlp.sublayer
-    (q, k, v), (bq, bk, bv) = attn.qkv.weight.detach().split(d), attn.qkv.bias.detach().split(d)
-    weights = [(q, 1 / math.sqrt(2 * d)), (k, 1 / math.sqrt(2 * d)), (v, beta / math.sqrt(2 * d)),
-               (attn.proj.weight, beta / math.sqrt(d)), (mlp.fc_in.weight, beta / math.sqrt(3 * d)),
-               (mlp.fc_out.weight, beta / math.sqrt(12 * d))]
-    for i, (w, std) in enumerate(weights):
-        assert _std_ok(w.detach(), std), (placement, i, w.std().item(), std)
-        assert w.abs().max().item() <= std * math.sqrt(3) * (1 + 1e-6)  # uniform, not normal: bounded
-    biases = [(bq, 1 / math.sqrt(d)), (bk, 1 / math.sqrt(d)), (bv, beta / math.sqrt(d)),
-              (mlp.fc_in.bias, beta / math.sqrt(d)), (mlp.fc_out.bias, beta / math.sqrt(4 * d))]
-    for i, (b, bound) in enumerate(biases):
-        assert _uniform_ok(b.detach(), bound), (placement, i, b.abs().max().item(), bound)
-    assert torch.count_nonzero(attn.proj.bias) == 0
-    assert _std_ok(model.tok_emb.weight.detach(), d ** -0.5)
