@@ -18,9 +18,12 @@ it they are unstable. The search finds both edges:
                unstable one is probed, to ratio (a window, if any, lies between)
 
 boundary.csv says per setting which edge bounded the search from above (upper_edge:
-unstable / stalled / upper bound / too slow / no window / unstable everywhere) and the seeds'
-outcomes there (upper_why): a failure that never learned is never reported as unstable, and
-a setting where nothing learned because the runs were too slow has no stability limit.
+unstable / stalled / upper bound / nothing learned / no window / unstable everywhere) and the
+seeds' outcomes there (upper_why): a failure that never learned is never reported as unstable,
+and a setting where nothing learned has no stability limit. A run that never learned is called
+too slow only by its place in the search (below an lr that learned): at an lr above every
+point tried it may as well have sat on the unigram plateau, Post-LN's way of failing, so
+"nothing learned" claims neither.
 
 Stability need not be monotone in the key (DeepNorm learned at 96 blocks but not at 48), so
 every point and its outcome is kept, and a stable point above the first unstable one marks the
@@ -183,8 +186,10 @@ class Search:
         unstable     the first failure above the window had a seed collapse or diverge: a stability limit
         stalled      it had only seeds that never learned, at an lr above one that learned
         upper bound  every point from the window's start up to `upper` learned: the limit is ≥ upper
-        too slow     nothing learned and nothing was unstable: too slow at every value tried; the
-                     upper edge was not found (never a stability limit)
+        nothing learned  nothing learned and nothing collapsed or diverged: neither edge was found
+                     (the window, if any, lies outside [lower, upper] or needs more steps; never a
+                     stability limit, and no evidence of "too slow" either: a run stuck on the
+                     unigram plateau at a high lr also never learns)
         no window    nothing learned: slow below, unstable above, closer than `ratio`
         unstable everywhere  nothing learned and every failure down to `lower` was unstable
         failed       a job failed (see verdict)"""
@@ -196,7 +201,7 @@ class Search:
         if low is None:
             classes = {self.point_class(x) for x in self.outcomes}
             if "unstable" not in classes:
-                return "too slow"
+                return "nothing learned"
             return "no window" if "slow" in classes else "unstable everywhere"
         if high is None:
             return "upper bound"

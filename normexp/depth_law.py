@@ -6,7 +6,7 @@ init). A depth's *limit* is its upper edge, kept only when the search found one 
 window of learning lrs (boundary.csv's upper_edge "unstable" — a seed collapsed or diverged —
 or "stalled" — seeds never learned at an lr above one that learned). A depth whose search
 reached its upper bound is a lower bound on the limit ("at least"); one where nothing learned
-(too slow, no window, unstable everywhere) has no limit: it is shown as such, never fitted,
+(nothing learned, no window, unstable everywhere) has no limit: it is shown as such, never fitted,
 never called a stability limit.
 
 The limit at depth L lies in its bracket [last stable, first unstable]; its point estimate is
@@ -125,7 +125,7 @@ def table_rows(results: list[dict], line_cols: list[str]) -> tuple[list[str], li
 def draw(results: list[dict], line_cols: list[str], path, save) -> None:
     """max stable lr vs depth, log-log: each bracket an error bar around its geometric middle,
     the fitted line dashed (to 1,000 blocks); ▲ = at least (the search's upper bound learned),
-    ✕ on the axis = no limit found (nothing learned, or too slow)."""
+    ✕ on the axis = no limit found (nothing learned, or no window)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 5))
@@ -159,7 +159,7 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
     ax.set_title("Depth law: dashed = fit (to 1,000 blocks); ▲ at least (upper bound learned);\n"
-                 "✕ on the axis = no limit at that depth (nothing learned: too slow or no window)", fontsize=8)
+                 "✕ on the axis = no limit at that depth (nothing learned, or no window)", fontsize=8)
     import pandas as pd
 
     save(fig, path, pd.DataFrame(data))

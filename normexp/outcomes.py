@@ -1,4 +1,4 @@
-"""What became of a finished run: learned, never learned (too slow), collapsed, or diverged.
+"""What became of a finished run: learned, never learned, collapsed, or diverged.
 
 A run that does not end below the unigram baseline failed for one of two reasons, and only
 one of them is a stability limit (REFERENCE.md, "Depth scaling"): the lr was too *low* for
@@ -14,12 +14,16 @@ unigram baseline b (summary.json's baseline_loss; ℓ₀, the step-0 loss, for a
                    or a validation loss) got at least `learned_margin` below b:
                    min ℓ ≤ (1 − learned_margin)·b — it learned, then lost it
     never_learned  it ended above that and no point of its trajectory got `learned_margin`
-                   below b: it never got going in the budget
+                   below b: it never got going. Alone this does not say why: too low an lr
+                   for the budget, or a run stuck on the unigram plateau (Post-LN's failure at
+                   a high lr). The boundary search decides by position: below an lr that
+                   learned it is "too slow", above one it is "stalled" (an upper edge)
 
 `learned_margin` (configs/train.yaml `outcome.learned_margin`, 0.05) is larger than
 `stall_margin` (0.02) because a logged train loss is one batch's loss: its noise around a
 stalled run's plateau must not read as "it learned once". Unstable = collapsed or diverged
-(the upper edge of the learning window); never_learned is the lower edge's failure.
+(the upper edge of the learning window); never_learned below a learning lr is the lower
+edge's failure.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import math
 LEARNED, NEVER_LEARNED, COLLAPSED, DIVERGED = "learned", "never_learned", "collapsed", "diverged"
 OUTCOMES = (LEARNED, NEVER_LEARNED, COLLAPSED, DIVERGED)
 UNSTABLE = (COLLAPSED, DIVERGED)         # failures above the learning window: a stability limit
-TOO_SLOW = (NEVER_LEARNED,)              # the failure below it: too slow for the budget
+TOO_SLOW = (NEVER_LEARNED,)              # below a learning lr: too slow for the budget (see above)
 DEFAULT_LEARNED_MARGIN = 0.05            # configs/train.yaml outcome.learned_margin (the summary records it)
 
 

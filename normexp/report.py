@@ -611,7 +611,7 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             "smallest above it at which some seed did not (first unstable), found by the boundary sweeper's bisection; "
             "monotone = no stable point lies above the first unstable one. Upper edge: what bounded the search from "
             "above (unstable: some seed collapsed or diverged there; stalled: its seeds never learned at a higher "
-            "value than one that learned; upper bound: it learned up to the search's upper bound; too slow: nothing "
+            "value than one that learned; upper bound: it learned up to the search's upper bound; nothing learned: nothing "
             "learned and nothing was unstable — no stability limit). Lower edge: the largest value below the window "
             "where runs were too slow, and the smallest that learned. Data: `boundary.csv`, "
             "`boundary_points.csv` (every probed point and seed).", "", markdown_table(head, rows), "",
@@ -641,7 +641,7 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             "least-squares line through the brackets' geometric middles, its 95 % interval a percentile bootstrap "
             "over the brackets (each limit drawn log-uniformly inside its bracket) and the depths (resampled), 2,000 "
             "resamples; the limit at the shallowest depth and the line's value at 1,000 blocks. Depths without a "
-            "limit (too slow: nothing learned; upper bound: learned up to the search's bound) are listed, never "
+            "limit (nothing learned; upper bound: learned up to the search's bound) are listed, never "
             "fitted. Data: `depth_law_slopes.csv` (this table), `depth_law.csv` (the figure's points).", "", markdown_table(head, rows), "",
             "![depth law](depth_law.png)", ""]
 

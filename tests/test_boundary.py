@@ -228,7 +228,7 @@ def test_both_edges_of_the_window_are_bracketed():
 
 def test_too_slow_everywhere_is_never_a_stability_limit():
     (s,), _, _ = scheduled(window(1.0, 2.0))  # never learns up to the upper bound
-    assert s.verdict() == "none" and s.upper_edge() == "too slow"
+    assert s.verdict() == "none" and s.upper_edge() == "nothing learned"
     assert s.next_points() == []     # nothing to bisect: no unstable point to bound a window
     row = s.row("lr")
     assert row["last_stable"] is None and "never_learned 3" in s.why(1e-1)  # every seed ran: no skipping

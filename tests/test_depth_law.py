@@ -54,7 +54,7 @@ def test_a_depth_without_an_upper_edge_is_never_a_limit():
     assert depth_law.depth_kind(row("post", 8, 1e-3, 2e-3)) == "limit"
     assert depth_law.depth_kind(row("post", 8, 1e-3, 2e-3, edge="stalled")) == "limit"
     assert depth_law.depth_kind(row("post", 8, 0.1, None, edge="upper bound")) == "at least"
-    assert depth_law.depth_kind(row("post", 8, None, 1e-3, edge="too slow")) == "none"
+    assert depth_law.depth_kind(row("post", 8, None, 1e-3, edge="nothing learned")) == "none"
     assert depth_law.depth_kind(row("post", 8, None, 1e-3, edge="no window")) == "none"
     # an old row (no upper_edge column): a bracket is a limit
     old = {"last_stable": 1e-3, "first_unstable": 2e-3}
@@ -77,7 +77,7 @@ def write(folder, rows):
 
 def test_the_report_section_on_hand_made_rows(tmp_path):
     depths = [4, 8, 16, 32, 64, 128]
-    post = law_rows("post", 0.05, -1.0, depths[:4]) + [row("post", 64, None, 1e-3, edge="too slow"),
+    post = law_rows("post", 0.05, -1.0, depths[:4]) + [row("post", 64, None, 1e-3, edge="nothing learned"),
                                                         row("post", 128, None, 1e-3, edge="no window")]
     deepnorm = law_rows("deepnorm", 0.02, -0.25, depths[:5]) + [row("deepnorm", 128, 0.1, None, edge="upper bound")]
     table = write(tmp_path / "sweep", post + deepnorm)
@@ -89,7 +89,7 @@ def test_the_report_section_on_hand_made_rows(tmp_path):
     assert got["post"]["depths fitted"] == 4 and got["deepnorm"]["depths fitted"] == 5
     assert got["post"]["slope [95 %]"].startswith("-1.00 ")
     assert got["deepnorm"]["slope [95 %]"].startswith("-0.25 ")
-    assert got["post"]["depths without a limit"] == "64: too slow; 128: no window"
+    assert got["post"]["depths without a limit"] == "64: nothing learned; 128: no window"
     assert got["deepnorm"]["depths without a limit"] == "128: ≥ bound"
     assert got["post"]["limit at the shallowest depth"] == f"{0.05 / 4 / math.sqrt(1.25):.3g} .. " \
                                                           f"{0.05 / 4 * math.sqrt(1.25):.3g} at 4"
