@@ -40,6 +40,14 @@ def test_collapsed_run_learned_then_came_back_up():
     assert outcomes.classify(s) == COLLAPSED
 
 
+def test_a_run_still_falling_at_the_end_did_not_collapse():
+    # val falls at every evaluation and ends at 2.98 (> 2.94: stalled); only the last train
+    # batch, 2.84, is below 2.85. Nothing came back up: it never got going in the budget
+    s = summary("stalled", [5.0, 3.2, 3.1, 2.84], [3.05, 2.98])
+    assert outcomes.lowest_loss(s) == pytest.approx(3.05)
+    assert outcomes.classify(s) == NEVER_LEARNED
+
+
 def test_collapse_seen_only_in_the_validation_points():
     s = summary("stalled", [5.0, 3.3, 3.2], [2.7, 3.2])  # val 2.7 <= 2.85, train never below
     assert outcomes.classify(s) == COLLAPSED
