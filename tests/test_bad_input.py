@@ -352,8 +352,19 @@ def test_a_checkpoint_of_another_shape_is_one_line_and_keeps_the_run(world, tmp_
     (first,) = sorted((run / "checkpoints").glob("step_*.pt"))
     shutil.copy(other / "checkpoints" / first.name, first)  # copied in by hand
     before = folder_state(run)
+    # the checkpoint records its settings: the differing one is named before the model loads
     proc = _train(env, [*args, "resume=true"])
-    _one_line(proc, 2, "holds a model of another shape than this run's settings")
+    _one_line(proc, 2, "layers=2: differs from the checkpoint")
+    assert read_summary(run)["status"] == "interrupted"
+    assert folder_state(run)["summary.json"] == before["summary.json"]
+    # a checkpoint written before settings were recorded: its summary's hyperparameters are read
+    import torch
+
+    state = torch.load(first, weights_only=False)
+    state.pop("settings", None)
+    torch.save(state, first)
+    proc = _train(env, [*args, "resume=true"])
+    _one_line(proc, 2, "layers=2: differs from the checkpoint")
     assert read_summary(run)["status"] == "interrupted"
     assert folder_state(run)["summary.json"] == before["summary.json"]
 

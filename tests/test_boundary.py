@@ -305,7 +305,9 @@ def test_no_barrier_between_settings_and_the_busy_fraction():
     assert stats["runs"] == sum(s.runs for s in searches) == len(spans)
     busy = sum(end - start for _, start, end in spans)
     assert stats["busy_seconds"] == pytest.approx(busy, rel=0.1, abs=0.05)
-    assert stats["busy_fraction"] == pytest.approx(stats["busy_seconds"] / (2 * stats["wall_seconds"]), abs=2e-3)
+    # busy and wall are kept to 0.01 s, the fraction to 0.001: over a ~1 s sweep the fraction
+    # recomputed from the rounded seconds may differ by ~0.005
+    assert stats["busy_fraction"] == pytest.approx(stats["busy_seconds"] / (2 * stats["wall_seconds"]), abs=0.01)
     # every fast run started and ended while some slow run was going: no barrier between settings
     slow = [(a, b) for i, a, b in spans if i == 0]
     fast = [(a, b) for i, a, b in spans if i == 1]
