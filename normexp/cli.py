@@ -91,7 +91,9 @@ def _check_overrides(parsed: list, multirun: bool) -> list[str]:
     first = []
     for o in parsed:
         key = o.key_or_group.split("@")[0]
-        if key.lstrip("+~").startswith("hydra.sweeper.params."):
+        # a list as a sweeper param's value (hydra.sweeper.params.seed=0,1) is a sweep of the
+        # param itself, which Hydra cannot take; a quoted one ('0,1') or one value is the preset form
+        if key.lstrip("+~").startswith("hydra.sweeper.params.") and o.is_sweep_override():
             swept = key.lstrip("+~")[len("hydra.sweeper.params."):]
             fail(f"{o.input_line}: give a sweep on the command line as {swept}={o.input_line.split('=', 1)[-1]} "
                  "with -m (hydra.sweeper.params is for a preset's yaml)")
