@@ -38,9 +38,9 @@ PRESET_VALUES = {
                     "checkpoint_every": 0},
     "depth_boundary": {"schedule.name": "constant", "steps": 200, "lr": 1e-3, "warmup": 100, "d_model": 64,
                        "seq_len": 64, "checkpoint_every": 0},
-    "depth_law": {"schedule.name": "cosine", "steps": 150, "warmup": 40, "d_model": 32, "heads": 2, "seq_len": 32,
+    "depth_law": {"schedule.name": "cosine", "steps": 200, "warmup": 100, "d_model": 64, "heads": 4, "seq_len": 32,
                   "batch_size": 8, "checkpoint_every": 0},
-    "depth_rung": {"schedule.name": "cosine", "steps": 150, "warmup": 40, "layers": 1000, "d_model": 32, "heads": 2,
+    "depth_rung": {"schedule.name": "cosine", "steps": 200, "warmup": 100, "layers": 1000, "d_model": 64, "heads": 4,
                    "seq_len": 32, "batch_size": 8, "checkpoint_every": 50},
 }
 # Presets searched by the boundary sweeper (not a grid): the key searched, and a shrunken search
@@ -77,8 +77,15 @@ def preset_grid(preset: str) -> dict[str, list]:
     return {k: parse_values(v) for k, v in params.items()}
 
 
+# a preset that sweeps seeds only (depth_rung: its lr comes from the command line) is
+# shrunk with a command-line grid over these too, so that it still runs a grid
+SEED_ONLY_EXTRA = {"layers": [1, 2], "lr": [1e-3, 1e-2]}
+
+
 def shrunk_grid(preset: str) -> dict[str, list]:
     grid = preset_grid(preset)
+    if set(grid) == {"seed"}:
+        grid = {**grid, **SEED_ONLY_EXTRA}
     for key, values in grid.items():
         assert all(isinstance(v, str) for v in values) or key in SHRINK, f"{preset}: add a small {key} to SHRINK"
     return {k: SHRINK.get(k, v) for k, v in grid.items()}
@@ -100,7 +107,9 @@ def sweeps(tmp_path_factory):
     for preset in set(PRESET_VALUES) - set(BOUNDARY):
         grid = shrunk_grid(preset)
         tiny = [o for o in TINY if o.split("=")[0] not in grid and o.split("=")[0] not in ("eval_batches", "log.progress")]
-        shrink = [f"hydra.sweeper.params.{k}='{','.join(map(str, v))}'" for k, v in grid.items() if k in SHRINK]
+        own = preset_grid(preset)
+        shrink = [f"{'' if k in own else '+'}hydra.sweeper.params.{k}='{','.join(map(str, v))}'"
+                  for k, v in grid.items() if k in SHRINK]
         jobs[preset] = ["train", "-m", f"experiment={preset}", *tiny, *data, f"steps={STEPS}", *shrink,
                         f"hydra.sweep.dir={root / preset}"]
     jobs["grid"] = ["train", "-m", *TINY, *data, "steps=5", "warmup=0", f"norm={','.join(NORMS)}",
