@@ -66,7 +66,7 @@ MUTANTS = [
       "math.sqrt(start / max(step + 1, start))", "math.sqrt(start / max(step, start))",
       ("tests/test_schedules.py",)),
     M("warmup not clamped to steps", "normexp/train.py",
-      "self.warmup = min(cfg.warmup, cfg.steps)", "self.warmup = cfg.warmup",
+      "min(self.cfg.warmup, self.cfg.steps), self.cfg.schedule)", "self.cfg.warmup, self.cfg.schedule)",
       ("tests/test_schedules.py",)),
     # ---- config -> model wiring
     M("LayerNorm eps ignored", "normexp/model.py",
@@ -116,10 +116,10 @@ MUTANTS = [
       '"grad_norm": per_group[: self.layers],', '"grad_norm": per_group[1: self.layers + 1],',
       ("tests/test_instruments.py::test_logged_values_equal_a_hand_computation",)),
     # ---- data split
-    M("validation fraction halved", "normexp/data.py",
-      "cut = len(text) - round(len(text) * val_fraction)", "cut = len(text) - round(len(text) * val_fraction / 2)",
+    M("validation fraction halved", "normexp/corpora.py",
+      "cut = len(text) - round(len(text) * fraction)", "cut = len(text) - round(len(text) * fraction / 2)",
       ("tests/test_data.py::test_byte_tokenizer_val_fraction",)),
-    M("train and validation overlap", "normexp/data.py",
+    M("train and validation overlap", "normexp/corpora.py",
       "train_text, val_text = text[:cut], text[cut:]", "train_text, val_text = text, text[cut:]",
       ("tests/test_data.py::test_byte_tokenizer_val_fraction",)),
     # ---- resume
@@ -132,7 +132,7 @@ MUTANTS = [
       "keys = sorted({k for r in runs for k in r.config} - set(RUN_SETTINGS))",
       ("tests/test_report.py::test_varied_keys_follow_the_overrides_and_drop_group_details",)),
     M("report: a diverged run is dropped, not counted as its initial loss", "normexp/study.py",
-      '        return m.get("initial_loss")\n', "        return None\n",
+      'v = m.get("initial_loss") if r.status == "diverged" else', 'v = None if r.status == "diverged" else',
       ("tests/test_study.py",)),
     M("report: z quantile instead of Student's t", "normexp/study.py",
       "half = t975(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))",
@@ -142,7 +142,7 @@ MUTANTS = [
       "out.append(min(v, l0) if l0 is not None and math.isfinite(l0) else v)", "out.append(v)",
       ("tests/test_study.py::test_lr_sensitivity_clips_a_run_that_ended_above_its_initial_loss",)),
     M("report: max stable lr where any seed learned", "normexp/study.py",
-      "if members and all(map(learned, members))]", "if members and any(map(learned, members))]",
+      "and all(map(counts_as_learned, kept))]", "and any(map(counts_as_learned, kept))]",
       ("tests/test_study.py",)),
     # ---- baseline and the stall rule
     M("unigram baseline in bits, not nats", "normexp/data.py",
@@ -159,7 +159,7 @@ MUTANTS = [
       ("tests/test_instruments.py::test_logged_values_equal_a_hand_computation",)),
     # ---- SLURM requeue (needs a cluster: scripts/slurm_local.sh; skipped, so "survives", without one)
     M("a requeued job starts over instead of resuming", "normexp/cli.py",
-      "                cfg.resume = True\n", "                pass\n",
+      "        cfg.resume = True\n", "        pass\n",
       ("tests/test_slurm.py::test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted_run",)),
 ]
 
