@@ -1,32 +1,90 @@
-"""How idle OpenMP threads wait: set in the environment before torch loads its OpenMP runtime.
+"""How idle OpenMP threads wait: chosen from how busy the machine is, before torch loads OpenMP.
 
 torch's CPU wheels run intra-op parallelism (and MKL's and oneDNN's) on GNU OpenMP
 (libgomp). Between parallel regions libgomp's worker threads spin for a while before they
-sleep (GOMP_SPINCOUNT, 300,000 spins by default). On a machine where another process keeps
-a core busy, the spinning worker takes the time slices the other thread of the same step
-needs, and a 2-thread run drops to about a third of its idle speed (issue 31).
-`OMP_WAIT_POLICY=PASSIVE` (OpenMP spec, §6.7; honoured by libgomp and by Intel's libiomp)
-makes idle workers sleep at once, so a busy neighbour costs about what losing its core costs.
+sleep (GOMP_SPINCOUNT, 300,000 spins by default). Measured on 2 cores (issue 31, docs/speed.md):
 
-libgomp reads its environment once, when the library is loaded, i.e. on `import torch`:
-later changes to os.environ do nothing in this process. So `configure()` runs first thing in
-`normexp.cli` (every `normexp` command and `python -m normexp.cli`, which torchrun starts)
-and in `normexp/__main__.py`. Processes started afterwards (joblib's worker processes,
-submitit's jobs, torchrun's ranks) inherit the variable from this process's environment.
+- on an idle machine spinning pays: a sleeping worker's wake-up at every one of a step's many
+  small parallel regions made `OMP_WAIT_POLICY=PASSIVE` (spin count 0) ~20 % slower;
+- when another process keeps a core busy, the spinning worker takes the time slices the other
+  thread of the same step needs, and a 2-thread run fell to 0.28× of its idle speed, against
+  0.48× with passive waiting (about what losing one of two cores costs).
 
-A value the user set (OMP_WAIT_POLICY, or GOMP_SPINCOUNT, which libgomp prefers over the
-policy) is left alone: `OMP_WAIT_POLICY=ACTIVE normexp train ...` brings back spinning.
+So `configure()` looks at the machine first: over SAMPLE_SECONDS it reads how many cores other
+processes kept busy (/proc/stat; the load average where there is none). At BUSY_CORES or more it
+sets OMP_WAIT_POLICY=PASSIVE (OpenMP spec §6.7; libgomp and Intel's libiomp both honour it);
+otherwise it leaves OpenMP's default. The choice holds for the process's life (OpenMP reads its
+environment once) and never changes a number, only how threads wait.
+
+libgomp reads its environment when the library is loaded, i.e. on `import torch`, so
+`configure()` runs first thing in `normexp.cli` (every `normexp` command and `python -m
+normexp.cli`, which torchrun starts) and in `normexp/__main__.py`. A process started later
+(joblib's workers, submitit's jobs, torchrun's ranks) inherits the environment; a policy this
+module set is marked (CHOSEN_BY) so that such a process looks at the machine again itself.
+
+A value the user set (OMP_WAIT_POLICY, or GOMP_SPINCOUNT, which libgomp prefers over the policy)
+is left alone: `OMP_WAIT_POLICY=PASSIVE normexp train ...` always waits passively,
+`OMP_WAIT_POLICY=ACTIVE` always spins.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 WAIT_POLICY = "PASSIVE"
 USER_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+CHOSEN_BY = "NORMEXP_OMP_WAIT"     # marks a policy normexp chose (inherited, not the user's)
+BUSY_CORES = 0.5                   # others' use, in cores, from which spinning costs more than it saves
+SAMPLE_SECONDS = 0.1
+CHOICE = "not chosen: configure() did not run in this process"  # what configure() decided, for the run's log
 
 
-def configure(environ=os.environ) -> None:
-    """Set OMP_WAIT_POLICY=PASSIVE unless the user chose how OpenMP threads wait."""
-    if not any(knob in environ for knob in USER_KNOBS):
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies summed over every core since boot, from /proc/stat; None without it."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user time
+    return total - idle, total
+
+
+def others_busy_cores(seconds: float = SAMPLE_SECONDS) -> float:
+    """How many cores other processes keep busy: measured over `seconds` while this process sleeps
+    (/proc/stat), or the 1-minute load average where /proc/stat is missing."""
+    before = _cpu_times()
+    if before is None:
+        try:
+            return os.getloadavg()[0]
+        except OSError:
+            return 0.0
+    time.sleep(seconds)
+    after = _cpu_times()
+    busy, total = after[0] - before[0], after[1] - before[1]
+    return (os.cpu_count() or 1) * busy / total if total > 0 else 0.0
+
+
+def configure(environ=os.environ, busy_cores=None) -> str:
+    """Choose how OpenMP threads wait, unless the user chose; returns (and keeps in CHOICE) what
+    holds and why. `busy_cores`: the other processes' use in cores (measured when None)."""
+    global CHOICE
+    CHOICE = _choose(environ, busy_cores)
+    return CHOICE
+
+
+def _choose(environ, busy_cores) -> str:
+    if environ.get(CHOSEN_BY):  # inherited from the normexp process that started this one: look again
+        for knob in USER_KNOBS:
+            environ.pop(knob, None)
+        environ.pop(CHOSEN_BY)
+    if any(knob in environ for knob in USER_KNOBS):
+        return "as set by the user (" + ", ".join(f"{k}={environ[k]}" for k in USER_KNOBS if k in environ) + ")"
+    busy = others_busy_cores() if busy_cores is None else busy_cores
+    if busy >= BUSY_CORES:
         environ["OMP_WAIT_POLICY"] = WAIT_POLICY
+        environ[CHOSEN_BY] = f"{busy:.2f}"
+        return f"passive (other processes kept {busy:.1f} cores busy at start)"
+    return f"spinning, OpenMP's default (the machine was idle at start: {busy:.1f} cores busy)"

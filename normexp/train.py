@@ -39,6 +39,7 @@ from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, 
 from .model import GPT, IGNORE_TARGET, ModelConfig
 from . import names
 from . import outcomes
+from . import threads_env
 from .runfolder import beat_baseline, hparams_row, read_summary, result_settings, summary_record, write_summary
 from .schedules import lr_multiplier
 from .signals import Interrupted, Preempted, StopSignals
@@ -288,6 +289,8 @@ class Trainer:
         self.settings = result_settings(cfg)  # what this run computes; each checkpoint keeps it
         self.t_start = time.time()
         threads = set_threads(cfg)
+        if threads > 1:
+            log.info("%d threads; idle OpenMP threads: %s", threads, threads_env.CHOICE)
         seed_everything(cfg.seed)
         self.device = distributed.rank_device(select_device(cfg.device))
         self.main = distributed.is_main()  # under torchrun only rank 0 writes into run_dir

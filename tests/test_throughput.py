@@ -103,19 +103,56 @@ print("AT_TORCH_IMPORT=" + seen[0])
 
 
 def _child(code: str, *args: str, **env_changes) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_DISPLAY_ENV")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_DISPLAY_ENV", "NORMEXP_OMP_WAIT")}
     env.update(env_changes)
     return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
                           timeout=120, check=True)
 
 
-def test_openmp_waits_passively_from_before_torch_loads():
+@pytest.fixture
+def busy_core():
+    """Another process keeping one core busy for the length of the test (a CPU hog)."""
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.5)  # past its start-up, spinning
+    yield
+    hog.kill()
+    hog.wait()
+
+
+def test_a_busy_core_is_measured(busy_core):
+    from normexp.threads_env import others_busy_cores
+
+    # the hog alone is one core; /proc/stat's ticks are 10 ms, so 0.3 s reads it to ±0.1 core
+    assert others_busy_cores(0.3) >= 0.8
+
+
+def test_the_rule_passive_when_others_keep_half_a_core_busy():
+    from normexp.threads_env import BUSY_CORES, CHOSEN_BY, configure
+
+    idle: dict = {}
+    assert configure(idle, busy_cores=BUSY_CORES - 0.1).startswith("spinning")
+    assert idle == {}  # OpenMP's default is left as it is
+    busy: dict = {}
+    assert configure(busy, busy_cores=BUSY_CORES).startswith("passive")
+    assert busy["OMP_WAIT_POLICY"] == "PASSIVE" and CHOSEN_BY in busy
+    # a process started by that one looks again: the inherited choice is not the user's
+    inherited = dict(busy)
+    configure(inherited, busy_cores=0.0)
+    assert inherited == {}
+    # the user's choice stands whatever the load
+    users = {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert configure(users, busy_cores=2.0).startswith("as set by the user")
+    assert users == {"OMP_WAIT_POLICY": "ACTIVE"}
+
+
+def test_on_a_busy_machine_openmp_waits_passively_from_before_torch_loads(busy_core):
     """The command line (every `normexp` command, sweep jobs and the bench included) sets
-    OMP_WAIT_POLICY=PASSIVE before anything imports torch."""
+    OMP_WAIT_POLICY=PASSIVE before anything imports torch when another process holds a core."""
     assert "AT_TORCH_IMPORT=PASSIVE" in _child(_WAIT_POLICY_AT_TORCH_IMPORT, "normexp.cli").stdout
 
 
-def test_openmp_runtime_sleeps_at_once():
+def test_on_a_busy_machine_the_openmp_runtime_sleeps_at_once(busy_core):
     """What the OpenMP runtime itself read when torch loaded it: with OMP_DISPLAY_ENV=verbose
     libgomp prints its settings as it loads, the spin count among them (300,000 by default,
     0 under the passive policy; libgomp shows the policy as PASSIVE even when unset, so the
@@ -127,7 +164,7 @@ def test_openmp_runtime_sleeps_at_once():
     assert re.search(r"GOMP_SPINCOUNT\s*=\s*'0'", shown), shown
 
 
-def test_a_wait_policy_the_user_chose_is_kept():
+def test_a_wait_policy_the_user_chose_is_kept(busy_core):
     code = _WAIT_POLICY_AT_TORCH_IMPORT
     assert "AT_TORCH_IMPORT=ACTIVE" in _child(code, "normexp.cli", OMP_WAIT_POLICY="ACTIVE").stdout
     # GOMP_SPINCOUNT overrides the policy in libgomp: with it set, no policy is added
