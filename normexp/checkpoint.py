@@ -112,7 +112,7 @@ def check_settings(state: dict, settings: dict, path: str, run_dir: Path) -> Non
     resuming it (e.g. copied in from another run's folder). `settings`: the resuming run's
     runfolder.result_settings; the checkpoint's own are its "settings" (checkpoints written
     before they were kept: the hyperparameters of its summary)."""
-    from .checks import ConfigError
+    from .config.checks import ConfigError
     from .names import HPARAMS
     from .runfolder import canonical_value
 

@@ -86,7 +86,8 @@ def _parse(overrides: list[str]) -> list:
 
 def _check_overrides(parsed: list, multirun: bool) -> list[str]:
     """Moved keys, group options, sweeps without -m; returns the first job's overrides."""
-    from .validate import ConfigError, moved_key
+    from .config.checks import ConfigError
+    from .validate import moved_key
 
     first = []
     for o in parsed:
@@ -162,7 +163,7 @@ def _check_sweep(parsed: list, sweeper_params, explicit) -> None:
     midway) and check its settings: if every job would fail, refuse the sweep; a value that
     is bad in only some jobs fails just those jobs when they run."""
     from .compose import sweep_jobs
-    from .validate import ConfigError
+    from .config.checks import ConfigError
 
     jobs = sweep_jobs(parsed, sweeper_params)
     sample = jobs if len(jobs) <= MAX_CHECKED_JOBS else jobs[:: -(-len(jobs) // MAX_CHECKED_JOBS)]
@@ -208,7 +209,8 @@ def preflight(args: list[str]):
 
     from .compose import sweep_jobs
     from .runfolder import check_job_folders
-    from .validate import ConfigError, check_cache, check_output_folder
+    from .config.checks import ConfigError
+    from .validate import check_cache, check_output_folder
 
     parsed = _parse(overrides)
     cfg = _compose(_check_overrides(parsed, multirun), hydra=True)
@@ -351,7 +353,7 @@ def hydra_task(cfg, hooks=None) -> dict | None:
     from .data import DataError
     from .runfolder import FolderTaken, read_summary, restore_hydra_files, trained_nothing
     from .signals import Interrupted, Preempted, StopSignals
-    from .validate import ConfigError
+    from .config.checks import ConfigError
 
     log = logging.getLogger("normexp")
     hc = HydraConfig.get()
@@ -398,7 +400,7 @@ def hydra_task(cfg, hooks=None) -> dict | None:
         if not multirun:
             raise SystemExit(EXIT_BAD_INPUT)
     except Exception as e:  # noqa: BLE001 - a sweep must go on past one broken job
-        from .checks import describe_error
+        from .config.checks import describe_error
 
         message, code = describe_error(e)
         _leave_resumable(run_dir, cfg, previous, message, code)
@@ -494,7 +496,7 @@ def run_train(args: list[str], hooks=None) -> None:
     cfg = preflight(args)
     exit_if_early_signal()  # a Ctrl-C during the pre-flight: stop before Hydra makes a folder
     from . import distributed
-    from .validate import ConfigError
+    from .config.checks import ConfigError
 
     if distributed.launched_by_torchrun():  # one run, several processes: see distributed.py
         if any(a in ("-m", "--multirun") for a in args):
@@ -673,7 +675,7 @@ def main():
     try:
         app()
     except Exception as e:  # noqa: BLE001 - the one top-level mapping: one line, exit 2 or 1
-        from .checks import describe_error
+        from .config.checks import describe_error
 
         message, code = describe_error(e)
         fail(message, code)

@@ -31,7 +31,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .checks import ConfigError, is_integer, is_number
+from .config.checks import ConfigError, is_integer, is_number
 
 log = logging.getLogger("normexp.data")
 

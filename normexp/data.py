@@ -81,7 +81,7 @@ def load_corpus(
     """Tokenized train/val splits for the configs, built once and then read from the cache.
     The configs are checked by validate.py's rules (the same ones `normexp train` applies
     before it starts), so a caller that skips the command line gets the same one-line errors."""
-    from .validate import ConfigError
+    from .config.checks import ConfigError
 
     data_cfg, tokenizer_cfg = with_defaults("data", data_cfg), with_defaults("tokenizer", tokenizer_cfg)
     root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()

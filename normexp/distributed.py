@@ -153,7 +153,7 @@ def join_run(args: list[str]) -> list[str]:
 def local_batch_size(batch_size: int) -> int:
     """Rows of the global batch each rank trains on; the global batch stays `batch_size`."""
     if batch_size % world_size():
-        from .validate import ConfigError
+        from .config.checks import ConfigError
 
         raise ConfigError("batch_size", batch_size,
                           f"must be divisible by the {world_size()} torchrun processes; "

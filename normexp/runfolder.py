@@ -481,7 +481,7 @@ def _check_one_value_twice(jobs: list[list[str]]) -> None:
     runfolder.canonical_value: the form duplicate detection and the resume checks use)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from .checks import ConfigError
+    from .config.checks import ConfigError
 
     parser, seen, seen_jobs = OverridesParser.create(), {}, {}
     for job in jobs:
@@ -516,7 +516,7 @@ def check_job_folders(cfg, jobs: list[list[str]]) -> None:
     behind this, each job claims its folder, so a collision can never merge two jobs."""
     from omegaconf import OmegaConf
 
-    from .checks import ConfigError
+    from .config.checks import ConfigError
 
     if OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir") != "${hydra.job.override_dirname}":
         return  # a subdir of the user's own (${hydra.job.num}: a job may repeat on purpose); the job claims guard it

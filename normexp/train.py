@@ -42,7 +42,7 @@ from . import outcomes
 from .runfolder import beat_baseline, hparams_row, read_summary, result_settings, summary_record, write_summary
 from .schedules import lr_multiplier
 from .signals import Interrupted, Preempted, StopSignals
-from .validate import ConfigError
+from .config.checks import ConfigError
 
 log = logging.getLogger("normexp")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .checks import ConfigError, is_integer, is_number
+from .config.checks import ConfigError, is_integer, is_number
 from .compose import config_groups, declared_keys, declared_names, top_level_keys
 from .runfolder import FINISHED, RECORD, cache_root
 

@@ -382,7 +382,8 @@ def test_jsonl_bad_records_are_one_line_errors(tmp_path, content, expected):
 
 def test_jsonl_checks_before_loading(tmp_path):
     from normexp.runfolder import data_files
-    from normexp.validate import ConfigError, check_data
+    from normexp.config.checks import ConfigError
+    from normexp.validate import check_data
 
     a = write(tmp_path / "a.jsonl", '{"text": "x"}\n')
     check_data(jsonl_cfg(a))  # a good config passes the pre-flight

@@ -224,7 +224,7 @@ def test_scale_positions_says_what_the_embedding_scale_multiplies():
     flipped on either, and a non-boolean is a ConfigError naming it."""
     from normexp.compose import compose_config
     from normexp.train import model_config
-    from normexp.validate import ConfigError
+    from normexp.config.checks import ConfigError
 
     idx = torch.randint(0, 256, (2, 8))
     for overrides, scaled in ((["init=torchscale"], False), (["init=xavier"], True),

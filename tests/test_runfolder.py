@@ -127,7 +127,7 @@ def _sweep_cfg(*overrides):
 
 
 def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
-    from normexp.checks import ConfigError
+    from normexp.config.checks import ConfigError
     from normexp.runfolder import check_job_folders
 
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
@@ -144,7 +144,7 @@ def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
 
 
 def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
-    from normexp.checks import ConfigError
+    from normexp.config.checks import ConfigError
     from normexp.runfolder import check_job_folders
 
     for spellings in (("grad_clip=1", "grad_clip=1.0"), ("lr=1e-3", "lr=0.001"), ("optim.betas=[0.9,1]",
@@ -201,7 +201,7 @@ def test_a_data_file_is_checked_by_its_contents_as_named_now(tmp_path, monkeypat
 
 def test_a_checkpoint_of_other_settings_is_refused(tmp_path):
     from normexp.checkpoint import check_settings
-    from normexp.checks import ConfigError
+    from normexp.config.checks import ConfigError
 
     mine = result_settings(_sweep_cfg("lr=0.002"))
     check_settings({"settings": mine}, mine, "step_00000002.pt", tmp_path)

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from normexp.cli import check_job
 from normexp.compose import compose_config, group_options, top_level_keys
 from normexp.model import NORMS, PLACEMENTS
-from normexp.validate import ConfigError
+from normexp.config.checks import ConfigError
 
 NOT_SETTINGS = {"self", "d", "sublayer", "make_norm", "index", "depth"}
 TEXT_FILES = {name: [f"data.files=[{__file__}]"] for name in ("text", "jsonl")}  # local sources need a real, non-empty file

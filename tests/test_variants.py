@@ -14,7 +14,7 @@ from normexp.cli import check_job
 from normexp.compose import compose_config
 from normexp.instruments import Instruments, attention_signals, recording
 from normexp.model import GPT, MLP, NORMS, PLACEMENTS, CausalSelfAttention, ModelConfig
-from normexp.validate import ConfigError
+from normexp.config.checks import ConfigError
 
 D = 16
 EPS = 1e-5

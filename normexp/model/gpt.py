@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .validate import ConfigError
+from ..config.checks import ConfigError
 
 
 @dataclass

@@ -1,12 +1,12 @@
-"""ConfigError and the small value checks that validate.py and the registries' own checks
-(corpora.py's sources and tokenizers) share: a module of its own, so neither imports the other."""
+"""The one ConfigError and the small value checks that every layer shares: validate.py's
+rules, the model's norms, placements and inits, the data sources and tokenizers. Standard
+library only, so the model imports it without Hydra or OmegaConf."""
 
 from __future__ import annotations
 
 import errno
 import math
-
-from omegaconf import ListConfig
+from collections.abc import MutableSequence
 
 
 class ConfigError(Exception):
@@ -14,7 +14,8 @@ class ConfigError(Exception):
 
     def __init__(self, key: str, value, allowed: str):
         self.key, self.value = key, value
-        shown = value if not isinstance(value, (list, ListConfig)) else "[" + ",".join(map(str, value)) + "]"
+        # a list or an OmegaConf ListConfig (both mutable sequences) as the user wrote it
+        shown = value if not isinstance(value, MutableSequence) else "[" + ",".join(map(str, value)) + "]"
         super().__init__(" ".join(f"{key}={shown}: {allowed}".split()))
 
 
@@ -26,6 +27,25 @@ def is_number(v) -> bool:
 
 def is_integer(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+# the largest float32: a setting beyond it becomes inf in the model's float32 tensors
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def is_float32(v) -> bool:
+    """A real number the model's float32 tensors can hold (nan, inf and 1e308 cannot)."""
+    return is_number(v) and abs(v) <= FLOAT32_MAX
+
+
+def is_positive_float32(v) -> bool:
+    return is_float32(v) and v > 0
+
+
+def require(ok: bool, key: str, value, allowed: str) -> None:
+    """ConfigError(key, value, allowed) unless ok: a variant's check of its own setting."""
+    if not ok:
+        raise ConfigError(key, value, allowed)
 
 
 # errno values that mean the machine, not normexp, stopped a write: (what, what to do)
