@@ -144,7 +144,8 @@ def check_job(job, explicit) -> None:
     from .validate import validate
 
     validate(job, explicit)
-    from .model import INITS, check_settings, variant
+    from .config.registry import variant
+    from .model import INITS, check_settings
 
     check_settings(job.norm, job.placement, job.layers)
     init_cls, init_settings = variant(INITS, "init", job.init)  # settings the init does not take,

@@ -17,7 +17,7 @@ import torch
 
 from . import distributed
 from .model import GPT, read_outputs
-from .model import softcap as model_softcap
+from .model.layers import softcap as model_softcap
 
 # batch rows whose attention the instruments recompute on a logging step: one sequence gives
 # heads·T(T+1)/2 logits (33k at the default shape), and each row costs ~5 ms a logging step

@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normexp.model import GPT, NORMS, PLACEMENTS, DeepNorm, ModelConfig, deepnorm_constants
+from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.model.placements import DeepNorm, deepnorm_constants
 
 torch.manual_seed(0)
 D = 16

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from test_model import StandIn  # F(x) = tanh(x @ W), width D = 16
 
 from normexp.compose import compose_config
-from normexp.model import GPT, NORMS, PLACEMENTS, CausalSelfAttention, ModelConfig
+from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.model.layers import CausalSelfAttention
 from normexp.train import model_config
 
 D = 16

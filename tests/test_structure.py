@@ -70,7 +70,7 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_no_import_cycle_in_the_package():
     graph = module_imports()
     assert {"cli", "train", "model", "model.gpt", "distributed"} <= set(graph)  # the parser sees the package
-    assert "model" in graph["train"] and "config.checks" in graph["model.gpt"]
+    assert "model" in graph["train"] and "model.placements" in graph["model.gpt"]
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
@@ -103,3 +103,26 @@ def test_tensorboard_tags_are_spelled_only_in_names():
                for node in ast.walk(ast.parse(path.read_text()))
                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in tags]
     assert not spelled, spelled
+
+
+def test_the_model_stands_on_torch_and_the_configs_checks_alone():
+    """The model package imports torch, the standard library, its own modules and the
+    config's two stdlib-only leaves (the checks and the registry helpers): no Hydra, no
+    OmegaConf, no run folder, no data."""
+    import sys
+
+    graph = module_imports()
+    model = {m for m in graph if m == "model" or m.startswith("model.")}
+    assert {"model.gpt", "model.norms", "model.placements"} <= model
+    for m in sorted(model):
+        assert graph[m] <= model | {"config.checks", "config.registry"}, (m, graph[m] - model)
+    for m in ("config.checks", "config.registry"):
+        assert graph[m] <= {"config.checks"}, (m, graph[m])
+    leaves = [PACKAGE / "config" / "checks.py", PACKAGE / "config" / "registry.py"]
+    for path in [*(PACKAGE / "model").rglob("*.py"), *leaves]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for name in names:
+                top = name.split(".")[0]
+                assert top in ("torch", "__future__") or top in sys.stdlib_module_names, f"{path.name} imports {name}"

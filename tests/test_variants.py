@@ -13,7 +13,8 @@ from test_model import StandIn, randomize  # F(x) = tanh(x @ W), width D = 16
 from normexp.cli import check_job
 from normexp.compose import compose_config
 from normexp.instruments import Instruments, attention_signals, recording
-from normexp.model import GPT, MLP, NORMS, PLACEMENTS, CausalSelfAttention, ModelConfig
+from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.model.layers import MLP, CausalSelfAttention
 from normexp.config.checks import ConfigError
 
 D = 16
