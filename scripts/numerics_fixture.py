@@ -1,7 +1,7 @@
 """Record (or check) the per-step training losses of every norm × placement.
 
 The fixture tests/fixtures/numerics.json pins what training computes, so a refactor that
-moves a single number is caught (tests/test_numerics.py). Its runs are every registered norm
+moves a single number is caught (tests/train/test_numerics.py). Its runs are every registered norm
 × every registered placement (read from the model's registries, so a new variant is a run
 the fixture lacks until it is recorded). The first 30 runs (5 norms × 6 placements) were
 written by the code *before* the placement/norm redesign; the rest by the code before the

@@ -10,9 +10,12 @@ from .checks import ConfigError
 
 
 def register(registry: dict, *names: str):
+    """A class decorator: the class goes into `registry` under each of `names`; its `name` is
+    the first (a data source's or tokenizer's name as summary.json records it)."""
     def add(cls):
         for name in names:
             registry[name] = cls
+        cls.name = names[0]
         return cls
     return add
 
