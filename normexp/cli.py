@@ -19,7 +19,7 @@ import typer
 
 from .config.defaults import bench_default, probe_default
 from .launch.exits import fail
-from .runs.signals import catch_early_signals, release_early_signals
+from .train.signals import catch_early_signals, release_early_signals
 
 app = typer.Typer(
     help="Study where and how Transformers normalize: train, instrument, compare.",

@@ -13,7 +13,7 @@ import typer
 
 from ..config.compose import CONFIG_MODULE, CONFIG_NAME, expose_plugins, split_hydra_args
 from ..config.keys import override_key
-from ..runs.signals import GRACE_SECONDS, exit_if_early_signal
+from ..train.signals import GRACE_SECONDS, exit_if_early_signal
 from .exits import EXIT_BAD_INPUT, fail
 from .preflight import claim_output, preflight
 from ..runs.schema import Status
@@ -82,7 +82,7 @@ def hydra_task(cfg, hooks=None) -> dict | None:
 
     from ..data.batches import DataError
     from ..runs.folder import FolderTaken, read_summary, restore_hydra_files, trained_nothing
-    from ..runs.signals import Interrupted, Preempted, StopSignals
+    from ..train.signals import Interrupted, Preempted, StopSignals
     from ..config.checks import ConfigError
 
     log = logging.getLogger("normexp")

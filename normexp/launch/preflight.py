@@ -10,7 +10,7 @@ import typer
 
 from ..config.compose import compose_config, config_groups, group_options, split_hydra_args
 from ..config.keys import override_key
-from ..runs.signals import exit_if_early_signal
+from ..train.signals import exit_if_early_signal
 from .exits import fail
 
 # Flags after which no pre-flight is wanted.

@@ -42,7 +42,7 @@ from ..runs import schema
 from ..runs import outcomes
 from ..runs.folder import beat_baseline, hparams_row, read_summary, result_settings, summary_record, write_summary
 from .schedules import lr_multiplier
-from ..runs.signals import Interrupted, Preempted, StopSignals
+from .signals import Interrupted, Preempted, StopSignals
 from ..config.checks import ConfigError
 from ..runs.schema import Status
 

@@ -178,7 +178,7 @@ class StopSignals:
         agree first, so that all stop at the same step.)"""
         if self.signum:  # acted on from here: mark it before any slow work (the import below loads torch)
             self._acted.set()
-        from ..train import distributed
+        from . import distributed
 
         signum = distributed.agree_max(self.signum)
         if signum:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import make_corpus, read_summary
 
-from normexp.runs.signals import GRACE_SECONDS
+from normexp.train.signals import GRACE_SECONDS
 
 # One step of this model takes minutes on a 2-core CPU (attention over 60,000 positions,
 # forward and backward): the signal arrives mid-step, never at a step boundary.
@@ -78,7 +78,7 @@ def test_the_watchdog_does_not_fire_when_the_loop_stops_in_time():
     `check()` marks the stop as acted on before its slow import (normexp.train.distributed, hence
     torch, which takes seconds on a slow or busy CPU), so this holds on any machine."""
     code = ("import os, signal, sys, time\n"
-            "from normexp.runs.signals import StopSignals, Interrupted\n"
+            "from normexp.train.signals import StopSignals, Interrupted\n"
             "assert 'torch' not in sys.modules  # check() below is the first to import it\n"
             "class SlowImport:  # a CPU on which importing normexp.train.distributed outlasts the grace\n"
             "    def find_spec(self, name, path=None, target=None):\n"
@@ -104,7 +104,7 @@ def test_preemption_signal_waits_for_the_step_boundary_then_goes_to_the_previous
     """Inside a submitit job (a Python handler for SIGUSR2 is installed), the signal is
     deferred to `check()`, which raises Preempted; `forward` then calls the handler that was
     there before (submitit's, which requeues the job). Without such a handler it is left alone."""
-    from normexp.runs.signals import Interrupted, Preempted, StopSignals
+    from normexp.train.signals import Interrupted, Preempted, StopSignals
 
     calls = []
     previous = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
