@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from .keys import override_key
+
 from .defaults import CONFIG_MODULE
+from .keys import override_key
 
 CONFIG_NAME = "train"
 
