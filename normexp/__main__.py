@@ -1,4 +1,4 @@
-from .threads_env import configure
+from .launch.threads_env import configure
 
 configure()  # before torch loads (see threads_env.py)
 

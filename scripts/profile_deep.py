@@ -1,7 +1,7 @@
 """Where does a deep training step spend its time? (issue 23)
 
 Builds the model of one shape and placement through normexp's own config and training set-up
-(`compose_config` + `normexp.train.Trainer`, the objects `normexp train` uses), then times:
+(`compose_config` + `normexp.train.loop.Trainer`, the objects `normexp train` uses), then times:
 
 * set-up: the whole Trainer (data, model, optimizer, instruments, probe forward), and within
   it the model's construction and its weight init alone;
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from normexp.threads_env import configure as configure_threads_env
+from normexp.launch.threads_env import configure as configure_threads_env
 
 configure_threads_env()  # OMP_WAIT_POLICY before torch loads, as `normexp train` runs
 
@@ -39,7 +39,7 @@ from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E
 
 import normexp  # noqa: E402
 from normexp.bench.corpus import make_corpus
-from normexp.compose import compose_config
+from normexp.config.compose import compose_config
 
 
 def overrides(args, corpus: Path) -> list[str]:
@@ -158,7 +158,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
 
     from normexp.model import GPT
-    from normexp.train import Hooks, Trainer, model_config
+    from normexp.train.loop import Hooks, Trainer, model_config
 
     print(f"normexp from {Path(normexp.__file__).parent}; torch {torch.__version__}")
     with tempfile.TemporaryDirectory(prefix="profile-deep-") as tmp:

@@ -22,7 +22,7 @@ imports fairscale and timm; install into a venv of your own (not an unpinned tor
     python scripts/torchscale_crosscheck.py --weights normexp   # the reference from normexp's draws
 
 timm (for `drop_path`, used only with drop_path_rate > 0) is replaced by a shim here.
-tests/test_torchscale_reference.py uses `reference_decoder` and `copy_into_normexp` for the
+tests/model/test_torchscale_reference.py uses `reference_decoder` and `copy_into_normexp` for the
 weight-copy equivalence test.
 
 The reference as built here (torchscale 0.3.0, read in its source):
@@ -131,9 +131,9 @@ def reference_logits(decoder, idx: torch.Tensor) -> torch.Tensor:
 def normexp_model(placement: str, layers: int, d_model: int, heads: int, vocab_size: int, seq_len: int,
                   overrides=()):
     """normexp's GPT with init=torchscale, composed as `normexp train` composes it."""
-    from normexp.compose import compose_config
+    from normexp.config.compose import compose_config
     from normexp.model import GPT
-    from normexp.train import model_config
+    from normexp.train.loop import model_config
 
     cfg = compose_config([f"placement={placement}", "init=torchscale", "norm=layer", f"layers={layers}",
                           f"d_model={d_model}", f"heads={heads}", f"seq_len={seq_len}", *overrides])
@@ -208,7 +208,7 @@ ISSUE_ROWS = ["post:6:1e-3", "post:6:2e-3", "post:6:3e-3", "post:6:5e-3", "post:
 
 
 def protocol_config(placement: str, layers: int, lr: float, seed: int, steps: int, extra=()):
-    from normexp.compose import compose_config
+    from normexp.config.compose import compose_config
 
     return compose_config([*PROTOCOL, f"placement={placement}", f"layers={layers}", f"lr={lr}", f"seed={seed}",
                            f"steps={steps}", *extra])
@@ -219,9 +219,9 @@ def train_reference(cfg, corpus, weights: str = "own") -> float:
     loss on normexp's validation batches (`train.validation_loss`'s stream). weights="own":
     its own init; "normexp": the weights normexp's run for this config starts from (so the
     two runs differ only by the implementation)."""
-    from normexp.data import get_batch
+    from normexp.data.batches import get_batch
     from normexp.model import GPT
-    from normexp.train import generator, model_config, seed_everything
+    from normexp.train.loop import generator, model_config, seed_everything
 
     torch.set_num_threads(int(cfg.threads))
     seed_everything(cfg.seed)
@@ -253,14 +253,14 @@ def train_reference(cfg, corpus, weights: str = "own") -> float:
 
 def train_normexp(cfg, work: Path) -> tuple[float, str]:
     """normexp's own training loop (`normexp train` in-process): final val loss and status."""
-    from normexp.train import train
+    from normexp.train.loop import train
 
     summary = train(cfg, work)
     return summary.get("final_val_loss", math.nan), summary["status"]
 
 
 def outcome(loss: float, baseline: float, margin: float) -> str:
-    from normexp.runfolder import beat_baseline
+    from normexp.runs.folder import beat_baseline
 
     return "learned" if beat_baseline(loss, baseline, margin) else "stalled"
 
@@ -280,7 +280,7 @@ def main(argv=None) -> int:
         print(f"torchscale_crosscheck: {why}", file=sys.stderr)
         return 2
 
-    from normexp.train import load_data
+    from normexp.train.loop import load_data
 
     start = "own init" if args.weights == "own" else "from normexp's weights"
     print(f"| placement | depth | lr | torchscale Decoder, {start} (seeds " + ", ".join(map(str, args.seeds))

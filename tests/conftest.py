@@ -116,3 +116,22 @@ def pytest_terminal_summary(terminalreporter):
                 if outcome == "passed" and report.when != "call":
                     continue
                 terminalreporter.write_line(f"slurm test {outcome.upper()}: {report.nodeid}")
+
+
+PLACEMENT_TESTS = Path(__file__).resolve().parent / "model" / "placements"
+
+
+def placement_expectations() -> dict:
+    """{placement: its test module} from tests/model/placements/test_<name>.py: each declares
+    SHAPE (norms per block, final norm?) and SETTINGS (resolved at 2 blocks), worked out by
+    hand. The tests every placement passes read them here, so a new placement is its class,
+    its yaml and its own test file; one without a test file fails those tests by name."""
+    import importlib.util
+
+    out = {}
+    for path in sorted(PLACEMENT_TESTS.glob("test_*.py")):
+        spec = importlib.util.spec_from_file_location(f"placement_expectations_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        out[path.stem[len("test_"):]] = module
+    return out

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_summary, run_cli
 
-from normexp.runfolder import find_runs
-from normexp.validate import declared_names
+from normexp.runs.folder import find_runs
+from normexp.config.compose import declared_names
 
 BASE = [*TINY, "steps=5", "warmup=0", "data=text"]  # + data.files and hydra.run.dir per case
 
@@ -208,7 +208,7 @@ def test_bad_input_gets_one_line_exit_2_and_touches_no_run(results, case):
 def test_valid_names_match_the_registries():
     """validate.py reads the valid names from the config groups (so it needs no torch):
     they must be exactly the names the model and data code accept."""
-    from normexp.corpora import SOURCES, TOKENIZERS
+    from normexp.data.sources import SOURCES, TOKENIZERS
     from normexp.model import NORMS, PLACEMENTS
 
     assert declared_names("norm") == tuple(sorted(NORMS))
@@ -219,7 +219,7 @@ def test_valid_names_match_the_registries():
 
 def test_checking_a_config_does_not_import_torch():
     """The pre-flight path stays light, so a typo costs about a second, not a torch import."""
-    code = ("import sys, normexp.cli, normexp.validate, normexp.runfolder; "
+    code = ("import sys, normexp.cli, normexp.launch.validate, normexp.runs.folder; "
             "print(sorted(m for m in ('torch', 'datasets', 'tokenizers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -258,7 +258,7 @@ def test_sweep_goes_on_past_a_failed_and_a_diverged_job(world, tmp_path):
 # the kernel gives, from its `fail_on`-th call on.
 FAILING_SAVE = """
 import errno, sys
-import normexp.checkpoint as ckpt
+import normexp.runs.checkpoint as ckpt
 from normexp.cli import main
 real, calls = ckpt.save, []
 def save(run_dir, *a, **kw):
@@ -319,9 +319,9 @@ def test_a_write_the_machine_refuses_mid_run_is_one_line_and_leaves_it_resumable
 def test_a_bug_of_ours_is_one_line_exit_1():
     """Anything no rule names is normexp's own bug: one line saying so, exit 1 (the traceback
     only with HYDRA_FULL_ERROR=1)."""
-    code = ("import sys\nimport normexp.cli as cli\n"
+    code = ("import sys\nimport normexp.cli as cli\nimport normexp.launch.hydra_job as job\n"
             "def broken(args, hooks=None):\n    raise KeyError('boom')\n"
-            "cli.run_train = broken\nsys.argv = ['normexp', 'train']\ncli.main()\n")
+            "job.run_train = broken\nsys.argv = ['normexp', 'train']\ncli.main()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip() == ("normexp: error: internal error (a bug in normexp; please report it): "
@@ -407,8 +407,8 @@ def test_a_non_utf8_locale_with_non_ascii_paths_trains(world, tmp_path):
 def test_a_finished_run_without_a_finite_loss_is_not_called_a_run_without_an_initial_loss():
     """Item 8: a `completed` summary whose final_val_loss is nan (or inf, or missing) is left out
     of the mean as "no final loss"; "no initial loss" stays the diverged-before-any-loss case."""
-    from normexp.runs import Run
-    from normexp.study import screen
+    from normexp.runs.reading import Run
+    from normexp.analysis.study import screen
 
     def run(name, status, **summary):
         return Run(path=Path(name), rel=name, config={"seed": ["nan", "inff", "diverged", "fine"].index(name)},

@@ -8,23 +8,35 @@ PACKAGE = Path(__file__).resolve().parents[1] / "normexp"
 MAX_FUNCTION_LINES = 80
 
 
+def module_name(path: Path) -> str:
+    """normexp/model/gpt.py -> "model.gpt"; a package's __init__.py is the package ("model")."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def module_imports() -> dict[str, set[str]]:
-    """{module: the normexp modules it imports}, from the source (top level and inside functions)."""
+    """{module: the normexp modules it imports}, from the source (top level and inside
+    functions); modules are dotted paths below normexp ("model.gpt"), relative imports resolved."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = {}
-    for path in PACKAGE.glob("*.py"):
-        name = path.stem
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         deps = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
-                if node.level == 1 and node.module:  # from .x import y
-                    deps.add(node.module.split(".")[0])
-                elif node.level == 1:  # from . import x, y
-                    deps.update(a.name for a in node.names)
+                if node.level:
+                    base = package[: len(package) - (node.level - 1)]
+                    stem = ".".join(base + ([node.module] if node.module else []))
                 elif node.module and node.module.startswith("normexp."):
-                    deps.add(node.module.split(".")[1])
+                    stem = node.module[len("normexp."):]
+                else:
+                    continue
+                # `from .x import y`: y may be a module of package x, else a name defined in x
+                deps.update(f"{stem}.{a.name}".strip(".") if f"{stem}.{a.name}".strip(".") in modules else stem
+                            for a in node.names)
             elif isinstance(node, ast.Import):
-                deps.update(a.name.split(".")[1] for a in node.names if a.name.startswith("normexp."))
-        graph[name] = {d for d in deps if (PACKAGE / f"{d}.py").exists() and d != name}
+                deps.update(a.name[len("normexp."):] for a in node.names if a.name.startswith("normexp."))
+        graph[name] = {d for d in deps if d in modules and d != name and d}
     return graph
 
 
@@ -57,37 +69,61 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycle_in_the_package():
     graph = module_imports()
-    assert {"cli", "train", "model", "distributed"} <= set(graph)  # the parser sees the package
-    assert "model" in graph["train"]
+    assert {"cli", "train.loop", "model", "model.gpt", "train.distributed"} <= set(graph)  # the parser sees the package
+    assert "model" in graph["train.loop"] and "model.placements" in graph["model.gpt"]
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
 def test_no_function_is_longer_than_80_lines():
     long = []
-    for path in PACKAGE.glob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
-                    long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
+                    long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
 
 
 def test_the_config_package_is_named_in_one_place():
-    holders = [p.name for p in PACKAGE.glob("*.py") if '"normexp.configs"' in p.read_text()]
-    assert holders == ["compose.py"]
+    holders = [p.name for p in PACKAGE.rglob("*.py") if '"normexp.configs"' in p.read_text()]
+    assert holders == ["defaults.py"]
 
 
 def test_tensorboard_tags_are_spelled_only_in_names():
-    """Each TensorBoard tag and HParams metric is written out in normexp/names.py alone: the
+    """Each TensorBoard tag and HParams metric is written out in normexp/runs/schema.py alone: the
     other modules use its constants, so a renamed tag cannot leave a reader behind."""
-    from normexp import names
+    from normexp.runs import schema as names
 
     tags = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str) and "/" in v}
     tags |= set(names.GROUP_TAGS.values()) | {m.tag for m in names.HPARAM_METRICS}
     assert {"val/loss", "train/loss", "stability/model_update", "hparams/status"} <= tags
     spelled = [f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value}"
-               for path in sorted(PACKAGE.rglob("*.py")) if path.name != "names.py"
+               for path in sorted(PACKAGE.rglob("*.py")) if path.name != "schema.py"
                for node in ast.walk(ast.parse(path.read_text()))
                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in tags]
     assert not spelled, spelled
+
+
+def test_the_model_stands_on_torch_and_the_configs_checks_alone():
+    """The model package imports torch, the standard library, its own modules and the
+    config's three leaves (the checks and the registry helpers, stdlib only; the defaults,
+    read from the shipped yaml with PyYAML): no Hydra, no OmegaConf, no run folder, no data."""
+    import sys
+
+    graph = module_imports()
+    model = {m for m in graph if m == "model" or m.startswith("model.")}
+    assert {"model.gpt", "model.norms", "model.placements"} <= model
+    for m in sorted(model):
+        assert graph[m] <= model | {"config.checks", "config.registry", "config.defaults"}, (m, graph[m] - model)
+    for m in ("config.checks", "config.registry", "config.defaults"):
+        assert graph[m] <= {"config.checks"}, (m, graph[m])
+    leaves = [PACKAGE / "config" / name for name in ("checks.py", "registry.py", "defaults.py")]
+    for path in [*(PACKAGE / "model").rglob("*.py"), *leaves]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for name in names:
+                top = name.split(".")[0]
+                allowed = ("yaml",) if path.name == "defaults.py" else ("torch", "__future__")
+                assert top in allowed or top in sys.stdlib_module_names, f"{path.name} imports {name}"

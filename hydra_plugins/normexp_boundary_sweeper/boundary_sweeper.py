@@ -1,4 +1,4 @@
-"""`hydra/sweeper=boundary`: normexp's boundary search (normexp/boundary.py) as a Hydra sweeper,
+"""`hydra/sweeper=boundary`: normexp's boundary search (normexp/analysis/boundary.py) as a Hydra sweeper,
 so every launcher (basic, joblib, SLURM) runs its rounds and `resume=true` continues it.
 
     normexp train -m hydra/sweeper=boundary placement=post,pre seed=0,1,2 \\
@@ -9,7 +9,7 @@ Every swept key but `seed` spans the settings; `seed` gives the replicates; the 
 
     async   (default) runs start as slots free up, across settings, with no round-wide
             barrier; seed 0 of a point runs first and decides it alone where the rule allows
-            (normexp.boundary.Scheduler); the largest `layers` first. A launcher's `launch`
+            (normexp.analysis.boundary.Scheduler); the largest `layers` first. A launcher's `launch`
             blocks until its batch is done, so each run is its own one-job launch call, made
             from `parallel` threads at once (default: the launcher's n_jobs, else 1: inline).
     rounds  each round launches the next point of every unfinished setting × every seed as
@@ -36,7 +36,7 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
-from normexp import boundary
+from normexp.analysis import boundary
 
 log = logging.getLogger("normexp")
 
@@ -94,7 +94,7 @@ class BoundarySweeper(Sweeper):
     def _slots(self) -> int:
         if self.parallel:
             return int(self.parallel)
-        from normexp.distributed import parallel_jobs
+        from normexp.train.distributed import parallel_jobs
         import os
 
         n_jobs = OmegaConf.select(self.config, "hydra.launcher.n_jobs")

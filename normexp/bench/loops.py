@@ -1,7 +1,7 @@
 """The timed runs: normexp's own training loop, the hand-written loop of the minimal GPT,
 and the time to build each model.
 
-normexp's loop is `normexp.train.train`, the code path `normexp train` runs (forward,
+normexp's loop is `normexp.train.loop.train`, the code path `normexp train` runs (forward,
 backward, divergence check, fused AdamW, instruments on logging steps, TensorBoard writes),
 timed through its `on_step` hook and otherwise unchanged."""
 
@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
-from ..compose import compose_config
-from ..train import is_logging_step
+from ..config.compose import compose_config
+from ..train.loop import is_logging_step
 from .minimal_gpt import MinimalGPT
 from .shapes import Shape
 from .timing import OFF, WARMUP, event_bytes_by_step
@@ -55,7 +55,7 @@ def normexp_config(shape: Shape, corpus: Path, steps: int, log_every: int, threa
 def normexp_run(shape: Shape, corpus: Path, steps: int, log_every: int, threads: int,
                 compile: bool = False, extra: tuple[str, ...] = ()) -> NormexpRun:
     """normexp's training loop on `shape`, timestamped at the end of every step."""
-    from ..train import Hooks, train
+    from ..train.loop import Hooks, train
 
     k = run_log_every(log_every, steps)
     cfg = normexp_config(shape, corpus, steps, k, threads, compile, extra)
@@ -102,7 +102,7 @@ def build_seconds(shape: Shape, tokens: torch.Tensor) -> dict[str, float]:
     has one) on the bench's byte tokens, and the minimal GPT."""
     from types import SimpleNamespace
 
-    from ..train import build_model
+    from ..train.loop import build_model
 
     cfg = compose_config(shape.overrides())
     corpus = SimpleNamespace(vocab_size=shape.vocab_size, train=tokens.numpy())  # as load_data gives it

@@ -1,7 +1,7 @@
 """The reference model: the plain eager GPT a user writes by hand (nanoGPT style).
 
 It is the bench's baseline (same shape, same data, run interleaved with normexp), and an
-independent check of normexp's Pre-LN model: tests/test_bench.py loads a normexp
+independent check of normexp's Pre-LN model: tests/bench/test_bench.py loads a normexp
 `GPT.state_dict()` into it through NORMEXP_KEYS and compares loss and gradients. That table
 is the only place that knows normexp's parameter names; nothing here walks normexp's modules.
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import BenchError
+from ..config.defaults import bench_default
 from .corpus import MAX_SEQ_LEN
 
 
@@ -55,7 +56,7 @@ class Shape:
 
 def default_shape() -> Shape:
     """(C): the model `normexp train` trains with no overrides."""
-    from ..compose import compose_config
+    from ..config.compose import compose_config
 
     cfg = compose_config([])
     return Shape("C", cfg.layers, cfg.d_model, cfg.seq_len, cfg.batch_size, cfg.heads, cfg.mlp_ratio)
@@ -69,7 +70,7 @@ SHAPES = {
     "C": default_shape,
     "deep": lambda: Shape("deep", 1000, 32, 32, 8, placement="deepnorm"),
 }
-DEFAULT_ONLY = "A,B,C"
+DEFAULT_ONLY = bench_default("only")  # configs/bench.yaml
 
 
 def parse_shape(text: str) -> Shape:

@@ -1,5 +1,5 @@
 """`python -m normexp.bench.startup_child STAMP train ARGS...`: `normexp train ARGS` exactly as
-the user runs it (`cli.run_train`), with the loop's `on_start` hook writing to STAMP the wall
+the user runs it (`launch.hydra_job.run_train`), with the loop's `on_start` hook writing to STAMP the wall
 clock and the CPU seconds used when set-up is done (step 0 next). CPU seconds do not depend
 on what else the machine is doing. Run by suite.bench_startup in a fresh process."""
 
@@ -13,8 +13,8 @@ def main(argv: list[str]) -> None:
     stamp_path, command, *args = argv
     if command != "train":
         raise SystemExit(f"usage: python -m normexp.bench.startup_child STAMP train ARGS... (got {command!r})")
-    from ..cli import run_train
-    from ..train import Hooks
+    from ..launch.hydra_job import run_train
+    from ..train.loop import Hooks
 
     def stamp():
         use = resource.getrusage(resource.RUSAGE_SELF)

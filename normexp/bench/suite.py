@@ -21,29 +21,31 @@ import torch
 from . import BenchError
 from .corpus import make_corpus
 from .loops import LOG_EVERY, build_seconds, bytes_per_logging_step, min_steps, minimal_step_times, normexp_run
-from .shapes import DEFAULT_ONLY, SHAPES, Shape, default_shape, find_shape, select_shapes
+from .shapes import SHAPES, Shape, default_shape, find_shape, select_shapes
+from ..config.defaults import bench_default
 from .timing import OFF, WARMUP, CPUShare, PeakRSS, Pool, load_average, matmul_gflops, paired_overhead
+from ..runs.schema import Status
 
 
 @dataclass
 class BenchOptions:
-    """`normexp bench`'s options (see its --help in cli.py)."""
+    """`normexp bench`'s options (see its --help in cli.py); the defaults are configs/bench.yaml's."""
 
-    only: str = DEFAULT_ONLY
+    only: str = bench_default("only")
     shape: list[str] = field(default_factory=list)
-    instruments: str = "B,C"
-    steps: int = 32
-    rounds: int = 3
-    peak_size: int = 4096
-    threads: int | None = None
+    instruments: str = bench_default("instruments")
+    steps: int = bench_default("steps")
+    rounds: int = bench_default("rounds")
+    peak_size: int = bench_default("peak_size")
+    threads: int | None = bench_default("threads")
     compile: bool = False
     sweep: bool = False
-    sweep_shape: str = "B"
-    sweep_steps: int = 150
+    sweep_shape: str = bench_default("sweep_shape")
+    sweep_steps: int = bench_default("sweep_steps")
     startup: bool = False
     profiles: bool = False
     all: bool = False
-    json: Path = Path("bench.json")
+    json: Path = Path(bench_default("json"))
 
 
 def check_options(opts: BenchOptions, cores: int) -> tuple[dict[str, Shape], list[Shape]]:
@@ -218,7 +220,7 @@ def bench_sweep_cli(shape: Shape, corpus: Path, jobs: int, steps: int, cores: in
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
             done = [json.loads(p.read_text()) for p in Path(tmp).glob("*/summary.json")]
-            if len(done) != jobs or any(d["status"] != "completed" for d in done):
+            if len(done) != jobs or any(d["status"] != Status.COMPLETED for d in done):
                 raise RuntimeError(f"the {name} sweep did not complete all {jobs} jobs: {[d['status'] for d in done]}")
         out[name] = {"wall_s": wall, "tokens_per_s": jobs * steps * shape.tokens_per_step / wall}
         say(f"  sweep {shape.name} via the CLI, {name:6s} launcher: {jobs} jobs × {steps} steps in {wall:.1f} s")
@@ -259,9 +261,9 @@ def bench_profiles(shape: Shape, ms_per_step: float | None, say, repeats: int = 
     """The depth-profile images: milliseconds to draw and write one for `shape`'s depth
     (median of `repeats`, after one warm-up), and what the default setting
     (log.profiles_every=auto) adds to the default run: images × ms ÷ (steps × ms/step)."""
-    from ..compose import compose_config
-    from ..logbook import depth_profile_figure, open_writer
-    from ..train import is_logging_step, profiles_every
+    from ..config.compose import compose_config
+    from ..train.logbook import depth_profile_figure, open_writer
+    from ..train.loop import is_logging_step, profiles_every
 
     cfg = compose_config([])
     every = profiles_every(cfg)
@@ -286,7 +288,7 @@ def bench_profiles(shape: Shape, ms_per_step: float | None, say, repeats: int = 
 # ---------------------------------------------------------------------- summary
 
 def default_log_every() -> int:
-    from ..compose import compose_config
+    from ..config.compose import compose_config
 
     return int(compose_config([]).log_every)
 
@@ -347,7 +349,7 @@ def summarise(shapes: list[Shape], pools: dict, peak: float, compiled: dict | No
 
 def run(opts: BenchOptions, say=None) -> tuple[dict, str]:
     """Check the options, measure, and write opts.json. Returns (the report, the table text)."""
-    from ..distributed import available_cores
+    from ..train.distributed import available_cores
     from .table import extras_text, table
 
     say = say or (lambda m: print(m, file=sys.stderr, flush=True))  # progress on stderr, the table on stdout

@@ -1,0 +1,498 @@
+"""Boundary search: the learning window along one key, to a ratio, instead of to a grid step.
+
+For one setting (placement × init × depth ..., every swept key but the searched one and the
+seed), a `Search` looks along one key — `lr` or `layers`, on a log scale — for where runs
+learn. Each seed's run has an outcome (normexp/runs/outcomes.py: learned, never_learned,
+collapsed, diverged); a point is *stable* when every seed learned, *unstable* when some seed
+collapsed or diverged, *slow* otherwise (some seed never got going, none was unstable).
+Along lr, learning happens in a window: below it the runs are too slow for the budget, above
+it they are unstable. The search finds both edges:
+
+    initial    `initial_points` log-spaced from lower to upper, bounds included
+    upper edge (last stable, first unstable): the first failing point above the window's start
+               (the smallest stable point) and the largest stable point below it; bisected
+               (geometric midpoint) until first unstable / last stable ≤ ratio
+    lower edge (highest too slow, lowest learning): the largest point below the window's
+               start and the start; bisected until ≤ lower_ratio (default: ratio)
+    no window  nothing learned: the midpoint of the largest slow point below the smallest
+               unstable one is probed, to ratio (a window, if any, lies between)
+
+boundary.csv says per setting which edge bounded the search from above (upper_edge:
+unstable / stalled / upper bound / nothing learned / no window / unstable everywhere) and the
+seeds' outcomes there (upper_why): a failure that never learned is never reported as unstable,
+and a setting where nothing learned has no stability limit. A run that never learned is called
+too slow only by its place in the search (below an lr that learned): at an lr above every
+point tried it may as well have sat on the unigram plateau, Post-LN's way of failing, so
+"nothing learned" claims neither.
+
+Stability need not be monotone in the key (DeepNorm learned at 96 blocks but not at 48), so
+every point and its outcome is kept, and a stable point above the first unstable one marks the
+search `monotone = False`, never hidden.
+
+Two schedules run the searches: `search_all` in rounds (every seed of every next point, one
+batch a round, each round waits for its slowest run) and `Scheduler` + `run_scheduled`
+(runs start as slots free up, seed 0 of a point first; see Scheduler for which failures of
+seed 0 decide a point). Both probe the same points for the same outcomes.
+
+A failed job (bad input, a crash) is not an outcome: its search stops as "failed" with the
+error, so a typo never becomes a boundary. The Hydra sweeper that launches the runs is
+hydra_plugins/normexp_boundary_sweeper; this module is pure Python and is tested by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..runs import outcomes
+from ..runs.outcomes import LEARNED
+from ..runs.folder import FINISHED
+from ..config.checks import is_number
+from ..runs.schema import Status
+
+SEARCHABLE = {"lr": False, "layers": True}  # key -> whole numbers?
+
+
+def rounded(x: float, integer: bool) -> float | int:
+    """A probe value as it is written into a run's name: a whole number, or 3 significant digits."""
+    return max(1, round(x)) if integer else float(f"{x:.3g}")
+
+
+def initial_points(lower, upper, n: int, integer: bool) -> list:
+    """n log-spaced points from lower to upper, both included, rounded, without repeats."""
+    if n < 2:
+        raise ValueError("initial_points must be at least 2 (the two bounds)")
+    ratio = upper / lower
+    points = [rounded(lower * ratio ** (i / (n - 1)), integer) for i in range(n)]
+    points[0], points[-1] = lower, upper  # the bounds exactly as given
+    return sorted(set(points))
+
+
+def midpoint(low, high, integer: bool):
+    """The geometric midpoint of (low, high), rounded; None if no value lies strictly between."""
+    m = rounded(math.sqrt(low * high), integer)
+    if integer and not low < m < high:
+        m = (low + high) // 2
+    return m if low < m < high else None
+
+
+@dataclass
+class Search:
+    """The search along one key for one setting; `outcomes[x]` holds each seed's outcome at x
+    (normexp.runs.outcomes: learned, never_learned, collapsed, diverged)."""
+
+    setting: tuple                                # ((key, value), ...) of the other swept keys
+    lower: float
+    upper: float
+    ratio: float
+    integer: bool = False
+    lower_ratio: float | None = None              # the lower edge's precision (None: `ratio`)
+    outcomes: dict = field(default_factory=dict)  # x -> {seed: outcome}
+    runs: int = 0
+    skipped: int = 0                              # seeds not run: the point was decided without them
+    error: str | None = None                      # a job failed: no outcome, the search stops
+
+    def stable(self, x) -> bool:
+        """Every seed run at x learned."""
+        return all(o == LEARNED for o in self.outcomes[x].values())
+
+    def point_class(self, x) -> str:
+        """learned (every seed), unstable (some seed collapsed or diverged), else slow (some seed
+        never learned, none unstable)."""
+        seeds = self.outcomes[x].values()
+        if all(o == LEARNED for o in seeds):
+            return LEARNED
+        return "unstable" if any(outcomes.is_unstable(o) for o in seeds) else "slow"
+
+    def window_start(self):
+        """The smallest point where every seed learned (None: none did): the window's anchor."""
+        learned = [x for x in self.outcomes if self.stable(x)]
+        return min(learned) if learned else None
+
+    def bracket(self) -> tuple:
+        """The upper edge: (last stable, first unstable). First unstable = the smallest point
+        above the window's start where some seed did not learn; last stable = the largest
+        learning point below it. With no learning point: (None, the smallest point probed that
+        failed)."""
+        start = self.window_start()
+        failed = [x for x in self.outcomes if not self.stable(x)]
+        if start is None:
+            return None, (min(failed) if failed else None)
+        above = [x for x in failed if x > start]
+        first_unstable = min(above) if above else None
+        below = [x for x in self.outcomes if self.stable(x) and (first_unstable is None or x < first_unstable)]
+        return max(below), first_unstable
+
+    def lower_bracket(self) -> tuple:
+        """The lower edge: (the largest failing point below the window, the window's start)."""
+        start = self.window_start()
+        if start is None:
+            return None, None
+        below = [x for x in self.outcomes if x < start]  # all failed: start is the smallest learning point
+        return (max(below) if below else None), start
+
+    def empty_window(self) -> tuple:
+        """With no learning point: (the largest slow point below the smallest unstable one, that
+        unstable point), between which a window could lie; (None, None) otherwise."""
+        if self.window_start() is not None:
+            return None, None
+        unstable = [x for x in self.outcomes if self.point_class(x) == "unstable"]
+        if not unstable:
+            return None, None
+        slow = [x for x in self.outcomes if self.point_class(x) == "slow" and x < min(unstable)]
+        return (max(slow) if slow else None), min(unstable)
+
+    @property
+    def monotone(self) -> bool:
+        """No stable point above the first unstable one."""
+        _, first_unstable = self.bracket()
+        return first_unstable is None or not any(self.stable(x) for x in self.outcomes if x > first_unstable)
+
+    def next_points(self) -> list:
+        """The values to probe next (the upper edge's midpoint, the lower edge's, or, with no
+        learning point yet, the midpoint between slow and unstable); [] when done."""
+        if self.error is not None or not self.outcomes:
+            return []
+        low, high = self.bracket()
+        points = []
+        if low is not None and high is not None and high / low > self.ratio:
+            points.append(midpoint(low, high, self.integer))
+        slow, start = self.lower_bracket()
+        if slow is not None and start / slow > (self.lower_ratio or self.ratio):
+            points.append(midpoint(slow, start, self.integer))
+        slow, unstable = self.empty_window()
+        if slow is not None and unstable / slow > self.ratio:
+            points.append(midpoint(slow, unstable, self.integer))
+        return [x for x in points if x is not None and x not in self.outcomes]
+
+    def next_point(self):
+        """The first of next_points, or None when the search is done."""
+        points = self.next_points()
+        return points[0] if points else None
+
+    def verdict(self) -> str:
+        """none / ≥ upper / the upper edge's bracket / failed, in words."""
+        if self.error is not None:
+            return f"failed: {self.error}"
+        low, high = self.bracket()
+        if low is None:
+            return "none"
+        if high is None:
+            return f">= {low:g}"
+        return f"{low:g} .. {high:g}"
+
+    def upper_edge(self) -> str:
+        """What bounded the search from above (boundary.csv's upper_edge):
+        unstable     the first failure above the window had a seed collapse or diverge: a stability limit
+        stalled      it had only seeds that never learned, at an lr above one that learned
+        upper bound  every point from the window's start up to `upper` learned: the limit is ≥ upper
+        nothing learned  nothing learned and nothing collapsed or diverged: neither edge was found
+                     (the window, if any, lies outside [lower, upper] or needs more steps; never a
+                     stability limit, and no evidence of "too slow" either: a run stuck on the
+                     unigram plateau at a high lr also never learns)
+        no window    nothing learned: slow below, unstable above, closer than `ratio`
+        unstable everywhere  nothing learned and every failure down to `lower` was unstable
+        failed       a job failed (see verdict)"""
+        if self.error is not None:
+            return "failed"
+        if not self.outcomes:
+            return ""
+        low, high = self.bracket()
+        if low is None:
+            classes = {self.point_class(x) for x in self.outcomes}
+            if "unstable" not in classes:
+                return "nothing learned"
+            return "no window" if "slow" in classes else "unstable everywhere"
+        if high is None:
+            return "upper bound"
+        return "unstable" if self.point_class(high) == "unstable" else "stalled"
+
+    def lower_edge(self) -> str:
+        """too slow (a point below the window never learned), lower bound (the window reaches
+        `lower`), unstable below (non-monotone), or empty without a window."""
+        slow, start = self.lower_bracket()
+        if start is None:
+            return ""
+        if slow is None:
+            return "lower bound"
+        return "too slow" if self.point_class(slow) == "slow" else "unstable below"
+
+    def why(self, x) -> str:
+        """The seeds' outcomes at x in words: "never_learned 2, collapsed 1"."""
+        if x is None or x not in self.outcomes:
+            return ""
+        counts: dict = {}
+        for o in self.outcomes[x].values():
+            counts[o] = counts.get(o, 0) + 1
+        return ", ".join(f"{o} {n}" for o, n in sorted(counts.items()))
+
+    def row(self, key: str) -> dict:
+        low, high = self.bracket()
+        slow, start = self.lower_bracket()
+        return {**dict(self.setting), "key": key, "last_stable": low, "first_unstable": high,
+                "ratio": (high / low) if low and high else None, "verdict": self.verdict(),
+                "points_probed": len(self.outcomes), "runs_used": self.runs,
+                "monotone": "yes" if self.monotone else "no",
+                "seeds": max((len(o) for o in self.outcomes.values()), default=0),
+                "upper_edge": self.upper_edge(), "upper_why": self.why(high),
+                "lowest_learning": start, "highest_too_slow": slow, "lower_edge": self.lower_edge(),
+                "lower_why": self.why(slow), "runs_skipped": self.skipped}
+
+
+def record(search: Search, x, seed, summary) -> None:
+    """One job's result into its search: a finished run is an outcome (outcomes.classify:
+    learned = status completed); anything else (a failed job: no summary, or status failed)
+    stops the search."""
+    search.runs += 1
+    status = summary.get("status") if isinstance(summary, dict) else None
+    if status in FINISHED:
+        search.outcomes.setdefault(x, {})[seed] = summary.get("outcome") or outcomes.classify(summary)
+    elif search.error is None:
+        why = summary.get("error") if isinstance(summary, dict) else None
+        search.error = f"at {x:g}, seed={seed}: {why or status or 'the job failed (see its train.log)'}"
+
+
+def search_all(searches: list[Search], seeds: list, first_points: list, launch, after_round=None) -> int:
+    """Run every search to its end in rounds (hydra.sweeper.schedule=rounds). Each round asks
+    `launch` for one batch: [(search index, x, seed)] -> [summary dict or None] in the same
+    order (the sweeper's launcher; a stand-in in the tests), and waits for all of it. Round 0
+    probes `first_points` with every seed, later rounds each unfinished search's next points.
+    `after_round(k)` is called after each round. Returns the number of rounds."""
+    k = 0
+    while True:
+        batch = [(i, x, seed) for i, s in enumerate(searches)
+                 for x in (first_points if k == 0 else s.next_points()) for seed in seeds]
+        if k > 0:  # a search that stopped on an error launches nothing more
+            batch = [(i, x, seed) for i, x, seed in batch if searches[i].error is None]
+        if not batch:
+            return k
+        for (i, x, seed), summary in zip(batch, launch(batch)):
+            record(searches[i], x, seed, summary)
+        k += 1
+        if after_round:
+            after_round(k)
+
+
+class Scheduler:
+    """Which runs may start now, without a round-wide barrier (hydra.sweeper.schedule=async).
+
+    Each search probes its points independently of the others: its initial points at once,
+    then, when none of its points is still running, its next points. A point runs its first
+    seed alone; the rest start when that one is in, unless it has decided the point already:
+      - seed 0 collapsed or diverged: the point is unstable whatever the other seeds do
+        (stable = every seed learned; unstable = some seed collapsed or diverged), so they
+        are skipped;
+      - seed 0 never learned at a point below a point known to learn: the point bounds the
+        lower edge whatever the others do, and "too slow" is never called a stability limit,
+        so they are skipped;
+      - seed 0 never learned anywhere else: the others run, since one of them collapsing
+        would make the point an unstable one (the upper edge's "why", or the empty-window
+        search's direction depends on it). While another point of the search still waits
+        for its seed 0 (it may turn out to learn above this one) the decision waits too.
+    `ready()` orders runs by `cost` (largest first), so long runs start early and do not
+    straggle at the end."""
+
+    def __init__(self, searches: list[Search], seeds: list, first_points: list, cost=None):
+        self.searches, self.seeds, self.cost = searches, list(seeds), cost or (lambda i, x: 0)
+        self.queue: list = []        # (i, x, seed) ready to start
+        self.running: set = set()    # (i, x, seed) launched, not yet in
+        self.open: dict = {}         # i -> {x: seeds still to come back}
+        self.deferred: dict = {}     # i -> {x: seed 0 never learned, the decision waits for the other seed 0s}
+        for i, s in enumerate(searches):
+            for x in first_points:
+                self._probe(i, x)
+
+    def _probe(self, i, x) -> None:
+        self.open.setdefault(i, {})[x] = {self.seeds[0]}
+        self.queue.append((i, x, self.seeds[0]))
+
+    def ready(self) -> list:
+        """The runs that may start now, largest cost first (the caller takes as many as it has slots)."""
+        self.queue.sort(key=lambda job: -self.cost(job[0], job[1]))
+        return list(self.queue)
+
+    def start(self, job) -> None:
+        self.queue.remove(job)
+        self.running.add(job)
+
+    def finish(self, job, summary) -> None:
+        """A run came back: record it, then start the point's other seeds or the search's next points."""
+        i, x, seed = job
+        self.running.discard(job)
+        s = self.searches[i]
+        record(s, x, seed, summary)
+        if s.error is not None:  # a failed job stops its search: nothing more of it starts
+            self.queue = [j for j in self.queue if j[0] != i]
+            self.open[i], self.deferred[i] = {}, set()
+            return
+        waiting = self.open[i][x]
+        waiting.discard(seed)
+        if seed == self.seeds[0] and len(self.seeds) > 1:
+            self.deferred.setdefault(i, set()).add(x)
+        self._decide(i)
+        for done in [p for p, w in self.open[i].items() if not w and p not in self.deferred.get(i, ())]:
+            del self.open[i][done]
+        if not self.open[i]:
+            for nxt in s.next_points():
+                self._probe(i, nxt)
+
+    def _decide(self, i) -> None:
+        """Each point of search i whose seed 0 is in: skip its other seeds where seed 0 decided
+        it, start them where it did not (a never-learned seed 0 waits while another point's
+        seed 0 is still out: that one may learn above it)."""
+        s, first = self.searches[i], self.seeds[0]
+        first_out = any(first in seeds and first not in s.outcomes.get(x, {}) for x, seeds in self.open[i].items())
+        for x in sorted(self.deferred.get(i, ())):
+            if self._decided_by_first(s, x, first):
+                s.skipped += len(self.seeds) - 1
+            elif first_out and s.outcomes[x][first] in outcomes.TOO_SLOW:
+                continue
+            else:
+                for other in self.seeds[1:]:
+                    self.open[i][x].add(other)
+                    self.queue.append((i, x, other))
+            self.deferred[i].discard(x)
+
+    @staticmethod
+    def _decided_by_first(s: Search, x, seed) -> bool:
+        outcome = s.outcomes[x][seed]
+        if outcomes.is_unstable(outcome):
+            return True
+        start = s.window_start()
+        return outcome in outcomes.TOO_SLOW and start is not None and x < start
+
+    def done(self) -> bool:
+        return not self.queue and not self.running
+
+
+def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, clock=None) -> dict:
+    """Keep `slots` runs going until the scheduler is done: `launch_one((i, x, seed))` -> a
+    summary dict or None (blocking; called from `slots` threads at once, or inline when
+    slots = 1). `after_run()` is called after each run is recorded. Returns the schedule's
+    numbers: wall seconds, busy seconds (the runs' own wall times summed), slots, runs, and
+    busy_fraction = busy / (slots × wall)."""
+    import time
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    clock = clock or time.monotonic
+    t0, busy, runs = clock(), 0.0, 0
+
+    def timed(job):
+        t = clock()
+        try:
+            return launch_one(job)
+        finally:
+            nonlocal busy
+            busy += clock() - t
+
+    if slots <= 1:  # inline: a launcher that runs in this process keeps the main thread (signals)
+        while not scheduler.done():
+            job = scheduler.ready()[0]
+            scheduler.start(job)
+            scheduler.finish(job, timed(job))
+            runs += 1
+            if after_run:
+                after_run()
+    else:
+        with ThreadPoolExecutor(max_workers=slots) as pool:
+            futures: dict = {}
+            while not scheduler.done():
+                for job in scheduler.ready()[:slots - len(futures)]:
+                    scheduler.start(job)
+                    futures[pool.submit(timed, job)] = job
+                finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    job = futures.pop(f)
+                    try:
+                        summary = f.result()
+                    except Exception as e:  # the launcher itself failed: no outcome, the search stops
+                        summary = {"status": Status.FAILED, "error": f"{type(e).__name__}: {e}"}
+                    scheduler.finish(job, summary)
+                    runs += 1
+                    if after_run:
+                        after_run()
+    wall = clock() - t0
+    return {"wall_seconds": round(wall, 2), "busy_seconds": round(busy, 2), "slots": slots, "runs": runs,
+            "busy_fraction": round(busy / (slots * wall), 3) if wall > 0 else None}
+
+
+def grid_runs(lower, upper, ratio: float, seeds: int, integer: bool) -> int:
+    """Runs a log grid of the same precision (neighbours at most `ratio` apart) would use."""
+    steps = math.ceil(math.log(upper / lower) / math.log(ratio) - 1e-9)
+    points = len({rounded(lower * (upper / lower) ** (i / steps), integer) for i in range(steps + 1)})
+    return points * seeds
+
+
+def write_tables(searches: list[Search], key: str, folder: Path) -> tuple[Path, Path]:
+    """boundary.csv (one row per setting) and boundary_points.csv (every probed point and seed)."""
+    folder = Path(folder)
+    rows = [s.row(key) for s in searches]
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    table, points = folder / "boundary.csv", folder / "boundary_points.csv"
+    _write(table, columns, rows)
+    point_rows = [{**dict(s.setting), key: x, "seed": seed, "learned": "yes" if o == LEARNED else "no", "outcome": o}
+                  for s in searches for x in sorted(s.outcomes) for seed, o in sorted(s.outcomes[x].items())]
+    _write(points, list(dict.fromkeys(k for r in point_rows for k in r)) or [key, "seed", "learned", "outcome"],
+           point_rows)
+    return table, points
+
+
+def _write(path: Path, columns: list[str], rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        w.writerows({k: "" if r.get(k) is None else r.get(k) for k in columns} for r in rows)
+
+
+SCHEDULES = ("async", "rounds")
+
+
+def check_settings(key, lower, upper, ratio, initial_points, lower_ratio=None, schedule="async",
+                   parallel=None) -> str | None:
+    """One line naming what is wrong with the sweeper's own settings, or None."""
+    number = is_number
+    if key not in SEARCHABLE:
+        return f"hydra.sweeper.key={key}: the boundary sweeper searches {' or '.join(SEARCHABLE)}"
+    if not (number(lower) and number(upper) and 0 < lower < upper):
+        return (f"hydra.sweeper.lower={lower}, hydra.sweeper.upper={upper}: need two finite numbers "
+                "0 < lower < upper")
+    if SEARCHABLE[key] and not (float(lower).is_integer() and float(upper).is_integer()):
+        return f"hydra.sweeper.lower={lower}, hydra.sweeper.upper={upper}: {key} takes whole numbers"
+    if not number(ratio) or ratio <= 1:
+        return f"hydra.sweeper.ratio={ratio}: must be a number > 1 (1.25 = the boundary to within 25 %)"
+    if not isinstance(initial_points, int) or isinstance(initial_points, bool) or initial_points < 2:
+        return f"hydra.sweeper.initial_points={initial_points}: must be a whole number >= 2 (the two bounds)"
+    if lower_ratio is not None and (not number(lower_ratio) or lower_ratio <= 1):
+        return f"hydra.sweeper.lower_ratio={lower_ratio}: must be null (= ratio) or a number > 1"
+    if schedule not in SCHEDULES:
+        return f"hydra.sweeper.schedule={schedule}: must be one of {', '.join(SCHEDULES)}"
+    if parallel is not None and (not isinstance(parallel, int) or isinstance(parallel, bool) or parallel < 1):
+        return f"hydra.sweeper.parallel={parallel}: must be null (the launcher's n_jobs) or a whole number >= 1"
+    return None
+
+
+def summary_lines(searches: list[Search], key: str, seeds: int, rounds: int | None, schedule: dict | None = None) -> list[str]:
+    """What the sweep prints at its end: one line per setting (the upper edge's bracket and
+    what bounded it, the lower edge), the runs against a grid, and the schedule's busy fraction."""
+    used = sum(s.runs for s in searches)
+    how = f"{rounds} rounds" if rounds is not None else "as slots free up"
+    lines = [f"boundary of {key} ({how}, {seeds} seeds): last stable .. first unstable [upper edge; lower edge]"]
+    for s in searches:
+        label = ", ".join(f"{k}={v}" for k, v in s.setting) or "(one setting)"
+        flag = "" if s.monotone else "  NOT MONOTONE: a stable point lies above the first unstable one"
+        slow, start = s.lower_bracket()
+        lower = f"; too slow at {slow:g}, learns from {start:g}" if slow is not None else ""
+        skipped = f", {s.skipped} skipped" if s.skipped else ""
+        lines.append(f"  {label}: {s.verdict()} [{s.upper_edge()}{(': ' + s.why(s.bracket()[1])) if s.bracket()[1] else ''}"
+                     f"{lower}] ({len(s.outcomes)} points, {s.runs} runs{skipped}){flag}")
+    if searches:
+        s = searches[0]
+        grid = grid_runs(s.lower, s.upper, s.ratio, seeds, s.integer) * len(searches)
+        lines.append(f"{used} runs; a grid of the same precision (×{s.ratio:g} steps from {s.lower:g} to "
+                     f"{s.upper:g}) would take {grid}")
+    if schedule:
+        lines.append(f"schedule: {schedule['runs']} runs on {schedule['slots']} slots in {schedule['wall_seconds']:.0f} s, "
+                     f"busy {schedule['busy_seconds']:.0f} s: busy fraction {schedule['busy_fraction']}")
+    return lines

@@ -1,0 +1,318 @@
+"""Seeds as replicates: the statistics `normexp report` draws from a sweep.
+
+Runs that differ only in `seed` are replicates of one *cell* (one setting of the varied
+keys). Which runs of a cell are replicates (`screen`): only finished runs (completed,
+stalled, diverged) and one per seed. A run still going, killed, interrupted or requeued
+has no final number yet, a failed one has none at all, a malformed summary.json is not
+trusted: each is left out, with its reason. Two finished runs of one setting with the same
+seed are one replicate, not two: the newest (by its summary.json's time) is kept. Per cell:
+n (the runs in the mean), the mean final validation loss with a 95 % t-interval over seeds
+(mean ± t₀.₉₇₅,ₙ₋₁ · s/√n; n = 1 gives no interval), how many diverged, stalled or failed,
+and how many were left out and why. A diverged run enters as its loss at initialisation ℓ₀
+(summary.json's initial_loss), as Wortsman et al. 2023 do; one that diverged before it had
+a finite loss has no ℓ₀: it is left out of the mean (said so), but still counts as a run
+that did not learn.
+
+LR sensitivity of a setting (the varied keys other than lr and seed; Wortsman et al. 2023
+§3): E_η[min(ℓ(η), ℓ₀) − ℓ*] over the swept lr grid, ℓ(η) the mean over seeds of the
+final loss at η, ℓ* the best such mean over the grid. Its 95 % interval is a percentile
+bootstrap over seeds: resample the seeds within each lr cell with replacement, recompute
+(2,000 resamples, a fixed RNG seed, so a report is reproducible). max_stable_lr is the
+largest lr at which every seed learned (status completed: finished at least stall_margin
+below the unigram baseline). With layers swept, the deepest stack at which every seed
+learned is the setting's critical depth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..runs.schema import MODEL_UPDATE
+from ..runs.folder import FINISHED, is_run_setting
+from ..runs.reading import Run
+from ..runs.schema import Status
+
+REPLICATE_KEYS = ("seed",)
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+# t quantiles t_{0.975, df} for df = 1..30; beyond, a Cornish-Fisher expansion around 1.96
+_T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157, 2.228139,
+         2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905, 2.109816, 2.100922, 2.093024, 2.085963,
+         2.079614, 2.073873, 2.068658, 2.063899, 2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272)
+
+
+def t975(df: int) -> float:
+    """The 97.5 % quantile of Student's t with `df` degrees of freedom."""
+    if df < 1:
+        return math.nan
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def t_interval(values) -> tuple[float, float, float]:
+    """(mean, low, high): the 95 % t-interval of the mean; (mean, nan, nan) for one value."""
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    half = t975(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return mean, mean - half, mean + half
+
+
+def run_loss(r: Run) -> float | None:
+    """The loss a run enters the statistics with: final validation loss; ℓ₀ (initial_loss)
+    if it diverged; None if it has none (failed, or no value yet)."""
+    m = r.metrics()
+    v = m.get("initial_loss") if r.status == Status.DIVERGED else m.get("final_val_loss")
+    return v if v is not None and math.isfinite(v) else None
+
+
+def counts_as_learned(r: Run) -> bool:
+    """Whether the statistics count a run as learned: status completed (finished at least
+    stall_margin below the unigram baseline, see runfolder.beat_baseline)."""
+    return r.status == Status.COMPLETED
+
+
+def cell_key(r: Run, keys: list[str]) -> tuple:
+    return tuple(r.config.get(k) for k in keys)
+
+
+def cells(runs: list[Run], keys: list[str]) -> dict[tuple, list[Run]]:
+    """Runs grouped by their values of `keys` (seed left out: seeds are replicates)."""
+    out: dict[tuple, list[Run]] = {}
+    for r in runs:
+        out.setdefault(cell_key(r, keys), []).append(r)
+    return out
+
+
+@dataclass
+class Screened:
+    """A cell's runs sorted for the statistics (see `screen`)."""
+
+    kept: list[Run] = field(default_factory=list)       # finished, one per seed: learned or not
+    losses: list[float] = field(default_factory=list)   # the loss of each kept run that has one
+    entered: list[Run] = field(default_factory=list)    # ... and those runs: the mean's n
+    left_out: list[tuple[Run, str, str]] = field(default_factory=list)  # (run, short reason, why)
+
+    def left_out_text(self) -> str:
+        """"1 killed, 1 duplicate seed": how many were left out of the mean, by reason."""
+        counts: dict[str, int] = {}
+        for _, short, _ in self.left_out:
+            counts[short] = counts.get(short, 0) + 1
+        return ", ".join(f"{n} {short}" for short, n in counts.items())
+
+
+def setting_identity(r: Run) -> tuple:
+    """Everything that makes a run what it computes: its config but how it ran (RUN_SETTINGS),
+    by value: runs.load_config canonicalizes once (grad_clip=1 and 1.0, a default and the same
+    value given explicitly, are one setting), and cells group by the same values."""
+    return tuple(sorted((k, repr(v)) for k, v in r.config.items() if not is_run_setting(k)))
+
+
+def unfinished_reason(r: Run) -> tuple[str, str] | None:
+    """(short, why) a run has no final number to pool, or None if it finished."""
+    status = r.status
+    if status in FINISHED:
+        return None
+    if status == Status.FAILED:
+        return Status.FAILED, "failed: it has no loss (counted as failed, never as a loss)"
+    if status == Status.MALFORMED:
+        return Status.MALFORMED, (f"{r.problem}; its numbers are not read (fix or remove that file: the run's events "
+                             "and checkpoints are untouched)")
+    if status == Status.UNKNOWN:
+        return "no summary", "no summary.json yet: nothing to pool"
+    return status, f"{status}: unfinished, its last loss is not a final one"
+
+
+def screen(members: list[Run]) -> Screened:
+    """Which runs of a cell enter the statistics. Unfinished, failed and malformed runs are
+    left out; of several finished runs with one setting and seed the newest is kept (by
+    summary.json's modification time, then path), the others left out as duplicates; a kept
+    run without a loss (diverged before any finite loss: no ℓ₀) is left out of the mean only."""
+    out, newest = Screened(), {}
+    for r in members:
+        reason = unfinished_reason(r)
+        if reason:
+            out.left_out.append((r, *reason))
+            continue
+        key = setting_identity(r)
+        if key not in newest or _age(r) > _age(newest[key]):
+            newest[key] = r
+    for r in members:
+        keeper = newest.get(setting_identity(r))
+        if r.status not in FINISHED or keeper is None:
+            continue
+        if r is not keeper:
+            out.left_out.append((r, "duplicate seed", f"same setting and seed {r.config.get('seed')} as {keeper.rel}, "
+                                 "which finished later and is kept: one seed is one replicate"))
+            continue
+        out.kept.append(r)
+        loss = run_loss(r)
+        if loss is None and r.status == Status.DIVERGED:
+            out.left_out.append((r, "no initial loss", "diverged before its first finite loss, so it has no ℓ₀ "
+                                 "to count as: left out of the mean (which is then too low), counted as diverged"))
+        elif loss is None:  # a finished run whose summary holds no finite final loss (written by hand, or a bug)
+            out.left_out.append((r, "no final loss", f"status {r.status} but its final_val_loss is "
+                                 f"{r.metrics().get('final_val_loss')}, not a finite number: left out of the mean"))
+        else:
+            out.losses.append(loss)
+            out.entered.append(r)
+    return out
+
+
+def _age(r: Run) -> tuple:
+    try:
+        mtime = (r.path / "summary.json").stat().st_mtime_ns
+    except OSError:
+        mtime = -1
+    return mtime, r.rel
+
+
+def cell_stats(members: list[Run]) -> dict:
+    """n (the runs in the mean), mean and 95 % t-interval of the loss (diverged = ℓ₀), counts
+    by outcome of the kept runs, failed runs, and the runs left out of the mean and why."""
+    sc = screen(members)
+    mean, low, high = t_interval(sc.losses)
+    statuses = [r.status for r in sc.kept]
+    baselines = [r.summary.get("baseline_loss") for r in sc.kept if r.summary.get("baseline_loss") is not None]
+    return {"n": len(sc.losses), "mean": mean, "low": low, "high": high,
+            "n_diverged": statuses.count(Status.DIVERGED), "n_stalled": statuses.count(Status.STALLED),
+            "n_failed": sum(r.status == Status.FAILED for r in members), "n_learned": sum(map(counts_as_learned, sc.kept)),
+            "n_left_out": len(sc.left_out), "left_out": sc.left_out_text(),
+            "baseline_loss": float(np.mean(baselines)) if baselines else math.nan,
+            "margin_below_baseline": (1 - mean / np.mean(baselines)) if baselines and math.isfinite(mean) else math.nan}
+
+
+CELL_COLUMNS = ["n", "mean", "low", "high", "n_diverged", "n_stalled", "n_failed", "n_learned", "n_left_out",
+                "left_out", "baseline_loss", "margin_below_baseline"]
+
+
+def cell_table(runs: list[Run], keys: list[str], sort_key):
+    """A DataFrame: one row per cell of `keys`, with cell_stats' columns."""
+    import pandas as pd
+
+    rows = []
+    for values, members in sorted(cells(runs, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
+        rows.append({**dict(zip(keys, values)), **cell_stats(members)})
+    return pd.DataFrame(rows, columns=[*keys, *CELL_COLUMNS])
+
+
+# ------------------------------------------------------------------ LR sensitivity
+
+def _clipped_losses(members: list[Run]) -> np.ndarray:
+    """min(ℓ, ℓ₀) of each seed of one lr cell that enters the statistics (see `screen`)."""
+    out = []
+    for r in screen(members).entered:
+        v, l0 = run_loss(r), r.summary.get("initial_loss")
+        out.append(min(v, l0) if l0 is not None and math.isfinite(l0) else v)
+    return np.asarray(out, dtype=float)
+
+
+def sensitivity_of(grid: list[np.ndarray]) -> float:
+    """E_η[m(η) − ℓ*] with m(η) the mean of each lr cell's clipped losses, ℓ* = min_η m(η)."""
+    means = np.array([g.mean() for g in grid])
+    return float(np.mean(means - means.min()))
+
+
+def bootstrap_sensitivity(grid: list[np.ndarray], samples: int = BOOTSTRAP_SAMPLES,
+                          seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """Percentile 95 % interval of sensitivity_of, resampling the seeds of each lr cell."""
+    if min(len(g) for g in grid) < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    draws = [g[rng.integers(0, len(g), size=(samples, len(g)))].mean(axis=1) for g in grid]
+    means = np.stack(draws, axis=1)  # samples × lr
+    values = (means - means.min(axis=1, keepdims=True)).mean(axis=1)
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def largest_learning(members_by_x: dict) -> float | None:
+    """The largest x whose runs all learned: every seed that finished (one run per seed, see
+    `screen`) completed below the baseline, and at least one did."""
+    good = [x for x, members in members_by_x.items()
+            if (kept := screen(members).kept) and all(map(counts_as_learned, kept))]
+    return max(good) if good else None
+
+
+def _left_out_over(groups) -> tuple[int, str]:
+    """(count, "1 killed, 2 duplicate seed") of the runs left out over several cells."""
+    total = Screened()
+    for members in groups:
+        total.left_out += screen(members).left_out
+    return len(total.left_out), total.left_out_text()
+
+
+def sensitivity_table(runs: list[Run], keys: list[str], sort_key):
+    """One row per setting (the varied keys other than lr): lr_sensitivity with its bootstrap
+    interval, max_stable_lr, n_seeds (the fewest seeds in the statistics of any lr cell), n_lrs,
+    and the runs left out of them (n_left_out, left_out: see `screen`)."""
+    import pandas as pd
+
+    setting_keys = [k for k in keys if k != "lr"]
+    rows = []
+    for values, members in sorted(cells(runs, setting_keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
+        by_lr = {lr: ms for (lr,), ms in cells(members, ["lr"]).items() if lr is not None}
+        grid = [_clipped_losses(by_lr[lr]) for lr in sorted(by_lr)]
+        grid = [g for g in grid if len(g)]
+        point, (low, high) = (sensitivity_of(grid), bootstrap_sensitivity(grid)) if grid else (math.nan, (math.nan,) * 2)
+        n_out, why = _left_out_over(by_lr.values())
+        rows.append({**dict(zip(setting_keys, values)), "lr_sensitivity": point, "lr_sensitivity_low": low,
+                     "lr_sensitivity_high": high, "max_stable_lr": largest_learning(by_lr),
+                     "n_seeds": min(len(screen(ms).entered) for ms in by_lr.values()) if by_lr else 0,
+                     "n_lrs": len(grid), "n_left_out": n_out, "left_out": why})
+    return pd.DataFrame(rows, columns=[*setting_keys, "lr_sensitivity", "lr_sensitivity_low", "lr_sensitivity_high",
+                                       "max_stable_lr", "n_seeds", "n_lrs", "n_left_out", "left_out"])
+
+
+def early_model_update(r: Run) -> tuple[int, float] | None:
+    """(step, value) of DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖/‖f(x;θ_0)‖ at the first
+    step after 0 where the run measured it (stability/model_update); None without one. How
+    far the first updates move the output: Wang et al. 2022 (Fig. 2-3) find it grows with
+    depth under Post-LN and stays bounded under DeepNorm."""
+    points = [(st, v) for st, v in r.scalars.get(MODEL_UPDATE, []) if st > 0 and math.isfinite(v)]
+    return points[0] if points else None
+
+
+def model_update_table(runs: list[Run], keys: list[str], sort_key):
+    """Like cell_table, for the early model update: one row per cell of `keys` with the mean
+    over seeds, its 95 % t-interval, n, and the step it was read at (the earliest of the cell)."""
+    import pandas as pd
+
+    rows = []
+    for values, members in sorted(cells(runs, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
+        points = [p for p in map(early_model_update, members) if p is not None]
+        mean, low, high = t_interval([v for _, v in points])
+        statuses = [r.status for r in members]
+        rows.append({**dict(zip(keys, values)), "n": len(points), "mean": mean, "low": low, "high": high,
+                     "step": min((st for st, _ in points), default=None), "n_diverged": statuses.count(Status.DIVERGED),
+                     "n_stalled": statuses.count(Status.STALLED), "baseline_loss": math.nan})
+    return pd.DataFrame(rows, columns=[*keys, "n", "mean", "low", "high", "step", "n_diverged", "n_stalled",
+                                       "baseline_loss"])
+
+
+def depth_table(runs: list[Run], keys: list[str], sort_key):
+    """One row per setting (the varied keys other than layers): the deepest stack at which
+    every seed learned (None: none did), the depths tried, n_seeds (the fewest finished seeds
+    of any depth), and the runs left out (see `screen`)."""
+    import pandas as pd
+
+    setting_keys = [k for k in keys if k != "layers"]
+    rows = []
+    for values, members in sorted(cells(runs, setting_keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
+        by_depth = {d: ms for (d,), ms in cells(members, ["layers"]).items() if d is not None}
+        n_out, why = _left_out_over(by_depth.values())
+        rows.append({**dict(zip(setting_keys, values)), "deepest_learning_layers": largest_learning(by_depth),
+                     "depths": " ".join(str(d) for d in sorted(by_depth)),
+                     "n_seeds": min(len(screen(ms).kept) for ms in by_depth.values()) if by_depth else 0,
+                     "n_left_out": n_out, "left_out": why})
+    table = pd.DataFrame(rows, columns=[*setting_keys, "deepest_learning_layers", "depths", "n_seeds", "n_left_out",
+                                        "left_out"])
+    return table.astype({"deepest_learning_layers": "Int64"})  # a whole number, or empty: none learned

@@ -1,0 +1,78 @@
+"""The one ConfigError and the small value checks that every layer shares: validate.py's
+rules, the model's norms, placements and inits, the data sources and tokenizers. Standard
+library only, so the model imports it without Hydra or OmegaConf."""
+
+from __future__ import annotations
+
+import errno
+import math
+from collections.abc import MutableSequence
+
+
+class ConfigError(Exception):
+    """A bad setting; str(e) is a single line: `key=value: what is allowed`."""
+
+    def __init__(self, key: str, value, allowed: str):
+        self.key, self.value = key, value
+        # a list or an OmegaConf ListConfig (both mutable sequences) as the user wrote it
+        shown = value if not isinstance(value, MutableSequence) else "[" + ",".join(map(str, value)) + "]"
+        super().__init__(" ".join(f"{key}={shown}: {allowed}".split()))
+
+
+def is_number(v) -> bool:
+    """A finite real number: nan and inf pass `> 0`-style tests one way or the other, so a
+    range check alone would let them through (lr=inf trains and "diverges" at step 0)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def is_integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# the largest float32: a setting beyond it becomes inf in the model's float32 tensors
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def is_float32(v) -> bool:
+    """A real number the model's float32 tensors can hold (nan, inf and 1e308 cannot)."""
+    return is_number(v) and abs(v) <= FLOAT32_MAX
+
+
+def is_positive_float32(v) -> bool:
+    return is_float32(v) and v > 0
+
+
+def require(ok: bool, key: str, value, allowed: str) -> None:
+    """ConfigError(key, value, allowed) unless ok: a variant's check of its own setting."""
+    if not ok:
+        raise ConfigError(key, value, allowed)
+
+
+# errno values that mean the machine, not normexp, stopped a write: (what, what to do)
+_ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC: ("no space left on the device", "free some space"),
+    errno.EDQUOT: ("the disk quota is exhausted", "free some space"),
+    errno.EROFS: ("the file system is read-only", "choose a writable folder"),
+    errno.EACCES: ("permission denied", "make it writable (chmod u+w) or choose another folder"),
+    errno.EPERM: ("operation not permitted", "make it writable (chmod u+w) or choose another folder"),
+    errno.ENAMETOOLONG: ("a name in the path is longer than the file system allows (255 bytes on most)",
+                         "choose a shorter folder or file name"),
+}
+
+
+def describe_error(e: BaseException) -> tuple[str, int]:
+    """The one line and exit code for an exception nothing more specific caught: the single
+    top-level mapping (cli.main and each training job use it). Exit 2 when the cause is
+    outside normexp (a full disk, a read-only folder, a name too long, memory), 1 when it is
+    normexp's own bug (the traceback then only with HYDRA_FULL_ERROR=1)."""
+    if isinstance(e, ConfigError):
+        return str(e), 2
+    if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
+        what, fix = _ENVIRONMENT_ERRNOS[e.errno]
+        where = f" writing {e.filename}" if e.filename else ""
+        return f"{what}{where}; {fix}", 2
+    if isinstance(e, MemoryError):
+        return "out of memory; lower batch_size, seq_len or d_model", 2
+    text = " ".join(f"{type(e).__name__}: {e}".split())[:500]
+    return (f"internal error (a bug in normexp; please report it): {text}; "
+            "HYDRA_FULL_ERROR=1 shows the traceback"), 1

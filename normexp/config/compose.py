@@ -1,0 +1,159 @@
+"""The shipped config package, and composing it outside a Hydra job.
+
+The one place that names the config package: the pre-flight check, torchrun's rank 0,
+the bench and the probe all compose through `compose_config`, and the valid option names of
+each group are read from the package (so the check needs no torch). Torch-free.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from .defaults import CONFIG_MODULE
+from .keys import override_key
+
+CONFIG_NAME = "train"
+
+
+def _package():
+    from importlib.resources import files
+
+    return files(CONFIG_MODULE)
+
+
+@lru_cache(maxsize=None)
+def config_groups() -> tuple[str, ...]:
+    """The config groups a user picks from (norm, placement, schedule, ...): every folder
+    of the package that holds options, Hydra's own settings excepted."""
+    return tuple(sorted(p.name for p in _package().iterdir()
+                        if p.is_dir() and p.name != "hydra" and any(f.name.endswith(".yaml") for f in p.iterdir())))
+
+
+@lru_cache(maxsize=None)
+def group_options(group: str) -> tuple[str, ...]:
+    """The option files of a group: what `group=...` accepts."""
+    return tuple(sorted(p.name[: -len(".yaml")] for p in (_package() / group).iterdir() if p.name.endswith(".yaml")))
+
+
+def option_config(group: str, option: str):
+    """An option file of a group as written (e.g. configs/data/text.yaml), a DictConfig."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create((_package() / group / f"{option}.yaml").read_text())
+
+
+@lru_cache(maxsize=None)
+def declared_names(group: str) -> tuple[str, ...]:
+    """The `name:` values of a group's options: what the code's registries must accept
+    (tests/test_bad_input.py checks they equal NORMS, PLACEMENTS and the data registries)."""
+    from omegaconf import OmegaConf
+
+    names = {OmegaConf.create((_package() / group / f"{o}.yaml").read_text()).get("name") for o in group_options(group)}
+    return tuple(sorted(str(n) for n in names if n is not None))
+
+
+@lru_cache(maxsize=None)
+def declared_keys(group: str, name: str) -> tuple[str, ...]:
+    """The settings a group's option named `name` declares (e.g. schedule cosine: min_lr_ratio):
+    the union over the option files whose `name:` is `name`."""
+    from omegaconf import OmegaConf
+
+    keys = set()
+    for o in group_options(group):
+        option = OmegaConf.create((_package() / group / f"{o}.yaml").read_text())
+        if option.get("name") == name:
+            keys.update(str(k) for k in option if k != "name")
+    return tuple(sorted(keys))
+
+
+@lru_cache(maxsize=None)
+def top_level_keys() -> tuple[str, ...]:
+    """The dotted keys train.yaml declares outside the groups (`lr`, `optim.eps`, `log.progress`...)."""
+    from omegaconf import OmegaConf
+
+    primary = OmegaConf.to_container(OmegaConf.create((_package() / f"{CONFIG_NAME}.yaml").read_text()))
+    keys = []
+
+    def walk(node, prefix):
+        for k, v in node.items():
+            if isinstance(v, dict) and v:
+                walk(v, f"{prefix}{k}.")
+            else:
+                keys.append(f"{prefix}{k}")
+
+    walk({k: v for k, v in primary.items() if k not in ("defaults", "hydra")}, "")
+    return tuple(sorted(keys))
+
+
+PLUGIN_PACKAGE = "hydra_plugins.normexp_boundary_sweeper"  # hydra/sweeper=boundary
+
+
+@lru_cache(maxsize=None)
+def expose_plugins() -> None:
+    """Make normexp's Hydra plugins findable before Hydra scans for plugins. Installed from a
+    wheel they sit in site-packages/hydra_plugins, where Hydra looks anyway; installed editable
+    (`pip install -e .`) the namespace holds only an import hook, which Hydra's scan (pkgutil)
+    cannot list, so the plugins' real folder is added to the namespace's path."""
+    import importlib.util
+
+    import hydra_plugins
+
+    spec = importlib.util.find_spec(PLUGIN_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return
+    folder = str(Path(list(spec.submodule_search_locations)[0]).parent)
+    if folder not in list(hydra_plugins.__path__):
+        hydra_plugins.__path__.append(folder)
+
+
+def compose_config(overrides=(), hydra: bool = False):
+    """The config `normexp train OVERRIDES` would run (with the `hydra` node if asked, e.g. for
+    hydra.run.dir). Raises Hydra's and OmegaConf's own exceptions for bad overrides."""
+    from hydra import compose, initialize_config_module
+
+    expose_plugins()
+
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        return compose(config_name=CONFIG_NAME, overrides=list(overrides), return_hydra_config=hydra)
+
+
+# Hydra flags that take a value.
+_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                     "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
+
+
+def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """(flags, overrides) from the raw argument list."""
+    flags, overrides, i = [], [], 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("-"):
+            flags.append(a)
+            if a in _FLAGS_WITH_VALUE and i + 1 < len(args) and "=" not in args[i + 1]:
+                flags.append(args[i + 1])
+                i += 1
+        else:
+            overrides.append(a)
+        i += 1
+    return flags, overrides
+
+
+def sweep_jobs(parsed: list, sweeper_params) -> list[list[str]]:
+    """The override list of every job of a sweep, as Hydra's basic sweeper forms them: the
+    cross product of the command line's sweeps and the preset's `hydra.sweeper.params`
+    (a key on the command line replaces the preset's). `parsed`: Hydra's parsed overrides."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = {override_key(o.key_or_group) for o in parsed}
+    extra = [f"{k}={v}" for k, v in (sweeper_params or {}).items() if str(k) not in given]
+    axes = []
+    for o in [*parsed, *OverridesParser.create().parse_overrides(extra)]:
+        if o.is_sweep_override():
+            key = o.input_line.split("=")[0]
+            axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            axes.append([o.input_line])
+    return [list(job) for job in itertools.product(*axes)]

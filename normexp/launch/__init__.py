@@ -1,0 +1,2 @@
+"""Starting runs: the thread environment set before torch loads, the pre-flight, the Hydra
+job (with its status transitions), torchrun and SLURM."""

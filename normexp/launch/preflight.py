@@ -1,0 +1,249 @@
+"""The pre-flight of `normexp train`: compose the config as Hydra will and check it before
+any folder is written (a typo costs one line and exit code 2, not a traceback after a minute
+of data loading); then claim the output folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..config.compose import compose_config, config_groups, group_options, split_hydra_args
+from ..config.keys import override_key
+from ..train.signals import exit_if_early_signal
+from .exits import fail
+
+# Flags after which no pre-flight is wanted.
+_NO_PREFLIGHT = {"--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+                 "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun"}
+
+
+
+_HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p",
+                "--run", "-r", "--multirun", "-m", "--shell-completion", "-sc", "--config-path", "-cp",
+                "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
+
+
+def _check_flags(args: list[str]) -> None:
+    """One line for a flag Hydra does not know (argparse would print its whole usage)."""
+    for i, a in enumerate(args):
+        if not a.startswith("-") or a == "-":
+            continue
+        flag, _, value = a.partition("=")
+        if flag not in _HYDRA_FLAGS:
+            fail(f"unknown option {flag}; overrides are key=value (no dashes), flags are -m/--multirun, "
+                 "--cfg job, --info, --help (see `normexp train --help`)")
+        if flag in ("--cfg", "-c"):
+            value = value or (args[i + 1] if i + 1 < len(args) else "")
+            if value not in ("job", "hydra", "all"):
+                fail(f"{flag} {value}: choose --cfg job, --cfg hydra or --cfg all")
+
+
+def _parse(overrides: list[str]) -> list:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except HydraException as e:
+        fail(f"cannot parse the overrides: {str(e).splitlines()[0]}")
+
+
+def _check_overrides(parsed: list, multirun: bool) -> list[str]:
+    """Moved keys, group options, sweeps without -m; returns the first job's overrides."""
+    from ..config.checks import ConfigError
+    from .validate import moved_key
+
+    first = []
+    for o in parsed:
+        key = o.key_or_group.split("@")[0]
+        # a list as a sweeper param's value (hydra.sweeper.params.seed=0,1) is a sweep of the
+        # param itself, which Hydra cannot take; a quoted one ('0,1') or one value is the preset form
+        if override_key(key).startswith("hydra.sweeper.params.") and o.is_sweep_override():
+            swept = override_key(key)[len("hydra.sweeper.params."):]
+            fail(f"{o.input_line}: give a sweep on the command line as {swept}={o.input_line.split('=', 1)[-1]} "
+                 "with -m (hydra.sweeper.params is for a preset's yaml)")
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+        try:
+            moved_key(key, values[0])
+        except ConfigError as e:
+            fail(str(e))
+        if override_key(key) in config_groups():
+            valid = group_options(override_key(key))
+            for v in values:
+                if v not in valid and v != "null":
+                    fail(f"{key}={v}: unknown option; choose from {', '.join(valid)}")
+        if o.is_sweep_override() and not multirun:
+            fail(f"{o.input_line}: a sweep needs -m (normexp train -m {o.input_line})")
+        first.append(f"{o.input_line.split('=')[0]}={values[0]}" if o.is_sweep_override() else o.input_line)
+    return first
+
+
+def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
+    """The config of one job, or one line naming the override Hydra could not apply."""
+    import re
+
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return compose_config(job, hydra=hydra)
+    except (HydraException, OmegaConfBaseException) as e:
+        msg = " ".join(str(e).split())
+        missing = re.search(r"Could not override '([^']+)'", msg)
+        if missing:
+            given = next((o for o in job if override_key(o) == missing[1]), missing[1])
+            key = missing[1].split(".")[0]
+            chosen = next((o for o in job if o.split("=")[0] == key), None)  # e.g. placement=pre
+            where = f" of {chosen}" if chosen and key in config_groups() else ""
+            swept = "; a setting of only some swept options needs a sweep of its own" if sweep and where else ""
+            fail(f"{given}: no such setting{where}{swept}; see `normexp train --cfg job` for the keys")
+        if "Key '" in msg:
+            msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
+        fail(msg)
+
+
+def check_job(job, explicit) -> None:
+    """Everything about one job's settings that needs no data: validate.py's rules, then the
+    norm's and placement's own (their classes, so this imports torch)."""
+    from .validate import validate
+
+    validate(job, explicit)
+    from ..config.registry import variant
+    from ..model import INITS, check_settings
+
+    check_settings(job.norm, job.placement, job.layers)
+    init_cls, init_settings = variant(INITS, "init", job.init)  # settings the init does not take,
+    init_cls(job.d_model, job.layers, **init_settings)  # and bad values (found at model build otherwise)
+    from .validate import check_memory
+
+    check_memory(job)
+
+
+# a sweep larger than this is checked on an evenly spread sample of its jobs (~50 ms each)
+MAX_CHECKED_JOBS = 200
+
+
+def _check_sweep(parsed: list, sweeper_params, explicit) -> None:
+    """Compose every job of the sweep (a job Hydra cannot compose would stop the whole sweep
+    midway) and check its settings: if every job would fail, refuse the sweep; a value that
+    is bad in only some jobs fails just those jobs when they run."""
+    from ..config.compose import sweep_jobs
+    from ..config.checks import ConfigError
+
+    jobs = sweep_jobs(parsed, sweeper_params)
+    sample = jobs if len(jobs) <= MAX_CHECKED_JOBS else jobs[:: -(-len(jobs) // MAX_CHECKED_JOBS)]
+    errors = []
+    for job in sample:
+        exit_if_early_signal()
+        try:
+            check_job(_compose(job, sweep=True), explicit)
+        except ConfigError as e:
+            errors.append(str(e))
+    if errors and len(errors) == len(sample):
+        fail(f"{errors[0]} (every one of the {len(jobs)} jobs of the sweep would fail)")
+    if errors:
+        typer.echo(f"normexp: warning: {len(errors)} of {len(sample)} jobs will fail: {errors[0]}", err=True)
+
+
+def _check_boundary_search(sweeper, parsed: list) -> None:
+    """hydra/sweeper=boundary: its own settings, and the searched key not swept as well."""
+    from ..analysis.boundary import check_settings
+
+    problem = check_settings(sweeper.key, sweeper.lower, sweeper.upper, sweeper.ratio, sweeper.initial_points)
+    if problem:
+        fail(problem)
+    swept = {o.key_or_group for o in parsed if o.is_sweep_override()} | set((sweeper.get("params") or {}).keys())
+    if sweeper.key in swept:
+        fail(f"{sweeper.key}: the boundary sweeper searches it between hydra.sweeper.lower={sweeper.lower} and "
+             f"hydra.sweeper.upper={sweeper.upper}; drop the list of {sweeper.key} values")
+
+
+def preflight(args: list[str]):
+    """Compose the config as Hydra will and check it before any folder is written: one run
+    fully; a sweep job by job (see _check_sweep). Returns the composed config (with its hydra
+    node) of a command that will train, else None."""
+    flags, overrides = split_hydra_args(args)
+    _check_flags(args)
+    if any(f in _NO_PREFLIGHT for f in flags):
+        return None
+    multirun = "-m" in flags or "--multirun" in flags
+    show = any(f in ("--cfg", "-c") for f in flags)
+    if multirun and show:
+        fail("--cfg shows the config of one run: drop -m (or use --cfg with a single value per key)")
+    from omegaconf import OmegaConf
+
+    from ..config.compose import sweep_jobs
+    from ..runs.folder import check_job_folders
+    from ..config.checks import ConfigError
+    from ..runs.resume import check_output_folder
+    from .validate import check_cache
+
+    parsed = _parse(overrides)
+    cfg = _compose(_check_overrides(parsed, multirun), hydra=True)
+    sweeper_params = OmegaConf.select(cfg, "hydra.sweeper.params")
+    if sweeper_params and not multirun and not show:  # a preset that is a sweep
+        preset = next((o for o in overrides if o.startswith("experiment=")), "the preset")
+        fail(f"{preset}: a sweep over {', '.join(map(str, sweeper_params))}; add -m "
+             f"(normexp train -m {' '.join(overrides)})")
+    if multirun and "boundary_sweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_")):
+        _check_boundary_search(cfg.hydra.sweeper, parsed)
+    if multirun:
+        from .launchers import launcher_problem  # imports torch: only sweeps need it
+        if launcher_problem(cfg.hydra.launcher):
+            fail(launcher_problem(cfg.hydra.launcher))
+        from .validate import check_launcher
+        try:
+            check_launcher(cfg.hydra.launcher)
+        except ConfigError as e:
+            fail(str(e))
+    explicit = {o.key_or_group for o in parsed}
+    try:
+        if multirun:
+            _check_sweep(parsed, sweeper_params, explicit)
+        else:
+            check_job(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), explicit)
+        check_cache()
+        if multirun:
+            check_job_folders(cfg, sweep_jobs(parsed, sweeper_params))
+        nothing_to_do = check_output_folder(cfg, multirun, explicit)
+    except ConfigError as e:
+        fail(str(e))
+    if nothing_to_do:  # resume=true on a finished run: say so, write nothing
+        typer.echo(f"normexp: {nothing_to_do}", err=True)
+        raise SystemExit(0)
+    return None if show else cfg
+
+
+def claim_output(args: list[str], cfg) -> list[str]:
+    """Claim the folder this command writes into before Hydra writes anything (runfolder's
+    claims), and pin it in the arguments: Hydra would resolve the default `${now:...}` name
+    again, maybe in the next second. A single run claims its run folder; a new sweep its
+    sweep folder (each job then claims its own job folder). One line and exit 2 when the
+    folder belongs to another run."""
+    from omegaconf import OmegaConf
+
+    from ..runs.folder import FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder
+
+    flags, overrides = split_hydra_args(args)
+    multirun = "-m" in flags or "--multirun" in flags
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = {override_key(o): o for o in overrides}
+    folder = Path(str(OmegaConf.select(cfg, key)))
+    if key in given:  # as given (torchrun's join_run pins rank 0's folder after the pre-flight composed its own)
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        value = str(OverridesParser.create().parse_override(given[key]).value())
+        folder = folder if "${" in value else Path(value)
+    resume = OmegaConf.select(cfg, "resume") is True
+    try:
+        if key not in given and not resume:
+            folder = claim_default_folder(folder, key)
+        elif not multirun:
+            claim_folder(folder, resume, key)
+        elif not resume:
+            claim_sweep_folder(folder)
+    except FolderTaken as e:
+        fail(str(e))
+    quote = '"' if "'" in str(folder) else "'"  # a quoted value keeps `,` or `=` in a path literal
+    return [a for a in args if a.split("=", 1)[0] != key] + [f"{key}={quote}{folder}{quote}"]

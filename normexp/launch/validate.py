@@ -1,0 +1,279 @@
+"""Up-front checks of a resolved config: every problem is one line naming the key,
+the value, and what is allowed, before any data is loaded or any folder is written.
+
+This module imports neither torch nor the data stack, so `normexp train` answers a typo in
+about a second. Every rule lives here once; a data source's and a tokenizer's own rules live
+in its class (corpora.py), which data.py also applies for callers that skip the command line. The valid norm/placement/data/tokenizer names are
+read from the shipped config groups (`compose.declared_names`). A norm's or placement's own
+settings (eps, alpha, ratio, ...) are checked by its class in model.py, which owns them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ..config.checks import FLOAT32_MAX, ConfigError, is_integer, is_number
+from ..config.compose import config_groups, declared_keys, declared_names, top_level_keys
+from ..config.keys import dotted, override_key
+from ..data.files import cache_root
+from ..runs.resume import check_creatable
+
+# Keys that moved, and where to: the old key gets one line naming the new one.
+MOVED_KEYS = {"deepnorm.alpha": "placement.alpha", "deepnorm.beta": "placement.beta", "deepnorm": "placement.alpha"}
+
+
+# ----------------------------------------------------------------- small checks
+
+
+_UNSET = object()
+
+
+def _raw(cfg, key: str):
+    """The value as written (an interpolation stays `${...}`), or _UNSET."""
+    node = OmegaConf.to_container(cfg, resolve=False)
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _UNSET
+        node = node[part]
+    return node
+
+
+def _positive_int(cfg, key):
+    v = OmegaConf.select(cfg, key, default=_UNSET, throw_on_missing=True)
+    if v is _UNSET:
+        raise ConfigError(key, "<unset>", "every run needs it; see `normexp train --cfg job` for the default")
+    if not is_integer(v) or v <= 0:
+        raise ConfigError(key, v, "must be a positive integer")
+
+
+def _boolean(cfg, key):
+    v = OmegaConf.select(cfg, key, default=False)
+    if not isinstance(v, bool):
+        raise ConfigError(key, v, "must be true or false")
+
+
+def _choice(key: str, value, group: str):
+    valid = declared_names(group)
+    if value not in valid:
+        raise ConfigError(key, value, f"choose from {', '.join(valid)}")
+
+
+# ------------------------------------------------------------------ the checks
+
+def validate(cfg: DictConfig, explicit: frozenset[str] | set[str] = frozenset()) -> None:
+    """Raise ConfigError for the first problem found. `explicit` holds the keys the user set
+    on the command line: a default warmup longer than a short run is shortened (with a
+    warning) rather than refused, but an explicit warmup > steps is an error."""
+    try:
+        _validate(cfg, explicit)
+    except OmegaConfBaseException as e:  # a removed key (~layers), a broken ${...}, a ??? left unset
+        key = e.full_key or "config"
+        raw = _raw(cfg, key) if e.full_key else _UNSET
+        reason = str(e).splitlines()[0]
+        raise ConfigError(key, "<unset>" if raw is _UNSET else raw,
+                          f"{reason}; see `normexp train --cfg job` for the keys and their defaults") from None
+
+
+def _validate(cfg: DictConfig, explicit) -> None:
+    from ..train.schedules import SCHEDULES  # pure Python
+
+    for key in ("layers", "d_model", "heads", "mlp_ratio", "seq_len", "batch_size", "steps",
+                "log_every", "eval_every", "eval_batches"):
+        _positive_int(cfg, key)
+    if cfg.d_model % cfg.heads:
+        raise ConfigError("heads", cfg.heads, f"must divide d_model={cfg.d_model}")
+    _known_keys(cfg)
+    if not is_number(cfg.lr) or cfg.lr <= 0:
+        raise ConfigError("lr", cfg.lr, "must be a finite number > 0")
+    w = cfg.warmup
+    if not is_integer(w) or w < 0 or (w > cfg.steps and "warmup" in explicit):
+        raise ConfigError("warmup", w, f"must be an integer step count from 0 to steps={cfg.steps}")
+    if cfg.grad_clip is not None and (not is_number(cfg.grad_clip) or cfg.grad_clip <= 0):
+        raise ConfigError("grad_clip", cfg.grad_clip, "must be null (off) or a finite number > 0")
+    if not is_integer(cfg.seed) or not 0 <= cfg.seed < 2**32:  # numpy's generators take seeds below 2³²
+        raise ConfigError("seed", cfg.seed, f"must be an integer from 0 to {2**32 - 1}")
+    margin = cfg.stall_margin
+    if not is_number(margin) or not 0 <= margin < 1:
+        raise ConfigError("stall_margin", margin, "must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)")
+    learned = cfg.outcome.learned_margin
+    if not is_number(learned) or not 0 <= learned < 1:
+        raise ConfigError("outcome.learned_margin", learned, "must be a number from 0 to below 1 (0.05 = 5 % below the "
+                          "unigram baseline)")
+    _optimizer(cfg)
+    _device(cfg.device)
+    _choice("norm", cfg.norm.name, "norm")
+    _choice("placement", cfg.placement.name, "placement")
+    _choice("init", cfg.init.name, "init")
+    if not is_number(cfg.z_loss) or cfg.z_loss < 0:
+        raise ConfigError("z_loss", cfg.z_loss, "must be a finite number >= 0 (0 = off; PaLM uses 1e-4)")
+    for key, gemma in (("attn_softcap", 50), ("logit_softcap", 30)):
+        cap = cfg.get(key)
+        # 1e308 is finite here but inf in float32, where c·tanh(z/c) would be nan
+        if cap is not None and cap != 0 and (not is_number(cap) or not 0 < cap <= FLOAT32_MAX):
+            raise ConfigError(key, cap, f"must be null or 0 (off) or a finite number > 0 (Gemma 2 uses {gemma})")
+    if cfg.qk_norm and cfg.norm.name == "none":
+        raise ConfigError("qk_norm", "true", "norm=none has no norm to apply to queries and keys; "
+                          "choose a norm (e.g. norm=rms) or drop qk_norm=true")
+    if cfg.schedule.name not in SCHEDULES:
+        raise ConfigError("schedule", cfg.schedule.name, f"choose from {', '.join(sorted(SCHEDULES))}")
+    floor = cfg.schedule.get("min_lr_ratio")  # a setting of the decaying schedules only
+    if "min_lr_ratio" in cfg.schedule and (not is_number(floor) or not 0 <= floor <= 1):
+        raise ConfigError("schedule.min_lr_ratio", floor, "must be a number in [0, 1] (the final lr as a fraction of lr)")
+    if not is_number(cfg.divergence.max_loss) or cfg.divergence.max_loss <= 0:
+        raise ConfigError("divergence.max_loss", cfg.divergence.max_loss, "must be a finite number > 0")
+    if not is_integer(cfg.checkpoint_every) or cfg.checkpoint_every < 0:
+        raise ConfigError("checkpoint_every", cfg.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
+    _positive_int(cfg, "keep_checkpoints")
+    _positive_int(cfg, "log.model_update_every")
+    for key in ("resume", "compile", "log.histograms", "log.model_update", "qk_norm"):
+        _boolean(cfg, key)
+    every = cfg.log.profiles_every
+    if every != "auto" and (not is_integer(every) or every < 0):
+        raise ConfigError("log.profiles_every", every, 'must be "auto" or a step count >= 0 (0 = no images)')
+    if cfg.log.progress not in ("auto", "bar", "lines", "off"):
+        raise ConfigError("log.progress", cfg.log.progress, "choose auto, bar, lines or off")
+    threads = cfg.threads
+    if threads != "auto" and (not is_integer(threads) or threads <= 0):
+        raise ConfigError("threads", threads, 'must be "auto" or a positive integer')
+    check_tokenizer(cfg.tokenizer)
+    check_data(cfg.data)
+
+
+# groups whose settings the variant classes in model.py check (model.variant names the key)
+_CLASS_CHECKED = ("norm", "placement", "init")
+
+
+def _known_keys(cfg) -> None:
+    """Every key must be one train.yaml or the chosen group option declares: `+lrr=0.5` or
+    `schedule=constant +schedule.min_lr_ratio=0.5` would otherwise run without a word."""
+    allowed = set(top_level_keys())
+    groups = set(config_groups())
+    for key, value in dotted(OmegaConf.to_container(cfg, resolve=False)).items():
+        group, _, setting = key.partition(".")
+        if group in _CLASS_CHECKED or (group in groups and setting == "name"):
+            continue
+        if group in groups and isinstance(cfg.get(group), DictConfig):
+            name = cfg[group].get("name")
+            if setting.split(".")[0] not in declared_keys(group, name):
+                takes = ", ".join(declared_keys(group, name)) or "no settings"
+                raise ConfigError(key, value, f"{group} {name} takes {takes}")
+        elif key not in allowed:
+            close = difflib.get_close_matches(key, sorted(allowed), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(key, value, f"unknown setting; {hint}see `normexp train --cfg job` for the keys")
+
+
+def moved_key(key: str, value) -> None:
+    """A key that moved (deepnorm.alpha → placement.alpha): one line naming the new key."""
+    key = override_key(key)
+    if key in MOVED_KEYS:
+        raise ConfigError(key, value, f"DeepNorm's constants are settings of the placement now: "
+                          f"placement=deepnorm {MOVED_KEYS[key]}={value}")
+
+
+def check_cache() -> None:
+    """The cache folder ($NORMEXP_CACHE or its default) must be a writable folder or creatable."""
+    check_creatable("NORMEXP_CACHE" if os.environ.get("NORMEXP_CACHE") else "cache folder", cache_root())
+
+
+def _optimizer(cfg) -> None:
+    betas = cfg.optim.betas
+    if not isinstance(betas, (list, ListConfig)) or len(betas) != 2 or not all(is_number(b) and 0 <= b < 1 for b in betas):
+        raise ConfigError("optim.betas", betas, "must be two numbers in [0, 1), e.g. optim.betas=[0.9,0.98]")
+    if not is_number(cfg.optim.eps) or cfg.optim.eps <= 0:
+        raise ConfigError("optim.eps", cfg.optim.eps, "must be a finite number > 0")
+    if not is_number(cfg.optim.weight_decay) or cfg.optim.weight_decay < 0:
+        raise ConfigError("optim.weight_decay", cfg.optim.weight_decay, "must be a finite number >= 0")
+
+
+def _device(device) -> None:
+    if device not in ("auto", "cpu", "cuda", "mps") and not str(device).startswith("cuda:"):
+        raise ConfigError("device", device, "choose auto, cpu, cuda, cuda:N or mps")
+    if str(device).startswith("cuda"):
+        import torch  # only for this question: the usual path stays torch-free
+
+        if not torch.cuda.is_available():
+            raise ConfigError("device", device, "no CUDA device is available here; use device=auto or device=cpu")
+    if device == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise ConfigError("device", device, "no Apple MPS device is available here; use device=auto or device=cpu")
+
+
+def check_launcher(launcher) -> None:
+    """Launcher settings the launcher itself would refuse with a traceback mid-sweep."""
+    n_jobs = launcher.get("n_jobs") if launcher is not None else None
+    if n_jobs is not None and (not is_integer(n_jobs) or n_jobs == 0):
+        raise ConfigError("hydra.launcher.n_jobs", n_jobs, "must be a positive number of parallel jobs, "
+                          "or -1 (one per core), -2 (all but one), ...")
+
+
+def check_tokenizer(tok) -> None:
+    """The tokenizer's own rules (its class in corpora.py)."""
+    from ..data.sources import tokenizer_for
+
+    _choice("tokenizer", tok.get("name"), "tokenizer")
+    tokenizer_for(tok).check()
+
+
+def check_data(data) -> None:
+    """The data source's own rules (its class in corpora.py)."""
+    from ..data.sources import source_for
+
+    _choice("data", data.get("name"), "data")
+    source_for(data).check()
+
+
+def training_memory_bytes(cfg) -> int:
+    """An estimate of the memory one float32 training step needs (AdamW), from the settings:
+
+        P = 2·V·d + T·d + L·(4 + 2r)·d²            parameters (embedding, head, positions, blocks)
+        16·P                                         weights, gradients, AdamW's two moments (4 B each)
+        4·L·B·T·(16 + 2r)·d                          activations kept for backward, per block
+        + 4·L·B·H·T²  (only with attn_softcap)       the written-out attention scores
+        + 12·B·T·V                                   logits, their log-softmax and its gradient
+
+    (V vocabulary, d d_model, T seq_len, L layers, r mlp_ratio, B batch_size, H heads.) The fused
+    attention kernel keeps no T×T scores. The count of kept activations per block is an upper
+    estimate (norm outputs, q, k, v, attention output, residuals, the MLP's two r·d tensors)."""
+    V, d, T, L = cfg.tokenizer.vocab_size, cfg.d_model, cfg.seq_len, cfg.layers
+    r, B, H = cfg.mlp_ratio, cfg.batch_size, cfg.heads
+    params = 2 * V * d + T * d + L * (4 + 2 * r) * d * d
+    activations = 4 * L * B * T * (16 + 2 * r) * d + (4 * L * B * H * T * T if cfg.get("attn_softcap") else 0)
+    return int(16 * params + activations + 12 * B * T * V)
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (Linux); None where there is no such file."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(cfg, available: int | None = None) -> None:
+    """Refuse, before training, a run that needs more memory than this machine has free (on
+    the CPU: a GPU's memory is its own), rather than be killed by the OOM killer mid-set-up."""
+    if str(cfg.device).startswith(("cuda", "mps")):
+        return
+    if cfg.device == "auto":
+        import torch
+
+        if torch.cuda.is_available() or torch.backends.mps.is_available():
+            return
+    available = available if available is not None else available_memory_bytes()
+    need = training_memory_bytes(cfg)
+    if available is not None and need > available:
+        gib = 2 ** 30
+        raise ConfigError("batch_size", cfg.batch_size, f"one training step needs about {need / gib:.1f} GiB "
+                          f"(seq_len={cfg.seq_len}, d_model={cfg.d_model}, layers={cfg.layers}; the estimate "
+                          f"is in docs/usage.md) and {available / gib:.1f} GiB is free; lower batch_size or seq_len")

@@ -1,0 +1,207 @@
+"""The GPT itself, read top to bottom as nanoGPT's: a Block wraps each sublayer in the run's
+placement; the GPT embeds the tokens, runs the blocks, applies the final norm where the
+placement needs one, and reads the logits through a head tied to the token embedding.
+
+One `ModelConfig` drives everything. A norm, a placement or an init is a small class picked
+by name from `NORMS` (norms.py), `PLACEMENTS` (placements.py) or `INITS` (inits.py); its
+settings are the keys of its own config file (configs/norm/<name>.yaml, ...):
+
+    NORMS[name](d_model, **settings)
+    PLACEMENTS[name](sublayer, make_norm, index=block, depth=layers, **settings)
+
+(`make_norm(width=d_model)` makes a fresh norm of the run's type.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..config.registry import variant
+from .config import ModelConfig
+from .inits import INITS
+from .layers import MLP, CausalSelfAttention, CrossAttention, softcap
+from .norms import NORMS
+from .placements import PLACEMENTS, Placement
+from .readouts import Readout, _first, _second, read_outputs
+
+
+class Block(nn.Module):
+    """One Transformer block, every sublayer wrapped in the run's placement:
+
+        x ─> placement(self-attention) ─> [placement(cross-attention to memory)] ─> placement(MLP) ─> x
+
+    `readouts()` names what an instrument may read of it (see `Readout`)."""
+
+    def __init__(self, cfg: ModelConfig, wrap, causal: bool = True, cross_attention: bool = False, make_qk_norm=None):
+        super().__init__()
+        self.attn = wrap(CausalSelfAttention(cfg, causal, make_qk_norm))
+        self.cross = wrap(CrossAttention(cfg)) if cross_attention else None
+        self.mlp = wrap(MLP(cfg))
+
+    def forward(self, x, memory=None):
+        x, _ = self.attn(x)
+        if self.cross is not None:
+            x, _ = self.cross(x, memory)
+        x, _ = self.mlp(x)
+        return x
+
+    def sublayers(self) -> list[Placement]:
+        return [p for p in (self.attn, self.cross, self.mlp) if p is not None]
+
+    def readouts(self) -> dict[str, Readout]:
+        """The stream leaving the block (the placement's `residual` view of it: x_a under
+        ResiDual), each sublayer's contribution as it joins the stream (second output of the
+        placement), and the self-attention's queries and keys."""
+        return {"block": Readout(self, self.mlp.residual), "attn_out": Readout(self.attn, _second), "mlp_out": Readout(self.mlp, _second),
+                **self.attn.sublayer.readouts()}
+
+    def residual_output_weights(self) -> dict[str, nn.Parameter]:
+        """The matrices whose output joins the stream (init roles attn_out and mlp_out); the
+        MLP's second matrix W₂ is the one Xiong et al.'s Fig. 3 plots the gradient of."""
+        return {"attn_out": self.attn.sublayer.proj.weight, "mlp_out": self.mlp.sublayer.fc_out.weight}
+
+
+# ----------------------------------------------------------------------------- GPT
+
+IGNORE_TARGET = -100  # a target position that adds nothing to the loss
+
+
+class GPT(nn.Module):
+    """Token + position embeddings (scaled by √d: their sum, or the token embedding alone as
+    the init scheme's `scale_positions` says), `layers` blocks, the final norm where the
+    placement needs one, and a head tied to the token embedding. `causal=False` and
+    `cross_attention=True` build the encoder and the decoder of an encoder-decoder model."""
+
+    def __init__(self, cfg: ModelConfig, causal: bool = True, cross_attention: bool = False):
+        super().__init__()
+        norm_cls, norm_settings = variant(NORMS, "norm", cfg.norm)
+        placement_cls, placement_settings = variant(PLACEMENTS, "placement", cfg.placement)
+        make_norm = lambda width=cfg.d_model: norm_cls(width, **norm_settings)  # noqa: E731
+        make_qk_norm = (lambda: norm_cls(cfg.d_model // cfg.heads, **norm_settings)) if cfg.qk_norm else None
+        init_cls, init_settings = variant(INITS, "init", cfg.init)
+        self.init_scheme = init_cls(cfg.d_model, cfg.layers, **init_settings)
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
+        self.blocks = nn.ModuleList(
+            Block(cfg, lambda f, i=i: placement_cls(f, make_norm, index=i, depth=cfg.layers, **placement_settings),
+                  causal, cross_attention, make_qk_norm)
+            for i in range(cfg.layers))
+        self.final_norm = self.blocks[-1].mlp.make_final(make_norm)  # a Norm, the identity, or ResiDual's output
+        self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
+        self.embed_scale = math.sqrt(cfg.d_model)
+        self.scale_positions = self.init_scheme.scale_positions  # what √d multiplies: tok + pos, or tok alone
+        self._init_weights()
+
+    def _init_weights(self):
+        """Embeddings and matrices drawn by the init scheme (xavier by default: embeddings
+        N(0, 1/d), multiplied by √d on the way in as in Vaswani et al. 2017, so the stream
+        entering block 0 has unit-scale entries as Xiong et al.'s analysis assumes, and
+        Xavier-normal matrices; see `embed` for what √d multiplies), zero biases, each placement's gain on value, output and MLP
+        matrices. A placement that profiles (Admin) is set afterwards by `calibrate`."""
+        self.init_scheme.embedding(self.tok_emb.weight)
+        self.init_scheme.embedding(self.pos_emb.weight)
+        for block in self.blocks:
+            for wrapper in block.sublayers():
+                wrapper.sublayer.init_weights(wrapper.init_gain, self.init_scheme)
+
+    @torch.no_grad()
+    def calibrate(self, idx: torch.Tensor) -> bool:
+        """The profiling forward pass of placements that need one (Admin): each is set to its
+        profiling state (`start_calibration`), its sublayer's output variance is recorded, then
+        each is told the variance the stream has gathered before it, Var[x_0] + Σ_{j<i} Var[F_j],
+        in the order the stream meets them (`calibrate`). BatchNorm uses its batch statistics but keeps its running
+        ones. Returns whether anything was calibrated."""
+        wrappers = [w for b in self.blocks for w in b.sublayers() if w.needs_calibration]
+        if not wrappers:
+            return False
+        batch_norms = [m for m in self.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        saved = [{k: v.clone() for k, v in m.state_dict().items()} for m in batch_norms]
+        for w in wrappers:
+            w.start_calibration()
+        readouts = {"embed": [self.readouts()["embed"][0]], "added": [Readout(w, _second) for w in wrappers]}
+        with read_outputs(readouts) as read:
+            self.hidden(idx)
+        total = read["embed"][0].float().var(unbiased=False).item()
+        for w, added in zip(wrappers, read["added"]):
+            w.calibrate(total)
+            total += added.float().var(unbiased=False).item()
+        for m, state in zip(batch_norms, saved):
+            m.load_state_dict(state)
+        return True
+
+    def settings(self) -> dict:
+        """The norm's and the placement's settings as built ("auto" resolved), read from the
+        modules themselves: {"norm": {...}, "placement": {...}}."""
+        first = self.blocks[0].mlp
+        norms = [m for m in self.modules() if type(m) in NORMS.values()]
+        return {"norm": norms[0].resolved() if norms else {}, "placement": first.resolved()}
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """The stream entering block 0: (tok + pos)·√d, or tok·√d + pos where the init scheme's
+        `scale_positions` is false (fairseq's and torchscale's order)."""
+        tok, pos = self.tok_emb(idx), self.pos_emb(self.positions[: idx.shape[1]])
+        if self.scale_positions:
+            return (tok + pos) * self.embed_scale
+        return tok * self.embed_scale + pos
+
+    def hidden(self, idx: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
+        """The final hidden state (B, T, d). `memory`: the encoder output, for cross-attention."""
+        x = self.embed(idx)
+        x = self.blocks[0].attn.enter(x)  # the stream: x itself, or ResiDual's pair
+        for block in self.blocks:
+            x = block(x, memory)
+        return self.final_norm(x)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                memory: torch.Tensor | None = None, z_loss: float = 0.0):
+        """(logits, loss): logits through the tied head, soft-capped (c·tanh(z/c)) when
+        logit_softcap is set, so the loss, the z-loss and the log Z signal all see the capped
+        logits; with targets, the mean cross-entropy (nats/token) over the targets that are not
+        IGNORE_TARGET, plus z_loss·mean((log Z)²) over the same tokens when z_loss > 0 (PaLM,
+        Chowdhery et al. 2022; Wortsman et al. 2023), Z = Σ_v e^logit_v; loss None without targets."""
+        h = self.hidden(idx, memory)
+        logits = h @ self.tok_emb.weight.t()
+        if self.cfg.logit_softcap:  # None or 0: off
+            logits = softcap(logits, self.cfg.logit_softcap)
+        loss = None
+        if targets is not None:
+            flat = logits.flatten(0, 1).float()
+            loss = F.cross_entropy(flat, targets.flatten(), ignore_index=IGNORE_TARGET)
+            if z_loss:
+                kept = targets.flatten() != IGNORE_TARGET
+                loss = loss + z_loss * torch.logsumexp(flat[kept], dim=-1).pow(2).mean()
+        return logits, loss
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def readouts(self) -> dict[str, list[Readout]]:
+        """What an instrument may read, {name: one Readout per place}: `embed`, the stream
+        entering block 0 (embeddings scaled by √d); per block, `block`, `attn_out`, `mlp_out`,
+        `queries`, `keys` (see Block.readouts); `final`, the final hidden state; `logits`."""
+        per_block = [block.readouts() for block in self.blocks]
+        enter_view = self.blocks[0].attn.residual  # ResiDual's block 0 receives the pair (x, x)
+        return {"embed": [Readout(self.blocks[0], lambda inputs: enter_view(inputs[0]), read="input")],
+                **{name: [r[name] for r in per_block] for name in per_block[0]},
+                "final": [Readout(self.final_norm)], "logits": [Readout(self, _first)]}
+
+    def residual_output_weights(self) -> dict[str, list[nn.Parameter]]:
+        """{"attn_out": [W_O per block], "mlp_out": [W₂ per block]} (Block.residual_output_weights)."""
+        per_block = [block.residual_output_weights() for block in self.blocks]
+        return {role: [w[role] for w in per_block] for role in per_block[0]}
+
+
+def check_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -> None:
+    """Build the norm, and the placement around a stand-in sublayer, once: a bad setting
+    raises ConfigError naming its key, before any data is loaded."""
+    norm_cls, norm_settings = variant(NORMS, "norm", norm)
+    placement_cls, placement_settings = variant(PLACEMENTS, "placement", placement)
+    stand_in = nn.Identity()
+    stand_in.d_model = 8
+    placement_cls(stand_in, lambda width=8: norm_cls(width, **norm_settings), index=0, depth=layers, **placement_settings)

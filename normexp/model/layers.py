@@ -1,0 +1,155 @@
+"""The sublayers a placement wraps: causal self-attention, cross-attention, the MLP; and the
+soft-cap they share with the output logits."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig
+from .inits import XavierInit
+from .readouts import Readout
+
+
+def softcap(z: torch.Tensor, cap: float) -> torch.Tensor:
+    """Soft-capping (Gemma Team 2024, "Gemma 2"): c·tanh(z/c), about z while |z| ≪ c and never
+    beyond ±c; Gemma 2 caps attention logits at 50 and output logits at 30."""
+    return cap * torch.tanh(z / cap)
+
+
+# Each sublayer's `init_weights(gain, init)`: matrices, then biases, drawn by the init scheme
+# (`_draw`); `gain` scales the value, output and MLP matrices (the placement's init_gain),
+# queries and keys keep 1.
+
+
+def _draw(init: XavierInit, parts) -> None:
+    """parts: (weight, bias, gain, role) each; every matrix first, then every bias, so an
+    init with zero biases draws exactly what it drew before biases had a say."""
+    for w, _, gain, role in parts:
+        init.matrix(w, gain, role)
+    for w, b, gain, role in parts:
+        init.bias(b, w, gain, role)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention with one fused QKV projection; causal unless built with
+    causal=False (the encoder of `normexp probe --encoder-decoder`)."""
+
+    def __init__(self, cfg: ModelConfig, causal: bool = True, make_qk_norm=None):
+        super().__init__()
+        self.d_model, self.heads, self.causal = cfg.d_model, cfg.heads, causal
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        # QK-norm (Henry et al. 2020; Dehghani et al. 2023; Wortsman et al. 2023): queries and
+        # keys normalized per head, over d_head, before the dot product
+        self.q_norm, self.k_norm = (make_qk_norm(), make_qk_norm()) if make_qk_norm else (None, None)
+        # slots a placement may fill (None: unused, no call): HybridNorm's norms on q, k and v
+        # over the full width, Sub-LN's norm on the heads' output before `proj`
+        self.qkv_norm: nn.ModuleList | None = None
+        self.inner_norm: nn.Module | None = None
+        self.inner_width = cfg.d_model
+        self.softcap = cfg.attn_softcap or None  # None (or 0): the fused scaled_dot_product_attention path
+
+    def split_heads(self, qkv: torch.Tensor) -> torch.Tensor:
+        """The fused projection's output (B, T, 3C) as q, k, v stacked: (3, B, heads, T, d_head)."""
+        B, T, C3 = qkv.shape
+        return qkv.view(B, T, 3, self.heads, C3 // (3 * self.heads)).permute(2, 0, 3, 1, 4)
+
+    def one_head_split(self, t: torch.Tensor) -> torch.Tensor:
+        """One of q, k, v (B, T, C) as (B, heads, T, d_head)."""
+        B, T, C = t.shape
+        return t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        if self.qkv_norm is None:
+            q, k, v = self.split_heads(self.qkv(x))
+        else:
+            q, k, v = (self.one_head_split(norm(t)) for norm, t in zip(self.qkv_norm, self.qkv(x).split(C, dim=-1)))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.softcap is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        else:
+            y = self.capped_attention(q, k, v)
+        y = y.transpose(1, 2).reshape(B, T, C)
+        if self.inner_norm is not None:
+            y = self.inner_norm(y)
+        return self.proj(y)
+
+    def capped_attention(self, q, k, v):
+        """softmax(c·tanh(q·kᵀ/(√d_h·c)) + causal mask)·v, written out: the fused kernel has no
+        soft-cap (Gemma 2 caps the logits before the mask and the softmax)."""
+        scores = softcap((q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5, self.softcap)
+        if self.causal:
+            T = q.shape[-2]
+            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        return torch.softmax(scores.float(), dim=-1).type_as(v) @ v
+
+    def readouts(self) -> dict[str, Readout]:
+        """The queries and keys as the dot product sees them (after QK-norm, if any), each
+        (B, heads, T, d_head): the outputs of the QK-norms, of HybridNorm's q and k norms, or of
+        the fused projection. (Under attn_softcap the signals cap the logits they compute.)"""
+        if self.q_norm is not None:
+            return {"queries": Readout(self.q_norm), "keys": Readout(self.k_norm)}
+        if self.qkv_norm is not None:
+            return {"queries": Readout(self.qkv_norm[0], self.one_head_split),
+                    "keys": Readout(self.qkv_norm[1], self.one_head_split)}
+        return {"queries": Readout(self.qkv, lambda out: self.split_heads(out)[0]),
+                "keys": Readout(self.qkv, lambda out: self.split_heads(out)[1])}
+
+    def init_weights(self, gain: float, init: XavierInit) -> None:
+        d = self.qkv.in_features
+        (q, k, v), (bq, bk, bv) = self.qkv.weight.data.split(d), self.qkv.bias.data.split(d)  # views: each d×d on its own
+        _draw(init, ((q, bq, 1.0, "query"), (k, bk, 1.0, "key"), (v, bv, gain, "value"),
+                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")))
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from the decoder's stream (queries) to the encoder's output
+    `memory` (keys and values), the middle sublayer of an encoder-decoder block."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.d_model, self.heads = cfg.d_model, cfg.heads
+        self.q = nn.Linear(cfg.d_model, cfg.d_model)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x, memory):
+        B, T, C = x.shape
+        S = memory.shape[1]
+        q = self.q(x).view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        k, v = self.kv(memory).view(B, S, 2, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def init_weights(self, gain: float, init: XavierInit) -> None:
+        d = self.q.in_features
+        (k, v), (bk, bv) = self.kv.weight.data.split(d), self.kv.bias.data.split(d)
+        _draw(init, ((self.q.weight.data, self.q.bias.data, 1.0, "query"), (k, bk, 1.0, "key"), (v, bv, gain, "value"),
+                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")))
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: fc_out(GELU(fc_in(x)))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.d_model = cfg.d_model
+        self.fc_in = nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model)
+        self.fc_out = nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model)
+        self.inner_norm: nn.Module | None = None  # a slot: Sub-LN's norm between GELU and fc_out
+        self.inner_width = cfg.mlp_ratio * cfg.d_model
+
+    def forward(self, x):
+        h = F.gelu(self.fc_in(x))
+        if self.inner_norm is not None:
+            h = self.inner_norm(h)
+        return self.fc_out(h)
+
+    def init_weights(self, gain: float, init: XavierInit) -> None:
+        _draw(init, ((self.fc_in.weight.data, self.fc_in.bias.data, gain, "mlp_in"),
+                     (self.fc_out.weight.data, self.fc_out.bias.data, gain, "mlp_out")))

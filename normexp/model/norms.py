@@ -1,0 +1,136 @@
+"""What normalizes: each norm a small class in NORMS, picked by name.
+
+    NORMS[name](d, **settings)
+
+`settings` are the keys of configs/norm/<name>.yaml; `resolved()` gives the settings the norm
+was built with (summary.json). A new norm is one class here and one yaml file.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..config.checks import is_positive_float32, require
+from ..config.registry import register
+
+# Each norm: NORMS[name](d, **settings); `resolved()` gives the settings it was built with.
+
+NORMS: dict[str, type[nn.Module]] = {}
+
+
+@register(NORMS, "layer")
+class LayerNorm(nn.Module):
+    """LayerNorm (Ba et al. 2016): y = γ·(x−μ)/√(σ²+ε) + β, μ and biased σ² over the feature dim."""
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+
+    def resolved(self) -> dict:
+        return {"eps": self.eps}
+
+
+@register(NORMS, "rms")
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich 2019): y = γ·x·rsqrt(mean(x²)+ε).
+
+    Computed in float32 and cast back, so bf16 activations do not lose the statistic."""
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        x32 = x.float()
+        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y.type_as(x) * self.weight
+
+    def resolved(self) -> dict:
+        return {"eps": self.eps}
+
+
+@register(NORMS, "batch")
+class BatchNorm(nn.Module):
+    """BatchNorm (Ioffe & Szegedy 2015) over all batch×time tokens, per feature:
+    y = γ·(x−μ_B)/√(σ²_B+ε) + β in training, running statistics in eval.
+
+    Caution: in a causal LM the batch statistics mix information across positions and
+    samples during training (a token "sees" the future through μ_B, σ²_B). It is kept as a
+    study option (Shen et al. 2020, "PowerNorm", discuss why it fails in Transformers)."""
+
+    def __init__(self, d: int, eps: float = 1e-5, momentum: float = 0.1):
+        super().__init__()
+        require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
+        require(is_positive_float32(momentum) and momentum <= 1, "norm.momentum", momentum, "must be a number in (0, 1]")
+        self.bn = nn.BatchNorm1d(d, eps=eps, momentum=momentum)
+
+    def forward(self, x):
+        return self.bn(x.reshape(-1, x.shape[-1])).view_as(x)
+
+    def resolved(self) -> dict:
+        return {"eps": self.bn.eps, "momentum": self.bn.momentum}
+
+
+@register(NORMS, "dyt")
+class DynamicTanh(nn.Module):
+    """DyT (Zhu et al. 2025, "Transformers without Normalization"): y = γ·tanh(a·x) + β,
+    with one learnable scalar a (initialised to init_alpha, 0.5 in the paper) and per-feature γ, β."""
+
+    def __init__(self, d: int, init_alpha: float = 0.5):
+        super().__init__()
+        require(is_positive_float32(init_alpha), "norm.init_alpha", init_alpha, "must be a number > 0")
+        self.init_alpha = init_alpha
+        self.alpha = nn.Parameter(torch.tensor(float(init_alpha)))
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return torch.tanh(self.alpha * x) * self.weight + self.bias
+
+    def resolved(self) -> dict:
+        return {"init_alpha": self.init_alpha}
+
+
+@register(NORMS, "scale")
+class ScaleNorm(nn.Module):
+    """ScaleNorm (Nguyen & Salazar 2019, "Transformers without Tears"): y = g·x / max(‖x‖, ε),
+    ‖x‖ the L2 norm over the feature dim, with one learnable scalar g initialised to √d (so
+    the output's entries have unit RMS, as LayerNorm's do). Computed in float32 and cast back,
+    as RMSNorm is."""
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
+        self.eps = eps
+        self.scale = nn.Parameter(torch.tensor(math.sqrt(d)))
+
+    def forward(self, x):
+        x32 = x.float()
+        y = x32 / x32.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+        return y.type_as(x) * self.scale
+
+    def resolved(self) -> dict:
+        return {"eps": self.eps}
+
+
+@register(NORMS, "none")
+class NoNorm(nn.Identity):
+    """No normalization (identity): the control."""
+
+    def __init__(self, d: int):
+        super().__init__()
+
+    def resolved(self) -> dict:
+        return {}

@@ -1,0 +1,430 @@
+"""Where the norm sits around each sublayer: each placement a small class in PLACEMENTS,
+picked by name (the contract every placement keeps is `Placement`'s docstring).
+
+    PLACEMENTS[name](sublayer, make_norm, index=block, depth=layers, **settings)
+
+`settings` are the keys of configs/placement/<name>.yaml. A new placement is one class here
+and one yaml file.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from ..config.checks import is_float32, is_positive_float32, require
+from ..config.registry import register
+
+
+PLACEMENTS: dict[str, type[Placement]] = {}
+
+
+class Placement(nn.Module):
+    """Where the norm sits around one sublayer F (attention, cross-attention or MLP): the
+    contract every placement keeps.
+
+        x ──┬── norms and F, as the placement says ──> contribution ──(+)──> new x
+            └──────────────── residual (maybe scaled, maybe normed after) ──┘
+
+    * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F
+      (it maps width `F.d_model` to itself), `make_norm()` makes a fresh norm of the run's type
+      (`make_norm(width)` one of another width), `index` is the block's position
+      (0 = nearest the input) and `depth` the number of blocks; `settings` are the keys of
+      configs/placement/<name>.yaml.
+    * `forward(x, *context)` returns (new residual stream, contribution): the contribution is
+      F's output as it joins the stream (the attn_out_std / mlp_out_std instruments read it);
+      `context` (the encoder output, for cross-attention) goes to F unchanged.
+    * `needs_final_norm`: whether the stream leaving this sublayer is unnormalized, so that
+      the model must add a Norm after the last block (Pre-LN does, Post-LN does not).
+    * `init_gain`: the Xavier gain the placement wants for F's value, output and MLP
+      matrices (query and key keep gain 1); DeepNorm's β.
+    * `resolved()`: the numbers it actually uses ("auto" worked out), for summary.json.
+    * `needs_calibration`: whether it is set by a profiling forward pass at initialisation
+      (`GPT.calibrate`): then `start_calibration()` readies it for that pass and
+      `calibrate(variance)` sets it from the variance of the stream entering it.
+    * The stream between blocks is a tensor unless the placement says otherwise: the model
+      calls `enter(x)` of the first block's first placement once on the embedded input, and
+      `make_final(make_norm)` of the last block's last placement once for the module that maps
+      the last block's stream to the final hidden state; `residual(stream)` is the tensor the
+      instruments read as the residual stream (act_std). The defaults: the stream is the
+      tensor, and the final module is a Norm where `needs_final_norm` says so, else the identity.
+    * A sublayer may offer slots a placement fills with norms it makes (`inner_norm`, before
+      the output projection; `qkv_norm`, on queries, keys and values): None by default, so an
+      unused slot costs one `is None` test and no call.
+    """
+
+    needs_final_norm = True
+    needs_calibration = False
+    init_gain = 1.0
+
+    def resolved(self) -> dict:
+        return {}
+
+    def enter(self, x: torch.Tensor):
+        return x
+
+    def make_final(self, make_norm) -> nn.Module:
+        return make_norm() if self.needs_final_norm else nn.Identity()
+
+    @staticmethod
+    def residual(stream) -> torch.Tensor:
+        return stream
+
+
+@register(PLACEMENTS, "post")
+class PostNorm(Placement):
+    """Post-LN (Vaswani et al. 2017): x ← Norm(x + F(x)). No final norm is needed."""
+
+    needs_final_norm = False
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.sublayer = sublayer
+        self.norm = make_norm()
+
+    def forward(self, x, *context):
+        out = self.sublayer(x, *context)
+        return self.norm(x + out), out
+
+
+@register(PLACEMENTS, "pre")
+class PreNorm(Placement):
+    """Pre-LN (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"):
+    x ← x + F(Norm(x)); the model adds one final Norm after the last block."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.norm = make_norm()
+        self.sublayer = sublayer
+
+    def forward(self, x, *context):
+        out = self.sublayer(self.norm(x), *context)
+        return x + out, out
+
+
+def deepnorm_constants(layers: int) -> tuple[float, float]:
+    """DeepNorm's α = (2N)^(1/4) and β = (8N)^(-1/4) for a decoder-only stack of N blocks
+    (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers", Table 1)."""
+    return (2 * layers) ** 0.25, (8 * layers) ** -0.25
+
+
+@register(PLACEMENTS, "deepnorm")
+class DeepNorm(Placement):
+    """DeepNorm (Wang et al. 2022, "DeepNet"): x ← Norm(α·x + F(x)), with F's value, output
+    and MLP matrices initialised Xavier-normal with gain β (query and key with gain 1).
+
+    α up-weights the residual (not F(x)); with α = (2N)^(1/4), β = (8N)^(-1/4) for N blocks
+    ("auto") the model update stays bounded as depth grows. Either may be a number instead.
+    No final norm: the stream leaves every block normalized."""
+
+    needs_final_norm = False
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int, alpha="auto", beta="auto"):
+        super().__init__()
+        self.sublayer = sublayer
+        for key, value in (("alpha", alpha), ("beta", beta)):
+            require(value == "auto" or is_positive_float32(value), f"placement.{key}", value, 'must be "auto" or a number > 0')
+        auto_alpha, auto_beta = deepnorm_constants(depth)
+        self.alpha = auto_alpha if alpha == "auto" else float(alpha)
+        self.init_gain = auto_beta if beta == "auto" else float(beta)
+        self.norm = make_norm()
+
+    def forward(self, x, *context):
+        out = self.sublayer(x, *context)
+        return self.norm(self.alpha * x + out), out
+
+    def resolved(self) -> dict:
+        return {"alpha": self.alpha, "beta": self.init_gain}
+
+
+@register(PLACEMENTS, "sandwich", "peri")
+class SandwichNorm(Placement):
+    """Sandwich-LN (Ding et al. 2021, CogView) / Peri-LN (Kim et al. 2025):
+    x ← x + Norm_out(F(Norm_in(x))); the model adds a final Norm as Pre-LN does."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.norm_in = make_norm()
+        self.sublayer = sublayer
+        self.norm_out = make_norm()
+
+    def forward(self, x, *context):
+        out = self.norm_out(self.sublayer(self.norm_in(x), *context))
+        return x + out, out
+
+
+@register(PLACEMENTS, "mix")
+class MixNorm(Placement):
+    """Mix-LN (Li et al. 2024, "Mix-LN: Unleashing the Power of Deeper Layers by Combining
+    Pre-LN and Post-LN"): Post-LN, x ← Norm(x + F(x)), in the first ⌊ρ·L⌋ blocks; Pre-LN,
+    x ← x + F(Norm(x)), in the rest (ρ = ratio, 0.25 in the paper). The last block is
+    Pre-LN for any ρ < 1, so the model has a final norm."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int, ratio: float = 0.25):
+        super().__init__()
+        require(is_float32(ratio) and 0 <= ratio < 1,
+               "placement.ratio", ratio, "must be a number in [0, 1)")
+        # ⌊ρ·L⌋ of the decimal the user wrote: 0.58·50 is 28.999999999999996 in floating point, 29 blocks
+        self.ratio, self.post_blocks = ratio, math.floor(round(ratio * depth, 9))
+        self.post = index < self.post_blocks
+        self.needs_final_norm = not self.post
+        self.sublayer = sublayer
+        self.norm = make_norm()
+
+    def forward(self, x, *context):
+        if self.post:
+            out = self.sublayer(x, *context)
+            return self.norm(x + out), out
+        out = self.sublayer(self.norm(x), *context)
+        return x + out, out
+
+    def resolved(self) -> dict:
+        return {"ratio": self.ratio, "post_blocks": self.post_blocks}
+
+
+@register(PLACEMENTS, "rezero")
+class ReZero(Placement):
+    """ReZero (Bachlechner et al. 2020, "ReZero is All You Need"): x ← x + α·F(x), one
+    learnable scalar α per sublayer initialised to init_alpha (0 in the paper, so every
+    block starts as the identity). No norm anywhere: the run's norm type is not used and the
+    model has no final norm."""
+
+    needs_final_norm = False
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_alpha: float = 0.0):
+        super().__init__()
+        require(is_float32(init_alpha), "placement.init_alpha", init_alpha, "must be a finite number")
+        self.sublayer = sublayer
+        self.alpha = nn.Parameter(torch.tensor(float(init_alpha)))
+        self.init_alpha = float(init_alpha)
+
+    def forward(self, x, *context):
+        out = self.alpha * self.sublayer(x, *context)
+        return x + out, out
+
+    def resolved(self) -> dict:
+        return {"init_alpha": self.init_alpha}
+
+
+@register(PLACEMENTS, "admin")
+class Admin(Placement):
+    """Admin (Liu et al. 2020, "Understanding the Difficulty of Training Transformers"):
+    Post-LN with a learnable per-channel residual weight, x ← Norm(ω·x + F(x)).
+
+    ω is set by a profiling forward pass at initialisation (`GPT.calibrate`): with ω = 1,
+    each sublayer i records Var[F_i(x)] (over all its outputs); then, counting sublayers
+    in the order the stream meets them, ω_i = √(Var[x_0] + Σ_{j<i} Var[F_j]), the variance
+    the stream has gathered before sublayer i (x_0, the embedded input, is the first term:
+    without it the first ω would be 0 and the first sublayer would drop its input). Deep
+    stacks so lean on the residual as their outputs add up, the paper's fix for Post-LN's
+    amplified output changes. No final norm."""
+
+    needs_final_norm = False
+    needs_calibration = True
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.sublayer = sublayer
+        self.omega = nn.Parameter(torch.ones(sublayer.d_model))
+        self.norm = make_norm()
+
+    def forward(self, x, *context):
+        out = self.sublayer(x, *context)
+        return self.norm(self.omega * x + out), out
+
+    def start_calibration(self) -> None:
+        self.omega.fill_(1.0)
+
+    def calibrate(self, variance: float) -> None:
+        """ω = √(the variance the stream has gathered before this sublayer)."""
+        self.omega.fill_(math.sqrt(variance))
+
+
+@register(PLACEMENTS, "layerscale")
+class LayerScale(Placement):
+    """LayerScale (Touvron et al. 2021, "Going deeper with Image Transformers", CaiT):
+    x ← x + diag(λ)·F(Norm(x)), a learnable per-channel scale λ initialised to ε, so every
+    block starts close to the identity; the model adds a final Norm as Pre-LN does.
+    init_scale "auto" is CaiT's rule for the depth: ε = 0.1 up to 18 blocks, 1e-5 up to 24,
+    1e-6 deeper; or a number."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_scale="auto"):
+        super().__init__()
+        # above 1 the branch starts larger than Pre-LN's, the opposite of what LayerScale is for
+        require(init_scale == "auto" or (is_positive_float32(init_scale) and init_scale <= 1), "placement.init_scale",
+               init_scale, 'must be "auto" or a number in (0, 1] (CaiT uses 0.1 to 1e-6)')
+        self.init_scale = (0.1 if depth <= 18 else 1e-5 if depth <= 24 else 1e-6) if init_scale == "auto" else float(init_scale)
+        self.norm = make_norm()
+        self.sublayer = sublayer
+        self.scale = nn.Parameter(torch.full((sublayer.d_model,), self.init_scale))
+
+    def forward(self, x, *context):
+        out = self.scale * self.sublayer(self.norm(x), *context)
+        return x + out, out
+
+    def resolved(self) -> dict:
+        return {"init_scale": self.init_scale}
+
+
+def subln_gain(layers: int) -> float:
+    """Sub-LN's init gain √(ln 2N) for a decoder-only stack of N blocks (Wang et al. 2022,
+    "Foundation Transformers", §2.2; torchscale's `subln`: √(ln 3N) for encoder-decoder)."""
+    return math.sqrt(math.log(2 * layers))
+
+
+@register(PLACEMENTS, "subln")
+class SubLN(Placement):
+    """Sub-LN / Magneto (Wang et al. 2022, "Foundation Transformers"): x ← x + F'(Norm(x)),
+    where F' is F with a second norm right before its output projection (attention: on the
+    heads' concatenated output, before W_O; MLP: after the activation, before W₂, width
+    mlp_ratio·d), filled into the sublayer's `inner_norm` slot (a sublayer without the slot,
+    cross-attention, runs as Pre-LN). The value, attention output and both MLP matrices are
+    initialised with gain γ = √(ln 2N) for N blocks, query and key with 1 (torchscale's
+    `subln` multiplies their weights and biases by γ after drawing). The model adds a final
+    Norm, as Pre-LN does."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.norm = make_norm()
+        if hasattr(sublayer, "inner_norm"):
+            sublayer.inner_norm = make_norm(sublayer.inner_width)
+        self.sublayer = sublayer
+        self.init_gain = subln_gain(depth)
+
+    def forward(self, x, *context):
+        out = self.sublayer(self.norm(x), *context)
+        return x + out, out
+
+    def resolved(self) -> dict:
+        return {"gain": self.init_gain}
+
+
+class DualOutput(nn.Module):
+    """ResiDual's output: y = x_a + Norm(x_d) from the stream (x_a, x_d) leaving the last block."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, stream):
+        post, dual = stream
+        return post + self.norm(dual)
+
+
+@register(PLACEMENTS, "residual_dual")
+class ResiDual(Placement):
+    """ResiDual (Xie et al. 2023, "ResiDual: Transformer with Dual Residual Connections"):
+    two streams side by side, a Post-LN one and a Pre-LN-style accumulator of the raw
+    sublayer outputs,
+
+        x_a ← Norm(x_a + F(x_a)),   x_d ← x_d + F(x_a),   output y = x_a + Norm(x_d),
+
+    both starting from the embedded input (x_a = x_d = x, as the authors' code does). The
+    stream between blocks is the pair (x_a, x_d); the instruments read x_a as the residual
+    stream (act_std: a Post-LN stream, so about 1 in every block), F(x_a) as the contribution.
+    The final module is the output's Norm(x_d) plus x_a, so the model has a final norm."""
+
+    needs_final_norm = False  # x_a leaves every block normalized; the final module is DualOutput
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.sublayer = sublayer
+        self.norm = make_norm()
+
+    def forward(self, stream, *context):
+        post, dual = stream
+        out = self.sublayer(post, *context)
+        return (self.norm(post + out), dual + out), out
+
+    def enter(self, x):
+        return x, x
+
+    def make_final(self, make_norm) -> nn.Module:
+        return DualOutput(make_norm())
+
+    @staticmethod
+    def residual(stream) -> torch.Tensor:
+        return stream[0]
+
+
+@register(PLACEMENTS, "hybrid")
+class HybridNorm(Placement):
+    """HybridNorm (Zhuo et al. 2025, "HybridNorm: Towards Stable and Efficient Transformer
+    Training via Hybrid Normalization"), the plain variant (not HybridNorm*, whose first block
+    is Pre-Norm): per block, with X the stream entering it,
+
+        Y = X + Attn_QKV(X),   X' = Norm(Y) + FFN(Norm(Y)),
+        Attn_QKV: softmax(Norm(Q)·Norm(K)ᵀ/√d_h)·Norm(V), then W_O,
+
+    i.e. no norm on the attention's input, QKV normalization inside it (filled into the
+    attention's `qkv_norm` slot), and the FFN in the Post-Norm form whose residual is the
+    normalized stream. The model adds a final Norm (X' is not normalized). Q, K and V are
+    each normalized over the full width d before the split into heads, as in OLMo 2's QK-norm
+    that the authors' code extends with V; the paper's text could not be read here, the form
+    follows their released config (attn_norm false, use_query/key/value_norm true, ffn_norm
+    true, ffn_residual_after_norm true). A sublayer without the `qkv_norm` slot (the MLP,
+    cross-attention) gets the FFN form."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.attention_form = hasattr(sublayer, "qkv_norm")
+        if self.attention_form:
+            sublayer.qkv_norm = nn.ModuleList(make_norm() for _ in ("q", "k", "v"))
+        else:
+            self.norm = make_norm()
+        self.sublayer = sublayer
+
+    def forward(self, x, *context):
+        if self.attention_form:
+            out = self.sublayer(x, *context)
+            return x + out, out
+        h = self.norm(x)
+        out = self.sublayer(h, *context)
+        return h + out, out
+
+
+@register(PLACEMENTS, "gated")
+class GatedResidual(Placement):
+    """Gated residual (Parisotto et al. 2019, "Stabilizing Transformers for Reinforcement
+    Learning", GTrXL's GRU-type gate; x-transformers' `gate_residual`): the addition x + y is
+    replaced by a gate g(x, y), y = F(Norm(x)) (the identity-map reordering, i.e. Pre-LN):
+
+        r = σ(W_r·y + U_r·x),   z = σ(W_z·y + U_z·x − b_g),   ĥ = tanh(W_g·y + U_g·(r ⊙ x)),
+        x ← (1 − z) ⊙ x + z ⊙ ĥ.
+
+    b_g, one per channel and learnable, starts at gate_bias (2, the value GTrXL reports; its
+    text could not be re-read here), so z ≈ σ(−2) ≈ 0.12 and each block starts near the identity. The six d×d matrices belong to the
+    placement and are drawn Xavier-normal (gain 1) whatever the run's init scheme. The
+    contribution is the change it makes, g − x. GTrXL also puts a ReLU on F's output before
+    the gate; this follows the formula above (as x-transformers does) and leaves it out.
+    The model adds a final Norm, as Pre-LN does."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int, gate_bias: float = 2.0):
+        super().__init__()
+        require(is_float32(gate_bias), "placement.gate_bias", gate_bias, "must be a finite number (GTrXL uses 2)")
+        d = sublayer.d_model
+        self.norm = make_norm()
+        self.sublayer = sublayer
+        self.gate_bias = float(gate_bias)
+        self.from_y = nn.Linear(d, 3 * d, bias=False)  # W_r, W_z, W_g stacked
+        self.from_x = nn.Linear(d, 2 * d, bias=False)  # U_r, U_z stacked
+        self.from_reset = nn.Linear(d, d, bias=False)  # U_g
+        self.bias = nn.Parameter(torch.full((d,), self.gate_bias))
+        for w in (*self.from_y.weight.data.split(d), *self.from_x.weight.data.split(d), self.from_reset.weight.data):
+            nn.init.xavier_normal_(w)  # each d×d matrix on its own
+
+    def forward(self, x, *context):
+        y = self.sublayer(self.norm(x), *context)
+        wr, wz, wg = self.from_y(y).chunk(3, dim=-1)
+        ur, uz = self.from_x(x).chunk(2, dim=-1)
+        r = torch.sigmoid(wr + ur)
+        z = torch.sigmoid(wz + uz - self.bias)
+        h = torch.tanh(wg + self.from_reset(r * x))
+        out = z * (h - x)  # (1 − z)·x + z·ĥ = x + z·(ĥ − x)
+        return x + out, out
+
+    def resolved(self) -> dict:
+        return {"gate_bias": self.gate_bias}
+

@@ -1,0 +1,491 @@
+"""The run-folder contract: what a training run leaves behind, and how to read it back.
+
+    <run>/.hydra/config.yaml     the resolved config (Hydra)
+    <run>/events.out.tfevents.*  TensorBoard scalars
+    <run>/summary.json           status and final numbers (see summary_record)
+    <run>/checkpoints/step_XXXXXXXX.pt
+    <run>/.normexp_claim         which process owns the folder (see claim_folder)
+    <run>/normexp_run.json       normexp's own record of the settings and data (see write_record)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .schema import FINISHED, HPARAMS, Status, LOSS_TRAJECTORY, OUTCOME_FIELDS, RUN_FIELDS, SETTINGS_FIELDS, STATUSES  # noqa: F401 - re-exported
+from ..config.keys import dotted, override_key
+from ..data.files import atomic_write_bytes
+
+# Keys that say how to run, not what to compute: a resumed run may change them, the report
+# never calls them "varied", and run names leave them out (train.yaml's exclude_keys holds
+# them too, with the path keys; tests/test_cli.py checks the two agree).
+RUN_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints")
+
+
+def data_label(cfg) -> str:
+    """A readable corpus name: the Hub config or path for Hub presets, else the group name."""
+    return str(cfg.data.get("config") or cfg.data.get("path") or cfg.data.name)
+
+
+def hyperparameters(cfg) -> dict:
+    """The HPARAMS of a composed config as the summary records them: a config group by its
+    option's name, the warmup as run (at most `steps`), the corpus by `data_label`."""
+    from collections.abc import Mapping
+
+    row = {k: cfg[k].name if isinstance(cfg[k], Mapping) else cfg[k] for k in HPARAMS}
+    if isinstance(cfg.warmup, int) and isinstance(cfg.steps, int):
+        row["warmup"] = min(cfg.warmup, cfg.steps)
+    row["data"] = data_label(cfg)
+    return row
+
+
+def summary_record(cfg, **facts) -> dict:
+    """The one summary record: summary.json, the TensorBoard HParams row and the report all
+    read it (its fields: names.py). Starts from the config's hyperparameters; `facts` add or
+    replace fields (the model's resolved settings, where it ran, the outcome)."""
+    record = {**dict.fromkeys(OUTCOME_FIELDS), "status": Status.RUNNING, "steps_completed": 0, "requeues": 0,
+              "stall_margin": cfg.stall_margin,
+              "learned_margin": cfg.outcome.learned_margin, LOSS_TRAJECTORY: {"train": [], "val": []},
+              **dict.fromkeys(RUN_FIELDS), **hyperparameters(cfg),
+              **{f: {} for f in SETTINGS_FIELDS.values()}}
+    record.update(facts)
+    return record
+
+
+def beat_baseline(final_val_loss, baseline_loss, margin: float) -> bool:
+    """Did a run learn beyond the unigram baseline: final_val_loss <= (1 - margin) * baseline?
+    Without a baseline (an old run) a finite loss counts as learned. Decides "completed"
+    against "stalled" when a run ends."""
+    import math
+
+    if final_val_loss is None or not math.isfinite(final_val_loss):
+        return False
+    return baseline_loss is None or final_val_loss <= (1 - margin) * baseline_loss
+
+
+
+def hparams_row(summary: dict) -> dict:
+    """The HParams row of a run: HPARAMS in order, then the variant settings the run used
+    (a placement without settings adds none, rather than a 0 that reads as a value)."""
+    row = {k: summary.get(k) for k in HPARAMS}
+    for group, field in SETTINGS_FIELDS.items():
+        row.update({f"{group}.{k}": v for k, v in (summary.get(field) or {}).items()})
+    return row
+
+
+def canonical_value(value):
+    """One form per value, whatever its spelling: a whole-number float is that int (1.0 and 1,
+    2e3 and 2000), other numbers stay floats (1e-3 and 0.001 are one float), lists become
+    tuples of canonical values, mappings sorted dicts. bool stays bool (True is not 1 here)."""
+    from collections.abc import Mapping
+
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        value = float(value) if isinstance(value, float) else int(value)
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
+            return int(value)
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): canonical_value(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return tuple(canonical_value(v) for v in value)
+    return value
+
+
+def flat_settings(node, prefix: str = "") -> dict:
+    """{"optim": {"eps": 1e-8}} -> {"optim.eps": 1e-08}: every leaf by its dotted key, canonical."""
+    return {k: canonical_value(v) for k, v in dotted(node, prefix).items()}
+
+
+def is_run_setting(key: str) -> bool:
+    """A key of RUN_SETTINGS or below one (log.progress, ...): how to run, not what to compute."""
+    return any(key == k or key.startswith(k + ".") for k in RUN_SETTINGS)
+
+
+def result_settings(cfg) -> dict:
+    """The settings that decide what a run computes, canonical (see canonical_value): the job
+    config flattened, RUN_SETTINGS and the hydra node left out. The one identity of a setting:
+    duplicate seeds in the report, a checkpoint against the run resuming it, and a resumed job
+    against its folder's run all compare this form. `cfg`: a DictConfig or a plain dict."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        try:
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+        except Exception:  # noqa: BLE001 - interpolations that need Hydra's resolvers
+            cfg = OmegaConf.to_container(cfg, resolve=False)
+    return {k: v for k, v in flat_settings({k: v for k, v in cfg.items() if k != "hydra"}).items()
+            if not is_run_setting(k)}
+
+
+def write_summary(run_dir: Path, summary: dict) -> None:
+    """The one writer of summary.json, and so of a run's status: training (running, then how
+    it ended) and the launch layer (interrupted, requeued, failed; `set_status`) both write
+    through here. A status that summary.json may not hold (not in STATUSES) is a bug: refused."""
+    if summary.get("status") is not None and summary["status"] not in STATUSES:
+        raise ValueError(f"status {summary['status']!r} is not one summary.json may hold ({', '.join(STATUSES)})")
+    atomic_write_bytes(Path(run_dir) / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+
+
+def set_status(run_dir: Path, status: Status, base: dict | None = None, **facts) -> dict:
+    """A status transition: summary.json as it is (or `base` under it, where it is missing a
+    field), with `status` and `facts` set; returns what was written."""
+    summary = {**(base or {}), **(read_summary(run_dir) or {}), "status": Status(status), **facts}
+    write_summary(run_dir, summary)
+    return summary
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Every run folder under root (a folder with .hydra/config.yaml), sorted by path. Symlinked
+    folders are followed, each real folder once (a link back up the tree, or a second link to
+    a folder already found, adds nothing), so a run is never missed or counted twice."""
+    root = Path(root)
+    found, seen = [], set()
+    for folder, subfolders, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:  # reached again through a link: a cycle or a duplicate
+            subfolders[:] = []
+            continue
+        seen.add(real)
+        if os.path.basename(folder) == ".hydra" and "config.yaml" in files:
+            found.append(Path(folder).parent)
+    return sorted(found)
+
+
+# ------------------------------------------------------------- the run's own record
+# Hydra rewrites <run>/.hydra/config.yaml when a job starts, before normexp sees it, so a
+# resumed sweep job cannot compare against it. normexp keeps its own copy, written once when
+# the run begins: the job config and overrides as Hydra wrote them, and the identity of the
+# data files (data.files is left out of sweep folder names, so a changed corpus reuses the folder).
+RECORD = "normexp_run.json"
+
+
+def file_identity(path) -> dict:
+    """{path (absolute), bytes, mtime_ns, sha256} of a data file."""
+    import hashlib
+
+    p = Path(str(path)).expanduser().resolve()
+    digest = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    st = p.stat()
+    return {"path": str(p), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest.hexdigest()}
+
+
+def changed_data_file(recorded: list[dict], given: list[str]) -> tuple[str, str] | None:
+    """(file as given, why) for the first data file that is not what the run began on, or None.
+    Compares the contents (sha256) of the files the job names *now*, resolved from the working
+    folder now and through symlinks as they point now: not the recorded path, which may name
+    the same text while the job reads another (a relative path from another folder, a
+    retargeted link), nor size and mtime, which an in-place edit can keep."""
+    if len(recorded) != len(given):
+        return (", ".join(map(str, given)) or "<none>",
+                f"names {len(given)} files, the run began on {len(recorded)}")
+    for entry, name in zip(recorded, given):
+        try:
+            now = file_identity(name)
+        except OSError as e:
+            return str(name), f"cannot be read now ({e.strerror})"
+        if now["sha256"] != entry.get("sha256"):
+            moved = "" if now["path"] == entry.get("path") else f" (it is {now['path']} now, was {entry.get('path')})"
+            return str(name), f"does not hold the text the run began on{moved}"
+    return None
+
+
+def data_files(data) -> list[str]:
+    """The local files a data config reads (its source's local_files: data=text's files and
+    val_files, ...), as written."""
+    from ..data.sources import source_for
+
+    return source_for(data).local_files()
+
+
+def write_record(run_dir: Path, data) -> None:
+    """Keep the job config Hydra just wrote into <run>/.hydra, and the data files' identity."""
+    hydra_dir = Path(run_dir) / ".hydra"
+    record = {name: (hydra_dir / f"{name}.yaml").read_text() for name in ("config", "overrides")
+              if (hydra_dir / f"{name}.yaml").is_file()}
+    record["data_files"] = [file_identity(f) for f in data_files(data)]
+    atomic_write_bytes(Path(run_dir) / RECORD, (json.dumps(record, indent=1) + "\n").encode())
+
+
+def read_record(run_dir: Path) -> dict | None:
+    try:
+        record = json.loads((Path(run_dir) / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("config"), str) else None
+
+
+def restore_hydra_files(run_dir: Path) -> None:
+    """Put back the run's own .hydra/config.yaml and overrides.yaml after Hydra rewrote them
+    for a job that was then refused."""
+    record = read_record(run_dir)
+    if record is None:
+        return
+    (Path(run_dir) / ".hydra").mkdir(parents=True, exist_ok=True)
+    for name in ("config", "overrides"):
+        if isinstance(record.get(name), str):
+            atomic_write_bytes(Path(run_dir) / ".hydra" / f"{name}.yaml", record[name].encode())
+
+
+def trained_nothing(run_dir: Path, summary: dict | None) -> bool:
+    """A run that failed before training began (no checkpoint, no TensorBoard events): its
+    folder may be reused by the corrected command, as nothing in it would be lost."""
+    run_dir = Path(run_dir)
+    return (summary or {}).get("status") == Status.FAILED and not any(run_dir.glob("checkpoints/step_*.pt")) \
+        and not any(run_dir.glob("events.out.tfevents*"))
+
+
+# ------------------------------------------------------------- who owns a folder
+# Two processes must never train into one folder (two runs started in the same second get the
+# same default name; a shared hydra.run.dir; two jobs whose folder names collide). Each run
+# claims its folder with an exclusive create of CLAIM before it writes anything of its own;
+# a resume hands the claim over by renaming it aside, which only one process can do.
+CLAIM = ".normexp_claim"
+
+
+class FolderTaken(Exception):
+    """The folder belongs to another run: str(e) is one line naming the folder and the fix."""
+
+
+# the claims this process made ({resolved folder: token}): the pre-flight claims a single
+# run's folder before Hydra starts, and the job (same process) finds its own claim
+_OWN_CLAIMS: dict[str, str] = {}
+
+
+def read_claim(folder: Path) -> dict | None:
+    try:
+        claim = json.loads((Path(folder) / CLAIM).read_text())
+    except (OSError, ValueError):
+        return None if not (Path(folder) / CLAIM).exists() else {}
+    return claim if isinstance(claim, dict) else {}
+
+
+def run_artefacts(run_dir: Path) -> list[str]:
+    """What in the folder belongs to a run: its claim, summary, record, checkpoints, TensorBoard
+    events. Hydra's .hydra/ and train.log are not: Hydra writes them for any job before normexp
+    runs. A folder with any of these holds a run, with or without a summary.json."""
+    run_dir = Path(run_dir)
+    found = [name for name in (CLAIM, "summary.json", RECORD) if (run_dir / name).exists()]
+    if any(run_dir.glob("checkpoints/step_*.pt")):
+        found.append("checkpoints")
+    if any(run_dir.glob("events.out.tfevents*")):
+        found.append("TensorBoard events")
+    return found
+
+
+def _claim_alive(claim: dict) -> bool:
+    """The claiming process is known to be alive: on this host, and its pid exists (and is not us)."""
+    import socket
+
+    pid = claim.get("pid")
+    if not isinstance(pid, int) or claim.get("host") != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _claim_dead(claim: dict | None) -> bool:
+    """The claiming process is known to be gone: on this host, no such pid."""
+    import socket
+
+    if not claim or not isinstance(claim.get("pid"), int) or claim.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(claim["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _create_claim(folder: Path) -> bool:
+    """Exclusive create of the claim (O_EXCL): True for exactly one process."""
+    import socket
+    import time
+    import uuid
+
+    folder.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex
+    try:
+        fd = os.open(folder / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                   "token": token}, f)
+    _OWN_CLAIMS[str(folder.resolve())] = token
+    return True
+
+
+def holds_own_claim(folder: Path) -> bool:
+    claim = read_claim(folder)
+    return bool(claim) and claim.get("token") == _OWN_CLAIMS.get(str(Path(folder).resolve()))
+
+
+def _holder(claim: dict | None) -> str:
+    if not claim:
+        return ""
+    return f" (claimed by pid {claim.get('pid')} on {claim.get('host')} at {claim.get('since')})"
+
+
+def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> None:
+    """Make this process the one run training into `run_dir`, or raise FolderTaken.
+
+    A folder holding no run (nothing of run_artefacts, or only a run that failed before it
+    trained) is claimed by an exclusive create: of two processes, one wins, the other is
+    refused. A folder holding a run is refused unless `resume`; a resume takes the claim over
+    (renamed aside, then created: one winner), unless the claiming process is alive on this
+    host and the run says it is running. `key`: the setting to name in the fix."""
+    run_dir = Path(run_dir)
+    if holds_own_claim(run_dir):
+        return
+    claim = read_claim(run_dir)
+    summary = read_summary(run_dir)
+    held = [] if trained_nothing(run_dir, summary) else run_artefacts(run_dir)
+    if held == [CLAIM] and _claim_dead(claim):  # its process ended before it wrote anything (Ctrl-C at start-up)
+        held = []
+    fix = f"choose another folder ({key}=PATH)"
+    if held and claim and _claim_alive(claim) and (summary or {}).get("status", Status.RUNNING) == Status.RUNNING:
+        raise FolderTaken(f"{key}={run_dir}: a run is training into it now{_holder(claim)}; wait for it to end "
+                          f"(then resume=true continues it), or {fix}")
+    if held and not resume:
+        if held == [CLAIM]:  # a claim alone: a run starting now, or one whose host cannot be asked
+            raise FolderTaken(f"{key}={run_dir}: another run claimed it{_holder(claim)}; {fix} (or, if that "
+                              f"process is gone, remove {run_dir / CLAIM})")
+        what = f"status {summary.get('status')}" if summary else "no summary.json, but " + ", ".join(held)
+        raise FolderTaken(f"{key}={run_dir}: already holds a run ({what}); pass resume=true to "
+                          f"continue it, or {fix}")
+    if claim is not None:  # hand the claim over: of several processes, one renames it
+        aside = run_dir / f"{CLAIM}.{os.getpid()}.old"
+        try:
+            os.rename(run_dir / CLAIM, aside)
+        except FileNotFoundError:
+            raise FolderTaken(f"{key}={run_dir}: another process claimed it just now; {fix}") from None
+        aside.unlink(missing_ok=True)
+    if not _create_claim(run_dir):
+        raise FolderTaken(f"{key}={run_dir}: another process claimed it just now{_holder(read_claim(run_dir))}; {fix}")
+
+
+def claim_default_folder(folder: Path, key: str) -> Path:
+    """The folder a new run or sweep without a folder of its own writes into, claimed. The default
+    name is a time stamp, shared by every command started in that second: a name another
+    command claimed, or any folder that is not empty, gets -2, -3, ... appended until an
+    exclusive create succeeds."""
+    folder = Path(folder)
+    for n in range(1, 1000):
+        candidate = folder if n == 1 else folder.with_name(f"{folder.name}-{n}")
+        if candidate.is_dir() and any(candidate.iterdir()) or candidate.exists() and not candidate.is_dir():
+            continue
+        if _create_claim(candidate):
+            return candidate
+    raise FolderTaken(f"{key}={folder}: 999 folders of that name are taken; give {key}=PATH")
+
+
+def claim_sweep_folder(folder: Path) -> None:
+    """A new sweep (no resume=true) into a folder the user named: claimed by an exclusive create,
+    so a second sweep started into it is refused (with resume=true sweeps may share a folder:
+    each job claims its own folder, see claim_folder)."""
+    folder = Path(folder)
+    if not _create_claim(folder):
+        raise FolderTaken(f"hydra.sweep.dir={folder}: another sweep writes into it{_holder(read_claim(folder))}; "
+                          "pass resume=true to add this sweep's jobs to it (finished jobs are skipped), or choose "
+                          "another folder (hydra.sweep.dir=PATH)")
+
+
+# ------------------------------------------------------------- sweeps' job folders
+
+def job_folder_name(job: list[str], dirname) -> str:
+    """The folder name Hydra gives a sweep job with these overrides (hydra.job.override_dirname:
+    the overrides but `dirname.exclude_keys`, sorted, joined). `dirname`: the config's
+    hydra.job.config.override_dirname."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    task = [o for o in job if not override_key(o).startswith("hydra.") and not override_key(o).startswith("hydra/")]
+    return get_overrides_dirname(OverridesParser.create().parse_overrides(task), exclude_keys=list(dirname.exclude_keys),
+                                 item_sep=dirname.item_sep, kv_sep=dirname.kv_sep)
+
+
+def _check_one_value_twice(jobs: list[list[str]]) -> None:
+    """Refuse a sweep with two jobs of one setting spelled two ways (grad_clip=1,1.0; lr=1e-3,0.001):
+    their folder names differ, but they are one run twice (values compared canonically, as
+    runfolder.canonical_value: the form duplicate detection and the resume checks use)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ..config.checks import ConfigError
+
+    parser, seen, seen_jobs = OverridesParser.create(), {}, {}
+    for job in jobs:
+        values = {}
+        for o in parser.parse_overrides([o for o in job if not override_key(o).startswith("hydra")]):
+            key = override_key(o.key_or_group)
+            if not is_run_setting(key):
+                values[key] = (o.input_line, repr(canonical_value(o.value())))
+        identity = tuple(sorted((k, v) for k, (_, v) in values.items()))
+        if identity in seen:
+            first = seen[identity]
+            key = next((k for k in sorted(values) if values[k][0] != first[k][0]), None)
+            if key is None:  # the jobs differ in run settings only (threads=1,2), or not at all
+                # the jobs come from one grid, so their overrides line up axis by axis
+                key, was, now = next(((a.split("=", 1)[0], a.split("=", 1)[-1], b.split("=", 1)[-1])
+                                      for a, b in zip(seen_jobs[identity], job) if a != b), (None, None, None))
+                if key is None or not is_run_setting(override_key(key)):
+                    raise ConfigError("-m", " ".join(job), "this job comes twice in the sweep; give each value once")
+                raise ConfigError(key, f"{was},{now}",
+                                  f"{key} does not change what a run computes, so these jobs are one run twice; "
+                                  "give it one value")
+            spellings = ",".join(v[key][0].split("=", 1)[1] for v in (first, values))
+            raise ConfigError(key, spellings, "one value spelled two ways, so two jobs of this sweep would be one run "
+                              "twice (in two folders); give each value once")
+        seen[identity], seen_jobs[identity] = values, job
+
+
+def check_job_folders(cfg, jobs: list[list[str]]) -> None:
+    """Refuse a sweep two of whose jobs would get one folder (raises ConfigError): a swept key
+    that job folder names leave out (train.yaml's exclude_keys: paths, presets, the run
+    settings). Every key that changes a run's result is either in the names or refused here;
+    behind this, each job claims its folder, so a collision can never merge two jobs."""
+    from omegaconf import OmegaConf
+
+    from ..config.checks import ConfigError
+
+    if OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir") != "${hydra.job.override_dirname}":
+        return  # a subdir of the user's own (${hydra.job.num}: a job may repeat on purpose); the job claims guard it
+    _check_one_value_twice(jobs)
+    dirname = cfg.hydra.job.config.override_dirname
+    seen: dict[str, list[str]] = {}
+    for job in jobs:
+        name = job_folder_name(job, dirname)
+        if name not in seen:
+            seen[name] = job
+            continue
+        first, second = (dict(o.split("=", 1) for o in j if "=" in o) for j in (seen[name], job))
+        key = next((k for k in sorted(set(first) | set(second)) if first.get(k) != second.get(k)), "hydra.sweep.subdir")
+        values = f"{first.get(key, '<unset>')},{second.get(key, '<unset>')}"
+        if is_run_setting(override_key(key)):
+            why = (f"{key} does not change what a run computes, so these jobs are one run twice, in one folder; "
+                   "give it one value")
+        else:
+            why = (f"job folder names leave {key} out (hydra.job.config.override_dirname.exclude_keys), so two jobs "
+                   f"would share the folder {name or '(the sweep folder)'}; sweep it with one sweep per value, "
+                   "each with its own hydra.sweep.dir")
+        raise ConfigError(key, values, why)

@@ -1,0 +1,270 @@
+"""Runs as data: read every run folder under a path into pandas DataFrames.
+
+    >>> from normexp import runs
+    >>> df = runs.load("runs/multirun/2026-11-23/19-00-00")     # one row per run
+    >>> df.groupby(["placement.name", "lr"])["final_val_loss"].mean()
+    >>> curves = runs.scalars("runs/multirun/...", ["val/loss", "grad_norm/layer_*"])
+
+`read_runs` is the one reader: `load`, `scalars` and `normexp report` all go through it.
+It reads the run-folder contract (runfolder.py) and nothing else:
+
+    summary.json            status and final numbers
+    .hydra/config.yaml      the hyperparameters (flattened: placement.name, norm.eps, lr, ...)
+    .hydra/overrides.yaml   the overrides the sweep gave the run
+    events.out.tfevents.*   TensorBoard scalars (val/loss, train/loss, per-layer instruments)
+
+A run still going (status "running"; "killed" if its process is gone from this host) has
+no final numbers in summary.json: its values come from its event file, as far as flushed.
+A summary.json that is not a JSON object of the expected types (hand-edited, written by
+another tool) makes the run "malformed": its numbers are not read, and `problem` (the
+frame's `error`) names the file and what is wrong; the other runs are read as usual.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .schema import NUMERIC_FIELDS, OUTCOME_FIELDS, STATUSES, TOKENS_PER_SECOND, TRAIN_LOSS, VAL_LOSS
+from .folder import find_runs, flat_settings
+from .schema import Status
+
+# summary.json fields that load() puts in its frame besides the status (the hyperparameters come from the config)
+FRAME_FIELDS = tuple(f for f in OUTCOME_FIELDS if f not in ("status", "requeues"))
+
+
+@dataclass
+class Run:
+    path: Path
+    rel: str                       # path relative to the root it was read from
+    config: dict                   # flattened .hydra/config.yaml
+    overrides: list[str]
+    summary: dict                  # {} if there is no summary.json yet
+    scalars: dict = field(default_factory=dict)  # tag -> [(step, value)], sorted by step
+    index: int = 0
+    problem: str | None = None     # why summary.json could not be read ("malformed"), else None
+
+    @property
+    def status(self) -> str:
+        """summary.json's status, except "killed" for a run that says "running" but whose
+        process is gone (SIGKILL, out of memory, a lost node): checked when the run was
+        started on this host; elsewhere there is no telling, and it stays "running".
+        "malformed": summary.json is there but not readable as a summary (see `problem`)."""
+        if self.problem:
+            return Status.MALFORMED
+        status = self.summary.get("status") or Status.UNKNOWN
+        if status == Status.RUNNING and not process_alive(self.summary):
+            return Status.KILLED
+        return status
+
+    @property
+    def unfinished(self) -> bool:
+        """Started but without final numbers: still running, killed mid-run, or waiting in
+        SLURM's queue after a preemption."""
+        return self.status in (Status.RUNNING, Status.KILLED, Status.REQUEUED)
+
+    def last(self, tag: str) -> float | None:
+        points = self.scalars.get(tag)
+        return points[-1][1] if points else None
+
+    def metrics(self) -> dict:
+        """Summary values; for a run without final numbers yet (running, or no summary),
+        the latest values in its event file."""
+        s = dict(self.summary)
+        if self.problem:
+            s["error"] = self.problem
+        if self.unfinished or self.status == Status.UNKNOWN:
+            val = [v for _, v in self.scalars.get(VAL_LOSS, [])]
+            steps = [st + 1 for st, _ in self.scalars.get(TRAIN_LOSS, [])]
+            steps += [st for st, _ in self.scalars.get(VAL_LOSS, [])]
+            s.setdefault("final_val_loss", None)
+            if s.get("final_val_loss") is None and val:
+                s["final_val_loss"] = val[-1]
+            if s.get("best_val_loss") is None and val:
+                s["best_val_loss"] = min(val)
+            if s.get("final_train_loss") is None:
+                s["final_train_loss"] = self.last(TRAIN_LOSS)
+            if s.get("tokens_per_second") is None:
+                s["tokens_per_second"] = self.last(TOKENS_PER_SECOND)
+            if steps:
+                s["steps_completed"] = max(steps)
+        return s
+
+
+def process_alive(summary: dict) -> bool:
+    """False only when the run's process is known to be gone: same host, no such pid."""
+    pid, host = summary.get("pid"), summary.get("host")
+    if not isinstance(pid, int) or host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, but belongs to someone else
+        return True
+    return True
+
+
+def summary_problem(summary) -> str | None:
+    """What makes a parsed summary.json unusable, or None: not an object, an unknown status,
+    or a number field holding something else (a string loss, a list)."""
+    if not isinstance(summary, dict):
+        return f"holds a JSON {type(summary).__name__}, not an object"
+    status = summary.get("status")
+    if status is not None and status not in STATUSES:
+        return f"status {status!r} is not one of {', '.join(STATUSES)}"
+    for key in NUMERIC_FIELDS:
+        v = summary.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"{key} is {json.dumps(v)[:40]}, not a number"
+    return None
+
+
+def read_summary_checked(run_dir: Path) -> tuple[dict, str | None]:
+    """(summary, None), or ({}, the problem naming the file) if summary.json cannot be used;
+    ({}, None) if there is none yet."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return {}, None
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        return {}, f"{path}: cannot be read ({e.strerror})"
+    except ValueError as e:  # written atomically by normexp, so never half a file: damaged
+        return {}, f"{path}: not valid JSON ({e})"
+    problem = summary_problem(data)
+    if problem:
+        return {}, f"{path}: {problem}"
+    return data, None
+
+
+def flatten(node, prefix: str = "") -> dict:
+    """{"optim": {"lr": 1.0}} -> {"optim.lr": 1}: dotted keys, each value in its one canonical
+    form (runfolder.canonical_value: grad_clip=1 and grad_clip=1.0 are one value), lists as
+    the string form of their canonical items ("[0.9, 0.98]")."""
+    def shown(v):  # as str(list) writes it
+        return "[" + ", ".join(map(shown, v)) + "]" if isinstance(v, tuple) else repr(v)
+
+    return {k: shown(v) if isinstance(v, tuple) else v for k, v in flat_settings(node, prefix).items()}
+
+
+def load_config(run_dir: Path) -> dict:
+    from omegaconf import OmegaConf
+
+    try:
+        cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    except Exception:  # noqa: BLE001 - a damaged config makes the run anonymous, not the report fail
+        return {}
+    try:
+        return flatten(OmegaConf.to_container(cfg, resolve=True))
+    except Exception:  # noqa: BLE001 - interpolations that need Hydra's resolvers
+        return flatten(OmegaConf.to_container(cfg, resolve=False))
+
+
+def load_overrides(run_dir: Path) -> list[str]:
+    from omegaconf import OmegaConf
+
+    try:
+        return [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")]
+    except Exception:  # noqa: BLE001 - optional file
+        return []
+
+
+def load_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the run's TensorBoard event files (none yet: {})."""
+    if not any(run_dir.glob("events.out.tfevents.*")):
+        return {}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # 0 keeps every scalar point; the other kinds are not needed, so keep one of each.
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 1, "images": 1,
+                                                        "audio": 1, "tensors": 1, "compressedHistograms": 1})
+    # a resumed run's events restart at its checkpoint (purge_step); TensorBoard's reader
+    # warns "Purging ... expired events" for that, which is expected here, not news
+    tb_log = logging.getLogger("tensorboard")
+    level = tb_log.level
+    tb_log.setLevel(logging.ERROR)
+    try:
+        acc.Reload()
+    except Exception:  # noqa: BLE001 - a file being written can end mid-record
+        pass
+    finally:
+        tb_log.setLevel(level)
+    out = {}
+    for tag in acc.Tags().get("scalars", []):
+        by_step = {e.step: e.value for e in acc.Scalars(tag)}  # a resumed run may repeat steps
+        out[tag] = sorted(by_step.items())
+    return out
+
+
+def read_runs(root: str | Path) -> list[Run]:
+    """Every run folder under `root` (a folder holding .hydra/config.yaml; `root` itself may be
+    one), with its config, overrides, summary and scalars, sorted by path. The one reader of
+    run folders: `load`, `scalars` and `normexp report` use it."""
+    root = Path(root)
+    runs = []
+    for run_dir in find_runs(root):
+        rel = str(run_dir.relative_to(root)) if run_dir != root else "."
+        summary, problem = read_summary_checked(run_dir)
+        runs.append(Run(run_dir, rel, load_config(run_dir), load_overrides(run_dir), summary,
+                        load_scalars(run_dir), problem=problem))
+    return runs
+
+
+def frame(runs: list[Run]):
+    """One row per run: `run` (its folder relative to the root), `path`, `status` (as the
+    report sees it: "killed" for a run whose process is gone), the summary's numbers
+    (FRAME_FIELDS; a running run's from its event file) and every flattened config key."""
+    import pandas as pd
+
+    rows = []
+    for r in runs:
+        m = r.metrics()
+        row = {"run": r.rel, "path": str(r.path), "status": r.status}
+        row.update({k: m.get(k) for k in FRAME_FIELDS})
+        row.update({k: v for k, v in r.config.items() if k not in row})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def load(path: str | Path):
+    """The runs under `path` as a pandas DataFrame, one row per run.
+
+    Columns: `run` (folder relative to `path`), `path`, `status` (running, completed, stalled,
+    diverged, failed, interrupted, requeued; "killed" for a run whose process is gone;
+    "malformed" for an unusable summary.json, with `error` saying what is wrong), the summary's
+    outcome (FRAME_FIELDS, described in names.OUTCOME_FIELDS: steps_completed, final_val_loss,
+    best_val_loss, ..., error) and every config key, flattened with dots as in .hydra/config.yaml
+    (placement.name, norm.name, layers, warmup, lr, seed, optim.weight_decay, ...).
+    Raises FileNotFoundError if `path` does not exist."""
+    if not Path(path).exists():
+        raise FileNotFoundError(path)
+    return frame(read_runs(path))
+
+
+def scalars(path: str | Path, tags=None):
+    """TensorBoard scalars of the runs under `path` as a long DataFrame with columns
+    run, tag, step, value (run: the folder relative to `path`, as in `load`).
+
+    `tags`: a tag ("val/loss"), a list of tags, or shell patterns ("grad_norm/layer_*");
+    None gives every tag. Rows are sorted by run, tag and step; a run resumed from a
+    checkpoint has each step once (the later value)."""
+    import pandas as pd
+
+    if not Path(path).exists():
+        raise FileNotFoundError(path)
+    patterns = [tags] if isinstance(tags, str) else (None if tags is None else list(tags))
+    rows = []
+    for r in read_runs(path):
+        for tag, points in sorted(r.scalars.items()):
+            if patterns is None or any(fnmatch.fnmatchcase(tag, p) for p in patterns):
+                rows += [(r.rel, tag, step, value) for step, value in points]
+    return pd.DataFrame(rows, columns=["run", "tag", "step", "value"])
+
+
+__all__ = ["Run", "load", "scalars", "read_runs", "frame"]

@@ -1,0 +1,143 @@
+"""Checks of the folder a command will write into, before anything is written: it can be
+created, an existing run is never overwritten, and a resumed run keeps its own settings and
+data (the value rules of the config are launch/validate.py's)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ..config.checks import ConfigError
+from ..config.keys import dotted
+from .folder import FINISHED, RECORD
+
+
+def _nearest_existing(path: Path) -> Path:
+    return next(p for p in [path, *path.parents] if p.exists())
+
+
+def check_creatable(key: str, folder: Path) -> None:
+    """The folder exists as a writable folder, or can be created (checked with a temp folder
+    in its nearest existing parent, so nothing is left behind), and no name in its path is
+    longer than the file system allows."""
+    for part in folder.parts:
+        if len(os.fsencode(part)) > 255:  # NAME_MAX of ext4, xfs, btrfs, tmpfs, APFS, NTFS (in bytes)
+            raise ConfigError(key, folder, f"a folder name of {len(os.fsencode(part))} bytes; file systems allow "
+                              "255 at most: choose a shorter name")
+    if folder.exists():
+        if not folder.is_dir():
+            raise ConfigError(key, folder, "is a file, not a folder; choose another folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ConfigError(key, folder, "the folder is not writable; choose another folder")
+        return
+    parent = _nearest_existing(folder)
+    if not parent.is_dir():
+        raise ConfigError(key, folder, f"cannot create it: {parent} is a file; choose another folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".normexp-write-check-"))
+    except OSError as e:
+        raise ConfigError(key, folder, f"cannot create it in {parent} ({e.strerror}); choose another folder") from None
+
+
+def _flat(cfg) -> dict:
+    """{dotted.key: value} of a job config, for comparing two of them."""
+    return dotted(OmegaConf.to_container(cfg, resolve=False))
+
+
+def _recorded_settings(run_dir: Path) -> dict | None:
+    """The run's own settings (runfolder.result_settings): normexp's record, or for a run made
+    before there was one, .hydra/config.yaml (only trustworthy before Hydra rewrites it for a new job)."""
+    from .folder import read_record, result_settings
+
+    record = read_record(run_dir)
+    try:
+        return result_settings(OmegaConf.create(record["config"]) if record else
+                               OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
+    except (OSError, OmegaConfBaseException, ValueError):
+        return None
+
+
+def _shown(v) -> str:
+    return "[" + ",".join(map(str, v)) + "]" if isinstance(v, (list, tuple)) else str(v)
+
+
+def same_settings(run_dir: Path, job: DictConfig) -> None:
+    """A resumed run must compute what the run it continues computed: the same settings by
+    value (runfolder.result_settings: run settings such as threads aside, 1 and 1.0 alike) and
+    the same contents in the data files the job names now (runfolder.changed_data_file)."""
+    from .folder import changed_data_file, data_files, read_record, result_settings
+
+    old = _recorded_settings(Path(run_dir))
+    if old is None:
+        raise ConfigError("hydra.run.dir", run_dir, f"the run's settings are unreadable (no .hydra/config.yaml, "
+                          f"no {RECORD}), so a resume cannot be checked against them; train in a new folder")
+    new = result_settings(job)
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            shown, was = (_shown(v) for v in (new.get(key, "<unset>"), old.get(key, "<unset>")))
+            raise ConfigError(key, shown, f"differs from the run in {run_dir} ({key}={was}); "
+                              "resume with the run's own settings, or train in a new folder")
+    record = read_record(run_dir)
+    if record is None or "data_files" not in record:
+        return
+    changed = changed_data_file(record["data_files"], data_files(job.data))
+    if changed:
+        given, why = changed
+        raise ConfigError("data.files", given, f"{why}: it is not the file the run in {run_dir} began on; resume on "
+                          "the same data, or train in a new folder")
+
+
+def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | frozenset[str]) -> str | None:
+    """Check where the run (or sweep) will write, before Hydra creates anything. Raises
+    ConfigError; returns a message when there is nothing to do (resume=true on a run that
+    already finished), in which case the caller exits 0 without touching the folder.
+
+    An existing run is never overwritten: without resume=true a folder holding a run is
+    refused; with resume=true the settings must match the run's own."""
+    from .folder import CLAIM, find_runs, read_summary, run_artefacts, trained_nothing
+
+    job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    resume = job.get("resume") is True
+    if multirun:
+        sweep_dir = Path(str(cfg.hydra.sweep.dir))
+        check_creatable("hydra.sweep.dir", sweep_dir)
+        if "hydra.sweep.dir" in explicit and not resume and sweep_dir.is_dir():
+            held = [r for r in find_runs(sweep_dir) if run_artefacts(r)]
+            if held:
+                raise ConfigError("hydra.sweep.dir", sweep_dir, f"already holds {len(held)} runs; pass resume=true "
+                                  "to continue them (finished jobs are skipped), or choose another folder")
+        return None
+    run_dir = Path(str(cfg.hydra.run.dir))
+    check_creatable("hydra.run.dir", run_dir)
+    previous = read_summary(run_dir)
+    if previous is None and (run_dir / "summary.json").exists():
+        raise ConfigError("hydra.run.dir", run_dir, "holds an unreadable summary.json; choose another folder")
+    if trained_nothing(run_dir, previous):  # failed before training: the corrected command may use it
+        return None
+    if previous is None:
+        # a run's files without its summary (deleted, or a run in its first seconds) still make a run
+        held = [f for f in run_artefacts(run_dir) if f != CLAIM]  # a claim alone: the claim itself decides
+        if resume and not held:  # most likely a mistyped path: starting afresh would pass for a resume
+            raise ConfigError("hydra.run.dir", run_dir, "resume=true but no run here (no summary.json); give the "
+                              "run's folder as hydra.run.dir=PATH, or drop resume=true to start a new run")
+        if held and not resume:
+            raise ConfigError("hydra.run.dir", run_dir, f"holds a run's files ({', '.join(held)}) but no summary.json; "
+                              "pass resume=true to continue it, or choose another folder")
+        if held:
+            same_settings(run_dir, job)
+        return None
+    if not resume:
+        raise ConfigError("hydra.run.dir", run_dir, f"already holds a run (status {previous.get('status')}); "
+                          "pass resume=true to continue it, or choose another folder")
+    same_settings(run_dir, job)
+    if previous.get("status") in FINISHED:
+        return (f"hydra.run.dir={run_dir} already finished (status {previous['status']} at step "
+                f"{previous.get('steps_completed')}); nothing to resume, nothing written")
+    return None
+
+
+# ------------------------------------------------------------------------ memory

@@ -1,0 +1,206 @@
+"""The names a run writes and the tools read back, each defined here once.
+
+    TensorBoard scalars   `train/loss`, `val/loss`, ...; per-layer families `<family>/layer_XX`
+    HParams metrics       the `hparams/...` columns of TensorBoard's HParams table
+    summary.json          its fields: the outcome, where it ran, the hyperparameters
+
+Training writes with these names, logbook.py lays them out in TensorBoard, runs.py and
+report.py read them back. A new per-layer instrument is its name and description in
+`LAYER_FAMILIES` plus the code that computes it (instruments.py); the TensorBoard layout,
+`runs.scalars` and (with in_report) the report's depth-profile figure follow from here.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import NamedTuple
+
+# ----------------------------------------------------------------- TensorBoard scalars
+
+TRAIN_LOSS = "train/loss"
+TRAIN_LR = "train/lr"
+TRAIN_GRAD_NORM = "train/grad_norm"              # global gradient norm, before clipping
+VAL_LOSS = "val/loss"
+VAL_LOSS_PER_BYTE = "val/loss_per_byte"          # only when a token is not one byte
+TOKENS_PER_SECOND = "perf/tokens_per_second"
+MODEL_UPDATE = "stability/model_update"          # DeepNet's ‖f(x;θ_t) − f(x;θ_0)‖ / ‖f(x;θ_0)‖
+ACT_STD_MAX = "stability/act_std_max"
+ACT_STD_FIRST = "stability/act_std_first"
+ACT_STD_LAST = "stability/act_std_last"
+GRAD_NORM_MAX = "stability/grad_norm_max"
+GRAD_NORM_FIRST = "stability/grad_norm_first"
+GRAD_NORM_LAST = "stability/grad_norm_last"
+GRAD_NORM_TOP_OVER_BOTTOM = "stability/grad_norm_top_over_bottom"
+DEPTH_PROFILE = "depth_profile"                  # image: act_std, grad_norm, update_ratio over depth
+ACT_HIST = "act_hist"                            # histograms act_hist/layer_XX (log.histograms)
+CONFIG_TEXT = "config"                           # text: the resolved config
+DIVERGENCE_TEXT = "divergence"                   # text: why and where a run diverged
+
+# The instruments' one-group values (not per layer) -> their tags
+GROUP_TAGS = {
+    "embedding_std": "act_std/embedding",
+    "grad_norm_embedding": "grad_norm/embedding",
+    "grad_norm_final_norm": "grad_norm/final_norm",
+    "update_ratio_embedding": "update_ratio/embedding",
+    "update_ratio_final_norm": "update_ratio/final_norm",
+    "model_update": MODEL_UPDATE,
+    "output_log_z": "output/log_z",
+    "grad_norm_global": TRAIN_GRAD_NORM,
+}
+
+
+class Family(NamedTuple):
+    about: str                 # one line: what each layer's value is
+    in_report: bool = False    # `normexp report` draws it over depth (step 0 and the end)
+    profile_title: str = ""    # a panel of the depth-profile image under this title ("": none)
+    log_scale: bool = True     # spans decades: plotted on a log axis
+
+
+# Per-layer families: the instruments' per-layer values, logged as <family>/layer_XX
+LAYER_FAMILIES = {
+    "act_std": Family("residual stream std leaving each block", in_report=True, profile_title="activation std",
+                      log_scale=False),
+    "attn_out_std": Family("attention output std (before the residual)"),
+    "mlp_out_std": Family("MLP output std (before the residual)"),
+    "grad_norm": Family("gradient norm of each block's parameters", in_report=True, profile_title="gradient norm"),
+    "grad_norm_mlp_out": Family("gradient norm of each block's second MLP matrix (Xiong et al. Fig. 3)"),
+    "update_ratio": Family("‖Δθ‖/‖θ‖ of each block per step", profile_title="update ‖Δθ‖/‖θ‖"),
+    # the warning signals that precede instability
+    "update_rms": Family("RMS of the optimizer's update of each block's matrices", in_report=True),
+    "attn_logit_max": Family("largest attention logit |q·k|/√d_head, soft-capped when attn_softcap is set "
+                             "(first rows of the batch)", in_report=True),
+    "attn_entropy": Family("mean attention entropy over heads and queries (first rows of the batch)", in_report=True),
+}
+
+
+def layer_tag(family: str, layer: int) -> str:
+    """`act_std/layer_03`: a family's tag for one block."""
+    return f"{family}/layer_{layer:02d}"
+
+
+def layer_index(tag: str) -> int:
+    """The block a per-layer tag belongs to: 143 for `act_std/layer_143` (tags sort as text, so
+    beyond 100 blocks `layer_100` would come before `layer_11`: order by this instead)."""
+    return int(tag.rsplit("_", 1)[1])
+
+
+def layer_tag_pattern(family: str) -> str:
+    """A regular expression matching every block's tag of `family` (TensorBoard's layout)."""
+    return rf"{family}/layer_\d+"
+
+
+# ----------------------------------------------------------------------- summary.json
+
+class Status(str, Enum):
+    """A run's status: what summary.json says (the first seven, written by training and the
+    launch layer through runs.folder.write_summary) and what the reader derives from it
+    (runs.reading.Run.status). A str, so it compares equal to the text in summary.json.
+
+    stalled      completed, but the final validation loss is not `stall_margin` below the
+                 unigram baseline (runs.folder.beat_baseline): it learned nothing beyond
+                 token frequencies
+    requeued     SLURM stopped the job (time limit, preemption) after a checkpoint, and
+                 submitit queued it again; it resumes from the checkpoint when it next runs
+    killed       (derived) it says "running" but its process is gone from this host
+    malformed    (derived) summary.json is there but not readable as a summary
+    unknown      (derived) no summary.json yet
+    """
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    STALLED = "stalled"
+    DIVERGED = "diverged"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    REQUEUED = "requeued"
+    KILLED = "killed"
+    MALFORMED = "malformed"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def __hash__(self) -> int:  # as the text's: a dict or set keyed by "running" finds Status.RUNNING
+        return str.__hash__(self)
+
+
+# The statuses summary.json may hold, in the order of their HParams index (hparams/status)
+STATUSES = tuple(Status)[:7]
+# The ones that end a run for good, and the ones a run holds while it may still go on
+FINISHED = (Status.COMPLETED, Status.STALLED, Status.DIVERGED)
+UNFINISHED = (Status.RUNNING, Status.KILLED, Status.REQUEUED)
+
+
+class Field(NamedTuple):
+    about: str
+    header: str | None = None  # the report's table column (None: not in the table)
+    csv: bool = False          # a column of the report's runs.csv
+    number: bool = True        # a number (or null); anything else makes summary.json malformed
+
+
+# What a run did, in the order the report's table and runs.csv show them
+OUTCOME_FIELDS = {
+    "status": Field("one of STATUSES", header="status", csv=True, number=False),
+    "steps_completed": Field("optimizer steps taken", header="steps", csv=True),
+    "final_val_loss": Field("validation loss at the last evaluation", header="final val", csv=True),
+    "best_val_loss": Field("lowest validation loss of any evaluation", header="best val", csv=True),
+    "final_train_loss": Field("training loss at the last checked step", csv=True),
+    "diverged_at_step": Field("the step whose loss or gradient was not finite or above the ceiling",
+                              header="diverged at", csv=True),
+    "tokens_per_second": Field("training throughput (training steps only)", header="tok/s", csv=True),
+    "wall_seconds": Field("wall-clock time from set-up to the end", csv=True),
+    "parameters": Field("the model's parameter count", csv=True),
+    "error": Field("why the run failed (one line)", csv=True, number=False),
+    "initial_loss": Field("ℓ₀, the training loss at step 0"),
+    "baseline_loss": Field("the unigram baseline: the loss of predicting token frequencies"),
+    "stall_margin": Field("the fraction below the baseline a completed run must end at to count as learned"),
+    "requeues": Field("the times SLURM requeued the job"),
+    "outcome": Field("learned / never_learned / collapsed / diverged (normexp.runs.outcomes.classify); null while "
+                     "unfinished", csv=True, number=False),
+    "learned_margin": Field("the fraction below the baseline some loss must reach for a run that ended above it to "
+                            "count as collapsed rather than never_learned"),
+    "loss_trajectory": Field("{train: [[step, loss], ...] at logging steps, val: [[step, loss], ...] at evaluations}",
+                             number=False),
+}
+LOSS_TRAJECTORY = "loss_trajectory"
+
+# Where and how it ran (written by training, read by `normexp report` to tell a killed run)
+RUN_FIELDS = ("device", "threads", "pid", "host")
+
+# The hyperparameters every summary records (and TensorBoard's HParams shows), most often
+# varied first; a variant's own settings follow from SETTINGS_FIELDS as placement.<key> / norm.<key>.
+HPARAMS = ("placement", "norm", "layers", "warmup", "lr", "seed", "d_model", "heads", "steps", "batch_size",
+           "seq_len", "schedule", "grad_clip", "data", "tokenizer", "init", "qk_norm", "z_loss", "attn_softcap",
+           "logit_softcap")
+SETTINGS_FIELDS = {"placement": "placement_settings", "norm": "norm_settings"}
+
+NUMERIC_FIELDS = tuple(k for k, f in OUTCOME_FIELDS.items() if f.number)
+CSV_FIELDS = tuple(k for k, f in OUTCOME_FIELDS.items() if f.csv)
+TABLE_FIELDS = {k: f.header for k, f in OUTCOME_FIELDS.items() if f.header}
+
+
+# ---------------------------------------------------------------- HParams metrics
+
+class HParamMetric(NamedTuple):
+    tag: str
+    display_name: str
+    field: str  # the summary field it shows
+
+
+# The HParams table's metric columns, written once at the end of a run from its summary
+HPARAM_METRICS = (
+    HParamMetric("hparams/final_val_loss", "final val loss", "final_val_loss"),
+    HParamMetric("hparams/best_val_loss", "best val loss", "best_val_loss"),
+    HParamMetric("hparams/final_train_loss", "final train loss", "final_train_loss"),
+    HParamMetric("hparams/status", "status: " + ", ".join(f"{i} {s.value}" for i, s in enumerate(STATUSES)), "status"),
+    HParamMetric("hparams/diverged_at_step", "diverged at step", "diverged_at_step"),
+)
+
+
+def hparam_metric_values(summary: dict) -> dict[str, float | None]:
+    """{tag: value} of HPARAM_METRICS from a summary; the status as its index in STATUSES."""
+    value = lambda f: float(STATUSES.index(summary[f])) if f == "status" else summary.get(f)  # noqa: E731
+    return {m.tag: value(m.field) for m in HPARAM_METRICS}

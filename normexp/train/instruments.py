@@ -1,0 +1,281 @@
+"""Per-layer stability instruments: activation std, gradient norms, update size.
+
+Everything is computed as device tensors and flattened into one vector, so a logged
+step costs a single host–device synchronisation (`.tolist()`), never one per layer.
+Nothing here runs on non-logging steps: the instruments attach to the model for one forward
+(`with recording(model) as trace:`, forward hooks on what the model declares in
+`GPT.readouts()`) and detach after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+import torch
+
+from . import distributed
+from ..model import GPT, read_outputs
+from ..model.layers import softcap as model_softcap
+
+# batch rows whose attention the instruments recompute on a logging step: one sequence gives
+# heads·T(T+1)/2 logits (33k at the default shape), and each row costs ~5 ms a logging step
+# there (T² scores per head and block), a tenth of a plain step at log_every=1
+SIGNAL_ROWS = 1
+
+
+@contextlib.contextmanager
+def recording(model: GPT, only: tuple[str, ...] | None = None) -> Iterator[dict[str, list[torch.Tensor]]]:
+    """Within the block, each forward of `model` (directly, or through DDP or another
+    wrapper) fills the trace {name: [tensor per place]} with what `model.readouts()` names
+    (only those named in `only`, if given), detached; the queries and keys of the first SIGNAL_ROWS rows
+    only. On leaving the block the hooks are removed: the model runs as if never watched."""
+    readouts = model.readouts()
+    if only is not None:
+        readouts = {name: readouts[name] for name in only}
+    for name in ("queries", "keys"):  # keep only the rows the attention signals use
+        if name in readouts:
+            readouts[name] = [dataclasses.replace(r, pick=lambda out, pick=r.pick: pick(out)[:SIGNAL_ROWS])
+                              for r in readouts[name]]
+    with read_outputs(readouts) as trace:
+        yield trace
+from ..runs.schema import (ACT_STD_FIRST, ACT_STD_LAST, ACT_STD_MAX, GRAD_NORM_FIRST, GRAD_NORM_LAST, GRAD_NORM_MAX,
+                    GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, layer_tag)
+
+
+def _std(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Population std (correction=0) over all elements of each tensor, as one vector.
+
+    One pass, var = E[x²] − E[x]²: E[x²] from one multi-tensor norm, E[x] from sums, combined
+    in float64. No temporary per tensor: at depth 48 a logging step needs ~150 of these and
+    the two-pass form (mean, subtract, norm) costs ~3× as much. The price is cancellation
+    when the mean dwarfs the spread: relative error ≈ 1e-7·(mean/std)², i.e. ≤ 1e-5 while
+    |mean| ≤ 10·std; a whole block's activations rarely have a mean that far from zero."""
+    ts = [t.detach() for t in tensors]
+    sq = torch.stack(torch._foreach_norm(ts)).double().pow(2)
+    sums = torch.stack([t.sum() for t in ts]).double()
+    n = torch.tensor([t.numel() for t in ts], dtype=torch.float64, device=sq.device)
+    return ((sq - sums * sums / n) / n).clamp_min(0).sqrt().float()
+
+
+@torch.no_grad()
+def attention_signals(qk: list[tuple[torch.Tensor, torch.Tensor]], softcap: float | None = None) -> dict[str, torch.Tensor]:
+    """Per block, from the queries and keys of the first rows of the batch (see
+    SIGNAL_ROWS), as the dot product saw them (after QK-norm, if any), and the logits as the
+    softmax saw them (soft-capped, c·tanh(z/c), when `softcap` is c, the run's attn_softcap):
+    attn_logit_max, the largest |logit| over heads and causal positions, the logit being
+    q·k/√d_head (attention-logit growth: Dehghani et al. 2023; Wortsman et al. 2023; under a
+    cap it stays below c), and attn_entropy, the mean over heads and query positions of
+    −Σ_j A_tj log A_tj (entropy collapse: Zhai et al. 2023)."""
+    # every block at once: one batched matmul over a (blocks, rows, heads, T, d_head) stack
+    # instead of ~12 small ops per block (52 → 16 ms at 1,000 blocks; the same values bit for bit)
+    q, k = torch.stack([q for q, _ in qk]).float(), torch.stack([k for _, k in qk]).float()
+    T = q.shape[-2]
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if softcap is not None:
+        scores = model_softcap(scores, softcap)
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    maxima = scores.abs().masked_fill(~causal, 0).flatten(1).amax(1)
+    logp = torch.log_softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+    entropies = -(logp.exp() * logp.masked_fill(~causal, 0)).sum(-1).flatten(1).mean(1)
+    return {"attn_logit_max": maxima, "attn_entropy": entropies}
+
+
+class Instruments:
+    """Collects the per-layer scalars of one step into {tag: tensor}; `read` syncs once.
+
+    Parameter groups: `layer_XX` for each block, `embedding` (token + position tables,
+    including the tied head) and `final_norm` where the placement has one."""
+
+    def __init__(self, model: GPT, model_update: bool = True, model_update_every: int = 1):
+        self.model = model
+        self.layers = len(model.blocks)
+        self.group_names = [f"layer_{i:02d}" for i in range(self.layers)] + ["embedding", "final_norm"]
+        params, groups = [], []
+        for i, block in enumerate(model.blocks):
+            for p in block.parameters():
+                params.append(p)
+                groups.append(i)
+        for p in (model.tok_emb.weight, model.pos_emb.weight):
+            params.append(p)
+            groups.append(self.layers)
+        for p in model.final_norm.parameters():
+            params.append(p)
+            groups.append(self.layers + 1)
+        self.has_final_norm = any(g == self.layers + 1 for g in groups)
+        self.params = params
+        self.group_index = torch.tensor(groups, device=params[0].device)
+        mlp_out = {id(w) for w in model.residual_output_weights()["mlp_out"]}
+        self.mlp_out_index = torch.tensor([i for i, p in enumerate(params) if id(p) in mlp_out], device=params[0].device)
+        # the blocks' matrices, for update_rms: their index into params and their sizes per block
+        matrices = [i for i, p in enumerate(params) if p.dim() >= 2 and groups[i] < self.layers]
+        self.matrix_index = torch.tensor(matrices, device=params[0].device)
+        self.matrix_group = torch.tensor([groups[i] for i in matrices], device=params[0].device)
+        self.matrix_numel = torch.zeros(self.layers, device=params[0].device).index_add_(
+            0, self.matrix_group, torch.tensor([float(params[i].numel()) for i in matrices], device=params[0].device))
+        self.model_update = model_update
+        self.model_update_every = model_update_every
+        # only BatchNorm behaves differently in eval mode; switching just those modules
+        # costs nothing, model.eval() walks all ~700 modules of a 48-layer model (~6 ms)
+        self.batch_norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        # DeepNet's model update is measured on a fixed reference batch: its input and h₀,
+        # the final hidden state on it at the initial weights
+        self.reference_idx = None
+        self.reference_h0 = None
+        self._before = None
+
+    def _group_norms(self, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(L2 norm of each parameter group, L2 norm of each tensor): one multi-tensor norm,
+        the groups' norms are the roots of their summed squared tensor norms."""
+        per_tensor = torch.stack(torch._foreach_norm(tensors)).float()
+        sums = torch.zeros(len(self.group_names), device=per_tensor.device).index_add_(0, self.group_index, per_tensor.pow(2))
+        return sums.sqrt(), per_tensor
+
+    def collect(self, loss: torch.Tensor, trace: dict, rows: int | None = None) -> dict[str, torch.Tensor]:
+        """A logging step's scalars as device tensors (loss, activations of the first `rows`
+        rows, gradients); `read` turns them into numbers with one sync."""
+        return {"loss": distributed.mean(loss.detach().float()), **self.activations(trace, rows), **self.gradients()}
+
+    # ---- activations (from the trace of a forward inside `recording`)
+    def activations(self, trace: dict, rows: int | None = None) -> dict[str, torch.Tensor]:
+        """Stats of the first `rows` batch rows (all by default): the rows after them are the
+        reference batch when it rides along in the training forward (`fused_reference_rows`).
+        output_log_z: mean log Z of the output logits, the divergence signal of Wortsman et al. 2023."""
+        rows = slice(rows)  # slice(None): all rows
+        return {
+            "act_std": _std([t[rows] for t in trace["block"]]),
+            "attn_out_std": _std([t[rows] for t in trace["attn_out"]]),
+            "mlp_out_std": _std([t[rows] for t in trace["mlp_out"]]),
+            "embedding_std": trace["embed"][0][rows].float().std(correction=0),
+            **attention_signals([(q[rows], k[rows]) for q, k in zip(trace["queries"], trace["keys"])],
+                                self.model.cfg.attn_softcap),
+            "output_log_z": torch.logsumexp(trace["logits"][0][rows].float(), dim=-1).mean(),
+        }
+
+    # ---- gradients (after backward, before clipping and the optimizer step)
+    def gradients(self) -> dict[str, torch.Tensor]:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        per_group, per_tensor = self._group_norms(grads)
+        out = {
+            "grad_norm": per_group[: self.layers],
+            "grad_norm_mlp_out": per_tensor[self.mlp_out_index],
+            "grad_norm_embedding": per_group[self.layers],
+            "grad_norm_global": per_group.pow(2).sum().sqrt(),
+        }
+        if self.has_final_norm:
+            out["grad_norm_final_norm"] = per_group[self.layers + 1]
+        return out
+
+    # ---- update size ‖Δθ‖/‖θ‖ per group over one optimizer step
+    @torch.no_grad()
+    def before_step(self):
+        # one foreach copy into buffers kept from one logged step to the next: a clone per
+        # tensor costs ~5 ms a step at depth 48, this a fraction of a millisecond
+        if self._before is None:
+            self._before = [torch.empty_like(p) for p in self.params]
+        torch._foreach_copy_(self._before, self.params)
+        self._before_norms = self._group_norms(self._before)[0]
+
+    @torch.no_grad()
+    def after_step(self) -> dict[str, torch.Tensor]:
+        """update_ratio ‖Δθ‖/‖θ‖ per group, and update_rms: the RMS of the optimizer's update of
+        each block's matrices, √(Σ‖ΔW‖² / Σ numel) (update-size spikes precede loss spikes)."""
+        torch._foreach_sub_(self._before, self.params)  # in place: θ_before − θ_after = −Δθ, same norm
+        per_group, per_tensor = self._group_norms(self._before)
+        ratio = per_group / self._before_norms.clamp_min(1e-30)
+        matrix_sq = torch.zeros(self.layers, device=per_tensor.device).index_add_(
+            0, self.matrix_group, per_tensor[self.matrix_index].pow(2))
+        out = {"update_ratio": ratio[: self.layers], "update_ratio_embedding": ratio[self.layers],
+               "update_rms": (matrix_sq / self.matrix_numel).sqrt()}
+        if self.has_final_norm:
+            out["update_ratio_final_norm"] = ratio[self.layers + 1]
+        return out
+
+    # ---- DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖ / ‖f(x;θ_0)‖ on a fixed reference batch
+    @torch.no_grad()
+    def _reference_hidden(self, autocast) -> torch.Tensor:
+        modes = [m.training for m in self.batch_norms]
+        for m in self.batch_norms:  # running statistics, and no running-stat updates from the reference batch
+            m.training = False
+        with autocast():
+            h = self.model.hidden(self.reference_idx).float()
+        for m, mode in zip(self.batch_norms, modes):
+            m.training = mode
+        return h
+
+    def set_reference_batch(self, idx: torch.Tensor, autocast):
+        """The model update's fixed input; h₀ is computed now, at the initial weights."""
+        if self.model_update:
+            self.reference_idx = idx
+            self.reference_h0 = self._reference_hidden(autocast)
+
+    def state_dict(self) -> dict:
+        """What a checkpoint must keep for the model update to continue: h₀."""
+        return {"reference_h0": self.reference_h0}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.reference_h0 = state.get("reference_h0")
+
+    def model_update_due(self, step: int, log_every: int, last_step: int) -> bool:
+        """Whether logging step `step` measures the model update: when its last log_every
+        steps hold a multiple of model_update_every (every logging step when log_every is at
+        least that), and at the last step. A rule of the step alone, so a resumed run
+        measures where the uninterrupted one would."""
+        every = self.model_update_every
+        return self.reference_h0 is not None and (step == last_step or step // every > (step - log_every) // every)
+
+    def fused_reference_rows(self) -> torch.Tensor | None:
+        """The reference batch, to append to a logging step's training batch, or None.
+
+        A separate forward costs ~10 % of a step at depth 48 (a batch of one is all per-op
+        overhead); riding along in the training forward costs only its share of the FLOPs.
+        The reference rows get target −100 (ignored by the loss), so loss and gradients are
+        those of the training rows alone. Not with BatchNorm, whose batch statistics would
+        mix the rows: there the reference batch runs on its own, in eval mode."""
+        if self.reference_h0 is None or self.batch_norms:
+            return None
+        return self.reference_idx
+
+    def model_update_size(self, autocast, reference_hidden: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """‖h − h₀‖/‖h₀‖ with h the final hidden state on the reference batch at the current
+        weights: `reference_hidden` if the training forward computed it, else a forward of its own."""
+        if self.reference_h0 is None:
+            return {}
+        h = self._reference_hidden(autocast) if reference_hidden is None else reference_hidden.detach().float()
+        return {"model_update": (h - self.reference_h0).norm() / self.reference_h0.norm().clamp_min(1e-30)}
+
+    # ---- one sync for everything collected this step
+    @staticmethod
+    def read(collected: dict[str, torch.Tensor]) -> dict[str, float | list[float]]:
+        keys = list(collected)
+        flat = [collected[k].reshape(-1).float() for k in keys]
+        values = torch.cat(flat).tolist()
+        out, pos = {}, 0
+        for k, t in zip(keys, flat):
+            n = t.numel()
+            out[k] = values[pos] if collected[k].dim() == 0 else values[pos: pos + n]
+            pos += n
+        return out
+
+
+def scalar_tags(values: dict[str, float | list[float]]) -> dict[str, float]:
+    """TensorBoard tags (names.py): per-layer vectors become `<family>/layer_XX`, one-group
+    values their GROUP_TAGS, and the first/last/max over depth go under `stability/`."""
+    tags: dict[str, float] = {}
+    for key, v in values.items():
+        if isinstance(v, list):
+            for i, x in enumerate(v):
+                tags[layer_tag(key, i)] = x
+    for key, tag in GROUP_TAGS.items():
+        if key in values:
+            tags[tag] = values[key]
+    if "act_std" in values:
+        tags[ACT_STD_MAX] = max(values["act_std"])
+        tags[ACT_STD_FIRST], tags[ACT_STD_LAST] = values["act_std"][0], values["act_std"][-1]
+    if "grad_norm" in values:
+        g = values["grad_norm"]
+        tags[GRAD_NORM_MAX] = max(g)
+        tags[GRAD_NORM_FIRST], tags[GRAD_NORM_LAST] = g[0], g[-1]
+        tags[GRAD_NORM_TOP_OVER_BOTTOM] = g[-1] / g[0] if g[0] > 0 else float("inf")
+    return tags

@@ -1,0 +1,596 @@
+"""The training loop: one run from a resolved config into one run folder.
+
+`train()` reads top to bottom: set up a `Trainer` (data, model, optimizer, instruments,
+resume, TensorBoard), then step until done, then finish. One step (`Trainer.train_step`):
+
+    lr for this update → next batch → forward/backward (recorded by the instruments on a
+    logging step) → divergence check → optional clipping → optimizer step → logging
+
+and after it (`Trainer.after_step`): throughput, evaluation, checkpoint, progress. A
+divergence raises `Diverged`, which ends the run with status "diverged". The loop's parts
+have names of their own: `is_logging_step` (the one logging-step rule), `SEED_STREAMS` (the
+random streams), `DivergenceGuard`, `ThroughputMeter`, `make_optimizer`.
+Checkpoints hold everything needed to continue bit-for-bit on CPU: model, optimizer, step,
+RNG states and the data sampler's generator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import random
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Mapping
+from typing import Callable
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ..runs import checkpoint as ckpt
+from . import distributed
+from .flat_adamw import FlatAdamW
+from .instruments import Instruments, recording, scalar_tags
+from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
+from ..model import GPT, IGNORE_TARGET, ModelConfig
+from ..runs import schema
+from ..runs import outcomes
+from ..runs.folder import beat_baseline, hparams_row, read_summary, result_settings, summary_record, write_summary
+from .schedules import lr_multiplier
+from .signals import Interrupted, Preempted, StopSignals
+from ..config.checks import ConfigError
+from ..runs.schema import Status
+
+log = logging.getLogger("normexp")
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What the launcher knows about this job that training needs: `train(cfg)` reads nothing
+    global (launch/hydra_job.py builds this from Hydra's job state; outside Hydra the defaults).
+
+    launcher       the sweep launcher's config (n_jobs, cpus_per_task) for threads=auto; None
+                   for a single run
+    swept_keys     the keys this job's command or sweep varies (TensorBoard's HParams columns)
+    resume         the command that continues this run ("": `resume_command(run_dir)` alone)"""
+
+    launcher: Mapping | None = None
+    swept_keys: frozenset[str] = frozenset()
+    resume: str = ""
+
+
+@dataclass
+class Hooks:
+    """Ways in for tools that measure the loop (the bench) without changing it."""
+
+    on_start: Callable[[], None] | None = None      # set-up done, step 0 next
+    on_step: Callable[[int], None] | None = None    # a step finished (its index)
+
+
+def train(cfg: DictConfig, run_dir: Path, stop: StopSignals | None = None, hooks: Hooks | None = None,
+          job: JobContext | None = None) -> dict:
+    """Train one model as `cfg` says, logging into `run_dir`. Returns the summary (also
+    written to summary.json). On SIGINT/SIGTERM (see signals.py) it saves a checkpoint,
+    records status "interrupted" and raises `Interrupted`. `job`: see JobContext."""
+    trainer = Trainer(cfg, Path(run_dir), hooks or Hooks(), job or JobContext())
+    with contextlib.ExitStack() as stack:
+        stop = stop or stack.enter_context(StopSignals())
+        try:
+            with stop.deferred():
+                while trainer.step < cfg.steps:
+                    stop.check()
+                    trainer.train_step()
+                    trainer.after_step()
+        except Diverged as e:  # finished like a completed run: after the step, outside the deferral
+            return trainer.finish(Status.DIVERGED, diverged_at_step=e.step)
+        except Interrupted as e:
+            trainer.stop_interrupted(e)
+            raise
+    trainer.save_checkpoint()
+    return trainer.finish(Status.COMPLETED)
+
+
+# ----------------------------------------------------------------------- set-up
+
+def select_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    return torch.device(name)
+
+
+def autocast_for(device: torch.device):
+    """bf16 autocast on CUDA GPUs that support it; fp32 elsewhere (bf16 is slower on most CPUs)."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
+    """The model's shape from the config; the norm and placement nodes go to their classes as they are."""
+    return ModelConfig(vocab_size=vocab_size, seq_len=cfg.seq_len, layers=cfg.layers, d_model=cfg.d_model,
+                       heads=cfg.heads, mlp_ratio=cfg.mlp_ratio, norm=OmegaConf.to_container(cfg.norm),
+                       placement=OmegaConf.to_container(cfg.placement), init=OmegaConf.to_container(cfg.init),
+                       qk_norm=cfg.qk_norm, attn_softcap=cfg.attn_softcap or None,  # 0 and null: off
+                       logit_softcap=cfg.logit_softcap or None)
+
+
+def set_threads(cfg: DictConfig, launcher: Mapping | None = None) -> int:
+    """cores ÷ parallel jobs when a launcher runs several jobs at once (joblib reuses
+    worker processes, so this is reset at the start of every job); see distributed.py."""
+    threads = cfg.threads
+    torch.set_num_threads(distributed.threads_per_job(launcher) if threads == "auto" else int(threads))
+    return torch.get_num_threads()
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def profiles_every(cfg: DictConfig) -> int:
+    """Steps between depth-profile images (0 = none). "auto": about five per run, at logging
+    steps (a multiple of log_every), plus the last step: each costs ~50-100 ms of matplotlib."""
+    every = cfg.log.profiles_every
+    if every == "auto":
+        return cfg.log_every * math.ceil(cfg.steps / (5 * cfg.log_every))
+    return int(every)
+
+
+# ------------------------------------------------------------ the loop's named parts
+
+def is_logging_step(step: int, log_every: int, steps: int) -> bool:
+    """The logging-step rule: steps 0, log_every, 2·log_every, ... and the last (steps − 1).
+    The instruments run on these steps only, and tokens/s is reported at them."""
+    return step % log_every == 0 or step == steps - 1
+
+
+# The random streams of a run, as offsets from cfg.seed: each its own generator, so drawing
+# from one never shifts another. Fixed: checkpoints and the numerics fixture depend on them.
+SEED_STREAMS = {"data": 0, "reference_batch": 1, "evaluation": 2, "calibration": 3}
+
+
+def generator(seed: int, stream: str) -> torch.Generator:
+    """The CPU generator of one of SEED_STREAMS for the run's seed."""
+    return torch.Generator().manual_seed(seed + SEED_STREAMS[stream])
+
+
+def reference_batch(val_tokens, cfg: DictConfig) -> torch.Tensor:
+    """The model update's fixed input: a sixteenth of the batch (1 to 8 sequences) of
+    validation text. It joins every logging step's forward and backward, so its size is
+    paid for at every logging step."""
+    from ..data.batches import get_batch
+
+    x, _ = get_batch(val_tokens, min(8, max(1, cfg.batch_size // 16)), cfg.seq_len, generator(cfg.seed, "reference_batch"))
+    return x
+
+
+class Diverged(Exception):
+    """The run must end here: a non-finite or too-large training loss, a non-finite gradient,
+    or a non-finite validation loss. `step`: where it was found; str(e): why."""
+
+    def __init__(self, step: int, why: str):
+        super().__init__(why)
+        self.step = step
+
+
+class DivergenceGuard:
+    """The divergence rule: a finite loss under the ceiling and a finite gradient. The ceiling
+    is divergence.max_loss, raised to twice the initial loss once that is known, so a model
+    that starts high (norm=none) has not diverged. `every_step`: check plain steps too (on
+    CPU, where reading the loss costs nothing; on GPUs only logging steps are checked)."""
+
+    def __init__(self, max_loss: float, every_step: bool, initial_loss: float | None = None):
+        self.max_loss, self.every_step = max_loss, every_step
+        if initial_loss is not None:
+            self.set_initial_loss(initial_loss)
+
+    def set_initial_loss(self, loss: float) -> None:
+        self.max_loss = max(self.max_loss, 2 * loss)
+
+    def problem(self, loss: float, grad_finite: bool) -> str | None:
+        """None if the step is healthy, else what is wrong with it."""
+        if not math.isfinite(loss):
+            return f"loss {loss:.4g}"
+        if loss > self.max_loss:
+            return f"loss {loss:.4g} above the ceiling {self.max_loss:.4g} (divergence.max_loss, or twice the initial loss)"
+        return None if grad_finite else "non-finite gradient"
+
+
+class ThroughputMeter:
+    """tokens/s of the training steps alone: each step is timed from its start (`restart`) to
+    `step_done`, less the seconds it is told to `exclude` (drawing images and histograms);
+    evaluation, checkpoints, progress and hooks fall between steps. `window_rate` is the rate
+    over the steps since the last call."""
+
+    def __init__(self, tokens_per_step: int, tokens_per_second: float | None = None):
+        self.tokens_per_step = tokens_per_step
+        self.tokens_per_second = tokens_per_second  # the last rate reported (a resumed run's, at first)
+        self.seconds, self.steps = 0.0, 0
+        self.restart()
+
+    def restart(self) -> None:
+        """The next step starts now."""
+        self.began, self.excluded = time.perf_counter(), 0.0
+
+    def exclude(self, seconds: float) -> None:
+        self.excluded += seconds
+
+    def step_done(self) -> None:
+        self.seconds += time.perf_counter() - self.began - self.excluded
+        self.steps += 1
+
+    def window_rate(self, report: bool = True) -> float | None:
+        """tokens/s over the window, which then starts afresh; report=False drops it (warm-up)."""
+        if report:
+            self.tokens_per_second = round(self.steps * self.tokens_per_step / max(self.seconds, 1e-9), 1)
+        self.seconds, self.steps = 0.0, 0
+        return self.tokens_per_second if report else None
+
+
+def load_data(cfg: DictConfig):
+    """The corpus, with both splits long enough for one sequence and its target."""
+    from ..data.batches import load_corpus
+
+    corpus = load_corpus(cfg.data, cfg.tokenizer, progress=cfg.log.progress != "off")
+    for split, tokens in (("train", corpus.train), ("val", corpus.val)):
+        if len(tokens) < cfg.seq_len + 2:
+            raise ConfigError("seq_len", cfg.seq_len, f"the {split} split has only {len(tokens)} tokens; "
+                              "use a smaller seq_len or a larger corpus")
+    log.info("%s", corpus.description)
+    return corpus
+
+
+def build_model(cfg: DictConfig, corpus, device: torch.device) -> GPT:
+    """The model on `device`, calibrated where the placement profiles (Admin) on a batch of
+    its own stream, so the training batches are untouched."""
+    from ..data.batches import get_batch
+
+    model = GPT(model_config(cfg, corpus.vocab_size)).to(device)
+    calibration_batch, _ = get_batch(corpus.train, cfg.batch_size, cfg.seq_len, generator(cfg.seed, "calibration"))
+    model.calibrate(calibration_batch.to(device))
+    return model
+
+
+@torch.no_grad()
+def validation_loss(model: GPT, val_tokens, cfg: DictConfig, device: torch.device, autocast) -> float:
+    """Mean validation loss over `eval_batches` fixed batches (the same every time: the
+    evaluation stream restarts), in eval mode; each rank its rows, averaged over ranks."""
+    from ..data.batches import get_batch
+
+    gen = generator(cfg.seed, "evaluation")
+    model.eval()
+    total = torch.zeros((), device=device)
+    with autocast():
+        for _ in range(cfg.eval_batches):
+            x, y = (distributed.my_rows(t) for t in get_batch(val_tokens, cfg.batch_size, cfg.seq_len, gen))
+            total += model(x.to(device), y.to(device))[1].float()
+    model.train()
+    return distributed.mean(total / cfg.eval_batches).item()
+
+
+def decays(name: str, p: torch.nn.Parameter) -> bool:
+    """Weight decay on matrices only: not on norms, biases or embeddings."""
+    return p.dim() >= 2 and "emb" not in name
+
+
+def make_optimizer(model: GPT, cfg: DictConfig) -> torch.optim.AdamW:
+    """AdamW, weight decay as `decays` says; fused, on one flat buffer per group (FlatAdamW:
+    the same numbers as torch's per-tensor fused step, in one kernel call per group) where the
+    build has the fused kernel, else foreach. Checkpoints keep torch.optim.AdamW's format."""
+    named = list(model.named_parameters())
+    groups = [{"params": [p for n, p in named if decays(n, p)], "weight_decay": cfg.optim.weight_decay},
+              {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}]
+    kwargs = dict(lr=cfg.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
+    try:
+        return FlatAdamW(groups, **kwargs)
+    except (RuntimeError, TypeError):
+        return torch.optim.AdamW(groups, **kwargs, foreach=True)
+
+
+class Trainer:
+    """One run's state and its parts: set-up (`__init__`), `train_step`, `after_step`,
+    `save_checkpoint`, `finish`. `train()` drives them."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, hooks: Hooks, job: JobContext | None = None):
+        self.cfg, self.run_dir, self.hooks, self.job = cfg, run_dir, hooks, job or JobContext()
+        self.settings = result_settings(cfg)  # what this run computes; each checkpoint keeps it
+        self.t_start = time.time()
+        threads = set_threads(cfg, self.job.launcher)
+        seed_everything(cfg.seed)
+        self.device = distributed.rank_device(select_device(cfg.device))
+        self.main = distributed.is_main()  # under torchrun only rank 0 writes into run_dir
+        distributed.local_batch_size(cfg.batch_size)  # the global batch must split evenly over ranks
+        self.autocast = autocast_for(self.device)
+        if cfg.warmup > cfg.steps:
+            log.warning("warmup=%d is longer than steps=%d: warming up over all %d steps", cfg.warmup, cfg.steps, cfg.steps)
+        self.summary = summary_record(cfg, device=str(self.device), threads=threads)
+        self.corpus = load_data(cfg)
+        self.summary.update(baseline_loss=self.corpus.baseline_loss)
+        self._build_model()
+        self.step, self.best_val, self.last_train_loss = 0, math.inf, None
+        purge_step = self._resume()
+        self.start_step = self.step
+        # who is running it: lets `normexp report` tell a live run from one killed without a word
+        self.summary.update(status=Status.RUNNING, pid=os.getpid(), host=socket.gethostname())
+        self._write_summary()
+        self.writer = open_writer(run_dir, purge_step, self.main, layers=cfg.layers)
+        self._first_events(purge_step)
+        # a resumed run keeps the ceiling set at its step 0
+        self.guard = DivergenceGuard(cfg.divergence.max_loss, every_step=self.device.type == "cpu",
+                                     initial_loss=self.summary.get("initial_loss"))
+        self.progress = Progress(cfg.log.progress if self.main else "off", cfg.steps, self.step)
+        self.meter = ThroughputMeter(cfg.batch_size * cfg.seq_len, self.summary.get("tokens_per_second"))
+        self.model.train()
+        if hooks.on_start:
+            hooks.on_start()
+
+    def _build_model(self) -> None:
+        """Model, optimizer, DDP/compile wrappers, instruments and the model update's reference batch."""
+        cfg = self.cfg
+        self.model = build_model(cfg, self.corpus, self.device)
+        settings = self.model.settings()  # read from the modules: what was built, "auto" resolved
+        self.summary.update(parameters=self.model.num_parameters(), placement_settings=settings["placement"],
+                            norm_settings=settings["norm"])
+        self.optimizer = make_optimizer(self.model, cfg)
+        self.ddp_model = distributed.wrap(self.model, self.device)  # DDP under torchrun; `model` itself otherwise
+        self.step_model = torch.compile(self.ddp_model) if cfg.compile else self.ddp_model
+        self.instruments = Instruments(self.model, cfg.log.model_update, cfg.log.model_update_every)
+        self.data_gen = generator(cfg.seed, "data")
+        self.instruments.set_reference_batch(reference_batch(self.corpus.val, cfg).to(self.device), self.autocast)
+
+    def _resume(self) -> int | None:
+        """With resume=true, continue from the newest checkpoint; returns its step (TensorBoard's
+        purge_step: later events of the old file are dropped) or None for a fresh start."""
+        if not self.cfg.resume:
+            return None
+        state = ckpt.load_latest(self.run_dir, map_location=self.device)
+        saved = ckpt.list_checkpoints(self.run_dir)
+        if state is None and saved:  # there are checkpoints, but none loads (load_latest warned why)
+            raise ConfigError("resume", "true", f"none of the {len(saved)} checkpoints in {saved[0].parent} loads "
+                              "(damaged or not normexp's); move them away to train again from step 0, "
+                              "or train in a new folder")
+        if state is not None:  # a checkpoint of other settings (copied in) is refused, not loaded
+            ckpt.check_settings(state, self.settings, f"step_{state['step']:08d}.pt", self.run_dir)
+        if state is None:
+            # the pre-flight refused a folder without a run, so this run stopped before its first checkpoint
+            log.warning("resume=true but %s holds no checkpoint yet (status %s): training starts again from step 0",
+                        self.run_dir, (read_summary(self.run_dir) or {}).get("status", Status.UNKNOWN))
+            return None
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:  # a checkpoint of another model (copied in)
+            newest = saved[-1]
+            raise ConfigError("resume", "true", f"{newest} holds a model of another shape than this run's settings "
+                              f"({' '.join(str(e).split())[:160]}); remove it or train in a new folder") from None
+        self.data_gen.set_state(state["data_generator"])
+        ckpt.restore_rng(state["rng"])
+        # checkpoints written before the rename hold h₀ as "probe_h0"
+        self.instruments.load_state_dict(state.get("instruments", {"reference_h0": state.get("probe_h0")}))
+        self.step, self.best_val = state["step"], state["best_val"]
+        self.summary.update(state["summary"])
+        self.last_train_loss = self.summary.get("final_train_loss")
+        log.info("resumed from step %d", self.step)
+        return self.step
+
+    def _first_events(self, purge_step: int | None) -> None:
+        if purge_step is None:
+            write_hparams(self.writer, hparams_row(self.summary), leading_keys(self.job.swept_keys))
+            self.writer.add_text(schema.CONFIG_TEXT, "```\n" + OmegaConf.to_yaml(self.cfg) + "\n```", 0)
+        elif purge_step % self.cfg.eval_every == 0 and self.summary.get("final_val_loss") is not None:
+            # purge_step hides the old file's events from the resume step on, val/loss there included
+            self._log_val(self.summary["final_val_loss"], purge_step)
+
+    # ------------------------------------------------------------------ one step
+
+    def train_step(self) -> None:
+        """One optimizer update; raises Diverged if the run must end here."""
+        cfg, step, instruments = self.cfg, self.step, self.instruments
+        logging_step = is_logging_step(step, cfg.log_every, cfg.steps)
+        lr = self.set_lr(step)
+        x, y = self.next_batch()
+        measure_update = logging_step and instruments.model_update_due(step, cfg.log_every, cfg.steps - 1)
+        reference = instruments.fused_reference_rows() if measure_update else None
+        loss, trace = self.forward_backward(x, y, record=logging_step, reference=reference)
+        values = reference_hidden = None
+        if logging_step:
+            reference_hidden = None if reference is None else trace["final"][0][len(x):]
+            values = instruments.read(instruments.collect(loss, trace, rows=len(x)))  # the step's one sync
+            del trace
+        if logging_step or self.guard.every_step:
+            self.check_health(x, y, loss, values)
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=True)
+        if logging_step:  # the model update is measured at θ_step, like every other scalar of this step
+            model_update = instruments.model_update_size(self.autocast, reference_hidden) if measure_update else {}
+            instruments.before_step()
+        self.optimizer.step()
+        self.step += 1
+        if logging_step:
+            values.update(instruments.read({**instruments.after_step(), **model_update}))
+            self.log_step(values, lr, x)
+
+    def set_lr(self, step: int) -> float:
+        lr = self.cfg.lr * lr_multiplier(step, self.cfg.steps, min(self.cfg.warmup, self.cfg.steps), self.cfg.schedule)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every rank draws the same global batch and trains on its own rows of it."""
+        from ..data.batches import get_batch
+
+        x, y = (distributed.my_rows(t) for t in get_batch(self.corpus.train, self.cfg.batch_size, self.cfg.seq_len,
+                                                          self.data_gen))
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def forward_backward(self, x, y, record: bool, reference: torch.Tensor | None = None):
+        """Loss and (record=True) the instruments' trace. `reference` rows, if given, ride
+        along in the forward with ignored targets (see Instruments.fused_reference_rows)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if reference is not None:
+            x = torch.cat([x, reference])
+            y = torch.cat([y, torch.full_like(reference, IGNORE_TARGET)])
+        with self.autocast():
+            if record:  # eager (never the compiled model): the instruments' hooks are on for this forward
+                with recording(self.model) as trace:
+                    _, loss = self.ddp_model(x, y, z_loss=self.cfg.z_loss)
+            else:
+                (_, loss), trace = self.step_model(x, y, z_loss=self.cfg.z_loss), None
+        loss.backward()
+        return loss, trace
+
+    def check_health(self, x, y, loss: torch.Tensor, values: dict | None) -> None:
+        """The divergence guard on this step's loss and (on a logging step) gradient; the
+        initial loss, at step 0, sets the guard's ceiling first. Raises Diverged."""
+        loss_value = values["loss"] if values else distributed.mean(loss.detach()).item()
+        grad_finite = math.isfinite(values["grad_norm_global"]) if values else True
+        if self.step == 0 and math.isfinite(loss_value):
+            self.summary["initial_loss"] = loss_value
+            self.guard.set_initial_loss(loss_value)
+        why = self.guard.problem(loss_value, grad_finite)
+        if why is not None:
+            self.log_divergence(x, y, values, why)
+            raise Diverged(self.step, why)
+        self.last_train_loss = loss_value
+
+    def log_divergence(self, x, y, values: dict | None, why: str) -> None:
+        """Every layer's scalars at the step that diverged (a plain step is redone with the
+        trace), a note in TensorBoard and the log."""
+        if values is None:
+            loss, trace = self.forward_backward(x, y, record=True)
+            values = self.instruments.read(self.instruments.collect(loss, trace))
+        write_scalars(self.writer, {**scalar_tags(values), schema.TRAIN_LOSS: values["loss"]}, self.step)
+        self.writer.add_text(schema.DIVERGENCE_TEXT, f"Diverged at step {self.step}: {why}. "
+                             "See the per-layer charts at this step for the layer that blew up first.", self.step)
+        log.warning("diverged at step %d: %s", self.step, why)
+
+    def log_step(self, values: dict, lr: float, x: torch.Tensor) -> None:
+        """A logging step's scalars, depth-profile image and optional histograms, at the step just taken."""
+        s = self.step - 1
+        write_scalars(self.writer, {**scalar_tags(values), schema.TRAIN_LOSS: values["loss"], schema.TRAIN_LR: lr}, s)
+        self.summary[schema.LOSS_TRAJECTORY]["train"].append([s, values["loss"]])  # for outcomes.classify
+        every = profiles_every(self.cfg)
+        t0 = time.perf_counter()
+        if every and (s % every == 0 or s == self.cfg.steps - 1):
+            self.writer.add_figure(schema.DEPTH_PROFILE, depth_profile_figure(values, s), s)
+        if self.cfg.log.histograms:
+            for i, t in enumerate(block_outputs(self.model, x)):
+                self.writer.add_histogram(schema.layer_tag(schema.ACT_HIST, i), t, s)
+        self.meter.exclude(time.perf_counter() - t0)  # drawing is not training: kept out of tokens/s
+
+    # ---------------------------------------------------------------- after a step
+
+    def after_step(self) -> None:
+        """Throughput, evaluation, checkpoint and progress after the step just taken; raises
+        Diverged if the validation loss is not finite."""
+        cfg, step = self.cfg, self.step
+        logged = is_logging_step(step - 1, cfg.log_every, cfg.steps)
+        self.meter.step_done()
+        if logged:  # throughput over the steps since the last logging step (the first window is warm-up)
+            tps = self.meter.window_rate(report=step - 1 > self.start_step)
+            if tps is not None:
+                self.writer.add_scalar(schema.TOKENS_PER_SECOND, tps, step - 1)
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            val = validation_loss(self.model, self.corpus.val, cfg, self.device, self.autocast)
+            self.summary["final_val_loss"] = val
+            self.summary[schema.LOSS_TRAJECTORY]["val"].append([step, val])
+            self.best_val = min(self.best_val, val)
+            self._log_val(val, step)
+            if not math.isfinite(val):
+                raise Diverged(step, f"validation loss {val}")
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+            self.save_checkpoint()
+        fields = {} if self.last_train_loss is None else {"loss": f"{self.last_train_loss:.4f}"}
+        fields["lr"] = f"{self.optimizer.param_groups[0]['lr']:.2e}"
+        if self.meter.tokens_per_second:
+            fields["tok/s"] = f"{self.meter.tokens_per_second:,.0f}"
+        self.progress.update(step - 1, fields, line=logged)
+        if self.hooks.on_step:
+            self.hooks.on_step(step - 1)
+        # evaluation, checkpoint, progress and the hook above are not the step: the next one starts here
+        self.meter.restart()
+
+    def _log_val(self, val: float, step: int) -> None:
+        self.writer.add_scalar(schema.VAL_LOSS, val, step)
+        if self.corpus.bytes_per_token != 1.0:
+            self.writer.add_scalar(schema.VAL_LOSS_PER_BYTE, val / self.corpus.bytes_per_token, step)
+
+    # ------------------------------------------------------------ saving, finishing
+
+    def save_checkpoint(self) -> None:
+        self.summary["steps_completed"] = self.step
+        if not self.main:
+            return
+        ckpt.save(self.run_dir, {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
+            "data_generator": self.data_gen.get_state(), "rng": ckpt.capture_rng(), "best_val": self.best_val,
+            "instruments": self.instruments.state_dict(), "summary": self.summary, "settings": self.settings,
+        }, keep=self.cfg.keep_checkpoints)
+
+    def _write_summary(self) -> None:
+        if self.main:
+            write_summary(self.run_dir, self.summary)
+
+    def stop_interrupted(self, e: Interrupted) -> None:
+        """Checkpoint at this step boundary, then status "interrupted", or "requeued" when SLURM
+        preempts the job (its requeued job resumes from here; `requeues` counts the times)."""
+        self.progress.close()
+        preempted = isinstance(e, Preempted)
+        if preempted:
+            self.summary["requeues"] = self.summary.get("requeues", 0) + 1
+        self.save_checkpoint()
+        self.finish(Status.REQUEUED if preempted else Status.INTERRUPTED)
+        if preempted:
+            log.warning("preempted by %s at step %d (SLURM time limit or preemption): checkpoint saved; "
+                        "the job is requeued and resumes from it", e, self.step)
+        else:
+            log.warning("interrupted by %s at step %d: checkpoint saved; resume with: %s", e, self.step,
+                        self.job.resume or ckpt.resume_command(self.run_dir))
+
+    def finish(self, status: str, **extra) -> dict:
+        """Final numbers into the summary, TensorBoard's HParams metrics and summary.json.
+        A completed run that did not end at least `stall_margin` below the unigram baseline
+        is "stalled" (runfolder.beat_baseline)."""
+        self.progress.close()
+        self.summary.update(extra)
+        if status == Status.COMPLETED and not beat_baseline(self.summary["final_val_loss"], self.summary.get("baseline_loss"),
+                                                       self.summary["stall_margin"]):
+            status = Status.STALLED
+        self.summary.update(status=status, steps_completed=self.step, final_train_loss=self.last_train_loss,
+                            best_val_loss=None if self.best_val == math.inf else self.best_val,
+                            tokens_per_second=self.meter.tokens_per_second, wall_seconds=round(time.time() - self.t_start, 2))
+        self.summary["outcome"] = outcomes.classify(self.summary)
+        for tag, v in schema.hparam_metric_values(self.summary).items():
+            if v is not None and math.isfinite(v):
+                self.writer.add_scalar(tag, v, self.step)
+        self.writer.close()
+        self._write_summary()
+        if status in (Status.COMPLETED, Status.STALLED):
+            s = self.summary
+            log.info("%s %d steps: val loss %.4f (best %.4f, unigram baseline %.4f), %s tokens/s, %.0f s -> %s",
+                     status, self.step,
+                     s["final_val_loss"] or float("nan"), s["best_val_loss"] or float("nan"),
+                     s.get("baseline_loss") or float("nan"), f"{s['tokens_per_second']:,.0f}" if s["tokens_per_second"] else "?", s["wall_seconds"], self.run_dir)
+        return self.summary
+
+
+@torch.no_grad()
+def block_outputs(model: GPT, x: torch.Tensor) -> list[torch.Tensor]:
+    """The residual stream leaving each block, for the optional histograms."""
+    was = model.training
+    model.eval()
+    with recording(model, only=("block",)) as trace:
+        model.hidden(x)
+    model.train(was)
+    return [t.float().cpu() for t in trace["block"]]

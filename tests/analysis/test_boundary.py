@@ -1,0 +1,334 @@
+"""The boundary search (normexp/analysis/boundary.py) by hand on synthetic outcome functions, and the
+Hydra sweeper plugin end to end on a tiny model with the joblib launcher, resume included."""
+
+import math
+from pathlib import Path
+
+import pytest
+from conftest import TINY, make_corpus, read_csv, read_summary, run_cli
+
+from normexp.analysis import boundary
+from normexp.runs.folder import find_runs
+
+
+def search(outcome, lower=1e-4, upper=1e-1, ratio=1.25, first=4, seeds=(0, 1, 2), integer=False, settings=1):
+    """Run searches against `outcome(x, seed, setting) -> status` (or None: the job failed);
+    returns the searches and the batches launched."""
+    searches = [boundary.Search((("placement", i),), lower, upper, ratio, integer) for i in range(settings)]
+    batches = []
+
+    def launch(batch):
+        batches.append(batch)
+        out = []
+        for i, x, seed in batch:
+            status = outcome(x, seed, i)
+            out.append(None if status is None else {"status": status})
+        return out
+
+    points = boundary.initial_points(lower, upper, first, integer)
+    boundary.search_all(searches, list(seeds), points, launch)
+    return searches, batches
+
+
+def threshold(t):
+    return lambda x, seed, i: "completed" if x <= t else "stalled"
+
+
+def test_initial_points_and_midpoints_by_hand():
+    assert boundary.initial_points(1e-4, 1e-1, 4, False) == [1e-4, 1e-3, 1e-2, 1e-1]
+    assert boundary.initial_points(6, 384, 4, True) == [6, 24, 96, 384]  # ×4 apart
+    assert boundary.midpoint(1e-3, 1e-2, False) == 0.00316          # √(1e-5), 3 digits
+    assert boundary.midpoint(48, 96, True) == 68                    # √4608 = 67.9
+    assert boundary.midpoint(6, 8, True) == 7 and boundary.midpoint(6, 7, True) is None
+    # a ×1.25 grid over ×1000 needs ⌈ln 1000 / ln 1.25⌉ = 31 steps, 32 points
+    assert boundary.grid_runs(1e-4, 1e-1, 1.25, 3, False) == 32 * 3
+
+
+@pytest.mark.parametrize("t", [2.3e-4, 0.0123, 0.061])
+def test_a_monotone_boundary_is_bracketed_to_the_ratio(t):
+    (s,), batches = search(threshold(t))
+    low, high = s.bracket()
+    assert low <= t < high and high / low <= 1.25
+    assert s.monotone and s.verdict() == f"{low:g} .. {high:g}"
+    # round 0: 4 points; then one midpoint a round, each halving the log-width of a ×10 bracket
+    # until ≤ ×1.25: 10^(1/2^k) ≤ 1.25 needs k = 4 (±1 for the 3-digit rounding)
+    assert len(batches[0]) == 4 * 3 and all(len(b) == 3 for b in batches[1:])
+    assert 3 <= len(batches) - 1 <= 5
+    assert s.runs == 3 * len(s.outcomes) == sum(map(len, batches))
+
+
+def test_the_worst_seed_sets_the_boundary():
+    (s,), _ = search(lambda x, seed, i: "completed" if x <= (0.02 if seed != 2 else 0.004) else "diverged")
+    low, high = s.bracket()
+    assert low <= 0.004 < high
+
+
+def test_bounds_that_fail_or_hold_need_no_bisection():
+    (none,), batches = search(threshold(1e-5))
+    assert none.verdict() == "none" and none.bracket() == (None, 1e-4) and len(batches) == 1
+    (held,), batches = search(threshold(1.0))
+    assert held.verdict() == ">= 0.1" and held.bracket() == (0.1, None) and len(batches) == 1
+
+
+def test_a_non_monotone_setting_is_flagged_and_its_points_kept():
+    # unstable in a window around 1e-3 only, stable again above it up to 0.05
+    def outcome(x, seed, i):
+        return "completed" if x < 5e-4 or 2e-3 < x < 0.05 else "stalled"
+
+    (s,), _ = search(outcome)
+    assert not s.monotone
+    low, high = s.bracket()
+    assert low < 5e-4 <= high and high / low <= 1.25   # the first boundary, bracketed
+    assert s.stable(1e-2) and not s.stable(1e-3)       # the later stable point is kept
+    row = s.row("lr")
+    assert row["monotone"] == "no" and row["points_probed"] == len(s.outcomes)
+
+
+def test_a_failed_job_stops_its_search_and_is_no_outcome():
+    # setting 0 fails at lr 1e-2 (e.g. a bad value); setting 1 searches on
+    def outcome(x, seed, i):
+        return None if (i == 0 and x == 1e-2 and seed == 1) else threshold(0.0123)(x, seed, i)
+
+    (broken, fine), batches = search(outcome, settings=2)
+    assert broken.error is not None and broken.verdict().startswith("failed")
+    assert 1e-2 not in broken.outcomes or 1 not in broken.outcomes[1e-2]
+    assert all(i == 1 for b in batches[1:] for i, _, _ in b)  # nothing more launched for it
+    low, high = fine.bracket()
+    assert low <= 0.0123 < high and high / low <= 1.25
+
+
+def test_whole_numbers_for_depth():
+    (s,), _ = search(threshold(50), lower=6, upper=384, integer=True, seeds=(0,))
+    low, high = s.bracket()
+    assert all(isinstance(x, int) for x in s.outcomes)
+    assert low <= 50 < high and (high / low <= 1.25 or high - low == 1)
+
+
+def test_settings_of_the_sweeper_are_checked():
+    assert boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4) is None
+    assert "lr or layers" in boundary.check_settings("warmup", 1, 10, 1.25, 4)
+    assert "0 < lower < upper" in boundary.check_settings("lr", 1e-1, 1e-4, 1.25, 4)
+    assert "0 < lower < upper" in boundary.check_settings("lr", 1e-4, math.inf, 1.25, 4)
+    assert "whole numbers" in boundary.check_settings("layers", 6.5, 96, 1.25, 4)
+    assert "> 1" in boundary.check_settings("lr", 1e-4, 1e-1, 1.0, 4)
+
+
+# ------------------------------------------------------------------ end to end
+
+def _sweep(tmp_path, env, ratio, resume=False):
+    corpus = tmp_path / "corpus.txt"
+    if not corpus.exists():
+        make_corpus(corpus)
+    args = ["train", "-m", "hydra/sweeper=boundary", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *TINY,
+            "steps=150", "warmup=0", "schedule=constant", "data=text", f"data.files=[{corpus}]", "seed=0,1",
+            "placement=post,pre", "hydra.sweeper.lower=1e-3", "hydra.sweeper.upper=10",
+            f"hydra.sweeper.ratio={ratio}", "hydra.sweeper.initial_points=3", f"hydra.sweep.dir={tmp_path / 'sw'}"]
+    return run_cli(args + ["resume=true"] * resume, env, timeout=600)
+
+
+def _from_folders(sweep: Path) -> dict:
+    """{placement: {lr: {seed: (status, outcome)}}} read from the run folders' own files."""
+    from omegaconf import OmegaConf
+
+    out = {}
+    for run in find_runs(sweep):
+        cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
+        summary = read_summary(run)
+        out.setdefault(cfg.placement.name, {}).setdefault(cfg.lr, {})[cfg.seed] = (summary["status"], summary["outcome"])
+    return out
+
+
+@pytest.mark.slow
+def test_the_sweeper_end_to_end_and_a_resumed_search(tmp_path, cli_env):
+    proc = _sweep(tmp_path, cli_env, ratio=4)   # a coarse search, continued below to ×2
+    sweep = tmp_path / "sw"
+    first = {run: (run / "summary.json").stat().st_mtime_ns for run in find_runs(sweep)}
+    assert "boundary of lr" in proc.stderr and "busy fraction" in proc.stderr
+    _sweep(tmp_path, cli_env, ratio=2, resume=True)
+    runs = find_runs(sweep)
+    assert all((r / "summary.json").stat().st_mtime_ns == first[r] for r in first)  # nothing retrained
+    assert len(runs) > len(first)
+    table = {row["placement"]: row for row in read_csv(sweep / "boundary.csv")}
+    by_hand = _from_folders(sweep)
+    assert set(table) == set(by_hand) == {"post", "pre"}
+    for placement, points in by_hand.items():
+        stable = {lr: all(st == "completed" for st, _ in seeds.values()) for lr, seeds in points.items()}
+        start = min((lr for lr, ok in stable.items() if ok), default=None)
+        for lr, seeds in points.items():  # both seeds, or seed 0 alone where it decided the point
+            first = seeds[0][1]
+            if first in ("collapsed", "diverged"):      # unstable whatever seed 1 does
+                assert set(seeds) == {0}, (lr, seeds)
+            elif first == "learned" or start is None or lr > start:
+                assert set(seeds) == {0, 1}, (lr, seeds)
+            else:  # never learned below the window: skipped if a learning point was known by then
+                assert set(seeds) in ({0}, {0, 1}), (lr, seeds)
+        above = [lr for lr, ok in stable.items() if not ok and (start is None or lr > start)]
+        first_unstable = min(above) if above else None
+        below = [lr for lr, ok in stable.items() if ok and (first_unstable is None or lr < first_unstable)]
+        last_stable = max(below) if below else None
+        if start is None:
+            first_unstable = min(points)
+        row = table[placement]
+        assert (float(row["last_stable"]) if row["last_stable"] else None) == last_stable
+        assert (float(row["first_unstable"]) if row["first_unstable"] else None) == first_unstable
+        assert int(row["points_probed"]) == len(points)
+        assert int(row["runs_used"]) + int(row["runs_skipped"]) == 2 * len(points)
+        if last_stable and first_unstable:
+            assert first_unstable / last_stable <= 2
+    schedule = __import__("json").loads((sweep / "boundary_schedule.json").read_text())
+    assert schedule["slots"] == 2 and 0 < schedule["busy_fraction"] <= 1
+    report = run_cli(["report", str(sweep)], cli_env)
+    assert "boundary of lr" in report.stdout and (sweep / "boundary_search.png").exists()
+
+
+# ------------------------------------------------------------ two edges, the schedule
+
+def window(low, high, above="diverged"):
+    """Learns strictly inside (low, high]; below: never gets going; above: `above`."""
+    def outcome(x, seed, i):
+        if x <= low:
+            return {"status": "stalled", "outcome": "never_learned"}
+        return {"status": "completed"} if x <= high else {"status": "diverged" if above == "diverged" else "stalled",
+                                                          "outcome": above}
+    return outcome
+
+
+def scheduled(outcome, lower=1e-4, upper=1e-1, ratio=1.25, first=4, seeds=(0, 1, 2), settings=1, lower_ratio=None,
+              slots=1):
+    """The searches run by Scheduler + run_scheduled against `outcome(x, seed, i) -> summary`."""
+    searches = [boundary.Search((("placement", i),), lower, upper, ratio, lower_ratio=lower_ratio)
+                for i in range(settings)]
+    launched = []
+
+    def launch_one(job):
+        launched.append(job)
+        return outcome(job[1], job[2], job[0])
+
+    scheduler = boundary.Scheduler(searches, list(seeds), boundary.initial_points(lower, upper, first, False))
+    stats = boundary.run_scheduled(scheduler, launch_one, slots)
+    return searches, launched, stats
+
+
+def as_summary(outcome):
+    return lambda x, seed, i: (lambda o: None if o is None else {"status": o})(outcome(x, seed, i))
+
+
+def test_both_edges_of_the_window_are_bracketed():
+    # too slow at or below 3e-4, learns up to 0.02, diverges above: 1e-4 and 1e-1 fail, 1e-3 and 1e-2 learn
+    (s,), _, _ = scheduled(window(3e-4, 0.02), lower_ratio=1.25)
+    low, high = s.bracket()
+    assert low <= 0.02 < high and high / low <= 1.25
+    slow, start = s.lower_bracket()
+    assert slow <= 3e-4 < start and start / slow <= 1.25
+    row = s.row("lr")
+    assert row["upper_edge"] == "unstable" and row["upper_why"] == "diverged 1"  # seed 0 decided it alone
+    assert row["lower_edge"] == "too slow" and row["lower_why"].startswith("never_learned")
+    assert row["verdict"] == f"{low:g} .. {high:g}"
+
+
+def test_too_slow_everywhere_is_never_a_stability_limit():
+    (s,), _, _ = scheduled(window(1.0, 2.0))  # never learns up to the upper bound
+    assert s.verdict() == "none" and s.upper_edge() == "nothing learned"
+    assert s.next_points() == []     # nothing to bisect: no unstable point to bound a window
+    row = s.row("lr")
+    assert row["last_stable"] is None and "never_learned 3" in s.why(1e-1)  # every seed ran: no skipping
+
+
+def test_above_the_window_a_run_that_never_learned_is_stalled_not_unstable():
+    (s,), _, _ = scheduled(window(1e-5, 0.02, above="never_learned"))
+    assert s.upper_edge() == "stalled" and s.why(s.bracket()[1]) == "never_learned 3"
+    (s,), _, _ = scheduled(window(1e-5, 0.02, above="collapsed"))
+    assert s.upper_edge() == "unstable" and s.why(s.bracket()[1]) == "collapsed 1"
+
+
+def test_no_learning_point_searches_between_slow_and_unstable():
+    # slow up to 2e-3, unstable from 2.2e-3: the midpoints close in on the gap, and nothing learns
+    def outcome(x, seed, i):
+        if x <= 2e-3:
+            return {"status": "stalled", "outcome": "never_learned"}
+        return {"status": "diverged"}
+    (s,), _, _ = scheduled(outcome)
+    assert s.upper_edge() == "no window" and s.verdict() == "none"
+    slow, unstable = s.empty_window()
+    assert slow <= 2e-3 < unstable and unstable / slow <= 1.25
+    (s,), _, _ = scheduled(lambda x, seed, i: {"status": "diverged"})
+    assert s.upper_edge() == "unstable everywhere" and len(s.outcomes) == 4
+
+
+def test_seed_zero_decides_only_where_the_rule_allows():
+    # seed 0 diverges above 0.02: the others are skipped. Seed 0 never learns at or below 3e-4,
+    # under points known to learn: skipped too (at 1e-4 the decision waits until the other
+    # initial points' seed 0 is in: one slot, equal costs, so 1e-4 comes back first)
+    (s,), launched, _ = scheduled(window(3e-4, 0.02))
+    runs_at = lambda x: sorted(seed for _, xx, seed in launched if xx == x)  # noqa: E731
+    for x in s.outcomes:
+        assert runs_at(x) == ([0, 1, 2] if 3e-4 < x <= 0.02 else [0]), x
+    failing = [x for x in s.outcomes if not 3e-4 < x <= 0.02]
+    assert s.skipped == 2 * len(failing) and s.runs == len(launched)
+    # the rounds schedule probes the same points and finds the same brackets, with every seed
+    (r,), _ = search(lambda x, seed, i: "completed" if 3e-4 < x <= 0.02 else ("stalled" if x <= 3e-4 else "diverged"))
+    assert set(r.outcomes) == set(s.outcomes) and r.bracket() == s.bracket()
+    assert r.lower_bracket() == s.lower_bracket() and r.runs == 3 * len(r.outcomes)
+
+
+def test_a_seed_that_collapses_makes_the_point_unstable_and_others_run_after_a_slow_seed_zero():
+    # seed 0 never learns at 0.05, seed 1 collapses there: the point is unstable, seen only because seed 1 ran
+    def outcome(x, seed, i):
+        if x < 0.05:
+            return {"status": "completed"}
+        return {"status": "stalled", "outcome": "collapsed" if seed == 1 else "never_learned"}
+    (s,), launched, _ = scheduled(outcome, lower=1e-3, upper=0.1, first=2)
+    assert s.upper_edge() == "unstable" and "collapsed 1" in s.why(s.bracket()[1])
+
+
+def test_no_barrier_between_settings_and_the_busy_fraction():
+    """Two slots: setting 0's runs take 0.3 s, setting 1's 0.02 s (sleeps). In rounds a slot
+    would wait for the slow setting; here the fast one's runs fill the other slot."""
+    import time
+
+    searches = [boundary.Search((("layers", d),), 1e-3, 1e-1, 1.25) for d in (64, 4)]
+    durations = {0: 0.3, 1: 0.02}
+    spans = []
+
+    def launch_one(job):
+        i, x, seed = job
+        t = time.monotonic()
+        time.sleep(durations[i])
+        spans.append((i, t, time.monotonic()))
+        return {"status": "completed" if x <= 0.02 else "diverged"}
+
+    scheduler = boundary.Scheduler(searches, [0], boundary.initial_points(1e-3, 1e-1, 3, False),
+                                   cost=lambda i, x: searches[i].setting[0][1])
+    stats = boundary.run_scheduled(scheduler, launch_one, slots=2)
+    assert min(spans, key=lambda s: s[1])[0] == 0      # the deep setting starts first (largest cost)
+    assert all(s.bracket()[1] / s.bracket()[0] <= 1.25 for s in searches)
+    assert stats["runs"] == sum(s.runs for s in searches) == len(spans)
+    busy = sum(end - start for _, start, end in spans)
+    assert stats["busy_seconds"] == pytest.approx(busy, rel=0.1, abs=0.05)
+    # busy and wall are kept to 0.01 s, the fraction to 0.001: over a ~1 s sweep the fraction
+    # recomputed from the rounded seconds may differ by ~0.005
+    assert stats["busy_fraction"] == pytest.approx(stats["busy_seconds"] / (2 * stats["wall_seconds"]), abs=0.01)
+    # every fast run started and ended while some slow run was going: no barrier between settings
+    slow = [(a, b) for i, a, b in spans if i == 0]
+    fast = [(a, b) for i, a, b in spans if i == 1]
+    inside = sum(any(a0 <= a and b <= b0 for a0, b0 in slow) for a, b in fast)
+    assert inside == len(fast)
+
+
+def test_a_failed_job_stops_its_search_under_the_async_schedule_too():
+    # setting 0's job at 1e-2 fails while its other points' runs are still out (two slots)
+    def outcome(x, seed, i):
+        if i == 0 and x == 1e-2:
+            return None
+        return {"status": "completed" if x <= 0.0123 else "diverged"}
+    (broken, fine), launched, stats = scheduled(outcome, settings=2, slots=2)
+    assert broken.error is not None and broken.verdict().startswith("failed") and broken.upper_edge() == "failed"
+    assert not any(i == 0 and x not in (1e-4, 1e-3, 1e-2, 1e-1) for i, x, _ in launched)  # no midpoint after it
+    low, high = fine.bracket()
+    assert low <= 0.0123 < high and high / low <= 1.25 and stats["runs"] == len(launched)
+
+
+def test_settings_of_the_schedule_are_checked():
+    assert "lower_ratio" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, lower_ratio=0.5)
+    assert "async, rounds" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, schedule="fast")
+    assert "parallel" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, parallel=0)

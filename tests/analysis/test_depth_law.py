@@ -1,0 +1,107 @@
+"""The depth law (normexp/analysis/depth_law.py) and its report section on hand-made boundary.csv rows:
+brackets placed around a known power law lr* = c·L^s, so the fit must return s and c·1000^s."""
+
+import csv
+import math
+
+import pandas as pd
+import pytest
+
+from normexp.analysis import depth_law
+from normexp.analysis.report import depth_law_section
+
+COLUMNS = ["placement", "layers", "key", "last_stable", "first_unstable", "ratio", "verdict", "points_probed",
+           "runs_used", "monotone", "seeds", "upper_edge", "upper_why", "lowest_learning", "highest_too_slow",
+           "lower_edge", "lower_why", "runs_skipped"]
+
+
+def row(placement, layers, low, high, edge="unstable"):
+    return {"placement": placement, "layers": layers, "key": "lr", "last_stable": low, "first_unstable": high,
+            "ratio": high / low if low and high else None, "verdict": "", "points_probed": 5, "runs_used": 9,
+            "monotone": "yes", "seeds": 3, "upper_edge": edge, "upper_why": "diverged 1", "lowest_learning": low,
+            "highest_too_slow": None, "lower_edge": "lower bound", "lower_why": "", "runs_skipped": 2}
+
+
+def law_rows(placement, c, slope, depths, width=1.25):
+    """Brackets ×width wide whose geometric middles lie exactly on c·L^slope."""
+    return [row(placement, d, c * d ** slope / math.sqrt(width), c * d ** slope * math.sqrt(width)) for d in depths]
+
+
+def test_the_fit_recovers_a_known_law_and_its_extrapolation():
+    depths = [4, 8, 16, 32, 64, 128]
+    rows = law_rows("post", 0.05, -1.0, depths)
+    out = depth_law.fit(depths, [r["last_stable"] for r in rows], [r["first_unstable"] for r in rows])
+    assert out["slope"] == pytest.approx(-1.0, abs=1e-9)
+    assert out["at_1000"] == pytest.approx(0.05 / 1000, rel=1e-9)
+    assert out["slope_low"] < -1.0 < out["slope_high"]
+    # the bootstrap's width comes from the brackets only (the points sit on the line): a bracket
+    # ×1.25 wide moves a point by at most ±ln(1.25)/2 in log lr; over ln(128/4) the slope moves
+    # by at most 2·(ln 1.25 / 2)/ln 32 = 0.064 either way
+    assert out["slope_high"] - out["slope_low"] < 2 * math.log(1.25) / math.log(32)
+    assert out["at_1000_low"] < 0.05 / 1000 < out["at_1000_high"]
+
+
+def test_wider_brackets_give_a_wider_interval():
+    depths = [4, 8, 16, 32, 64, 128]
+    narrow = depth_law.fit(depths, *zip(*[(r["last_stable"], r["first_unstable"]) for r in law_rows("a", 1, -0.5, depths)]))
+    wide = depth_law.fit(depths, *zip(*[(r["last_stable"], r["first_unstable"])
+                                         for r in law_rows("a", 1, -0.5, depths, width=4)]))
+    assert wide["slope_high"] - wide["slope_low"] > narrow["slope_high"] - narrow["slope_low"]
+    assert narrow["slope"] == pytest.approx(-0.5) and wide["slope"] == pytest.approx(-0.5)
+
+
+def test_a_depth_without_an_upper_edge_is_never_a_limit():
+    assert depth_law.depth_kind(row("post", 8, 1e-3, 2e-3)) == "limit"
+    assert depth_law.depth_kind(row("post", 8, 1e-3, 2e-3, edge="stalled")) == "limit"
+    assert depth_law.depth_kind(row("post", 8, 0.1, None, edge="upper bound")) == "at least"
+    assert depth_law.depth_kind(row("post", 8, None, 1e-3, edge="nothing learned")) == "none"
+    assert depth_law.depth_kind(row("post", 8, None, 1e-3, edge="no window")) == "none"
+    # an old row (no upper_edge column): a bracket is a limit
+    old = {"last_stable": 1e-3, "first_unstable": 2e-3}
+    assert depth_law.depth_kind(old) == "limit"
+
+
+def test_one_depth_is_no_law():
+    out = depth_law.fit([8], [1e-3], [2e-3])
+    assert math.isnan(out["slope"]) and math.isnan(out["at_1000"])
+
+
+def write(folder, rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "boundary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows({k: "" if r.get(k) is None else r[k] for k in COLUMNS} for r in rows)
+    return folder / "boundary.csv"
+
+
+def test_the_report_section_on_hand_made_rows(tmp_path):
+    depths = [4, 8, 16, 32, 64, 128]
+    post = law_rows("post", 0.05, -1.0, depths[:4]) + [row("post", 64, None, 1e-3, edge="nothing learned"),
+                                                        row("post", 128, None, 1e-3, edge="no window")]
+    deepnorm = law_rows("deepnorm", 0.02, -0.25, depths[:5]) + [row("deepnorm", 128, 0.1, None, edge="upper bound")]
+    table = write(tmp_path / "sweep", post + deepnorm)
+    printed = []
+    lines = depth_law_section([table], tmp_path, printed.append)
+    assert lines and lines[0] == "## Depth law"
+    assert (tmp_path / "depth_law.png").stat().st_size > 0
+    got = {r["placement"]: r for r in pd.read_csv(tmp_path / "depth_law_slopes.csv").to_dict("records")}
+    assert got["post"]["depths fitted"] == 4 and got["deepnorm"]["depths fitted"] == 5
+    assert got["post"]["slope [95 %]"].startswith("-1.00 ")
+    assert got["deepnorm"]["slope [95 %]"].startswith("-0.25 ")
+    assert got["post"]["depths without a limit"] == "64: nothing learned; 128: no window"
+    assert got["deepnorm"]["depths without a limit"] == "128: ≥ bound"
+    assert got["post"]["limit at the shallowest depth"] == f"{0.05 / 4 / math.sqrt(1.25):.3g} .. " \
+                                                          f"{0.05 / 4 * math.sqrt(1.25):.3g} at 4"
+    assert got["post"]["extrapolated to 1000 blocks [95 %]"].startswith(f"{0.05 / 1000:.2g} ")
+    # the figure's data: the depths without a limit are there, marked as such
+    drawn = pd.read_csv(tmp_path / "depth_law.csv")
+    kinds = {(r["placement"], r["layers"]): r["kind"] for r in drawn.to_dict("records")}
+    assert kinds[("post", 64)] == kinds[("post", 128)] == "none" and kinds[("deepnorm", 128)] == "at least"
+    assert kinds[("post", 4)] == "limit"
+    assert "depth law" in printed[0]
+
+
+def test_no_depth_law_without_several_depths(tmp_path):
+    table = write(tmp_path / "one", [row("post", 8, 1e-3, 2e-3), row("pre", 8, 1e-3, 2e-3)])
+    assert depth_law_section([table], tmp_path, print) == []

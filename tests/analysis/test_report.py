@@ -1,0 +1,176 @@
+"""`normexp report` on a tiny real sweep (placement × warmup, one job failing, one diverging,
+one copy marked running): the table, runs.csv, report.md and the figures against the run
+folders' own summary.json and config."""
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_csv, read_summary, run_cli
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """6 jobs (2 placements × warmup 0, 5, 50; warmup=50 > steps=12 fails), one more job with
+    an absurd learning rate that diverges, and a copy of a finished run whose summary.json
+    is set back to what a run still going holds (status running, no final numbers)."""
+    folder = tmp_path_factory.mktemp("report")
+    corpus = make_corpus(folder / "corpus.txt")
+    sweep_dir = folder / "sweeps"  # two sweeps side by side: report takes any folder holding runs
+    env = cli_environment(folder / "cache")
+    common = ["data=text", f"data.files=[{corpus}]", "steps=12", "log_every=4", "eval_every=4", *TINY]
+    run_cli(["train", "-m", "placement=pre,post", "warmup=0,5,50", *common, f"hydra.sweep.dir={sweep_dir / 'grid'}"], env)
+    run_cli(["train", "-m", "placement=post", "warmup=0", "lr=100", *common, f"hydra.sweep.dir={sweep_dir / 'lr'}"], env)
+    finished = next(p.parent for p in sweep_dir.glob("*/*/summary.json")
+                    if "placement=pre" in p.parent.name and p.parent.name.endswith("warmup=5"))
+    running = sweep_dir / "grid" / "still_running"
+    shutil.copytree(finished, running)
+    summary = read_summary(running)
+    summary.update(status="running", steps_completed=0, final_train_loss=None, final_val_loss=None,
+                   best_val_loss=None, tokens_per_second=None, wall_seconds=None,
+                   pid=os.getpid())  # a live process on this host: the run counts as still going
+    (running / "summary.json").write_text(json.dumps(summary))
+    out = run_cli(["report", str(sweep_dir)], env, timeout=120)
+    return sweep_dir, finished, running, out.stdout, env
+
+
+def runs_of(sweep_dir: Path) -> dict[Path, dict]:
+    return {p.parent: read_summary(p.parent) for p in sweep_dir.glob("*/*/summary.json")}
+
+
+def config_of(run: Path) -> dict:
+    return yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
+
+
+def four(x) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def expected_row(run: Path, summary: dict, sweep_dir: Path, finished: Path) -> dict:
+    """What the table must say about a run: its config's keys, and its summary's numbers (for
+    the running copy: the numbers its event file holds, which are the finished run's)."""
+    cfg = config_of(run)
+    numbers = runs_of(sweep_dir)[finished] if summary["status"] == "running" else summary
+    return {"placement": cfg["placement"]["name"], "warmup": str(cfg["warmup"]), "status": summary["status"],
+            "final val": four(numbers.get("final_val_loss")), "best val": four(numbers.get("best_val_loss")),
+            "diverged at": "-" if numbers.get("diverged_at_step") is None else str(numbers["diverged_at_step"]),
+            "steps": "-" if numbers.get("steps_completed") is None else str(numbers["steps_completed"])}
+
+
+def parse_table(stdout: str) -> list[dict]:
+    lines = stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("#  "))
+    head = re.split(r"\s{2,}", lines[start].strip())
+    rows = []
+    for ln in lines[start + 2:]:
+        if not re.match(r"\d+\s", ln):
+            break
+        rows.append(dict(zip(head, re.split(r"\s{2,}", ln.strip()))))
+    return rows
+
+
+@pytest.mark.slow
+def test_table_lists_every_run_with_its_status_and_numbers(sweep):
+    sweep_dir, finished, running, stdout, _ = sweep
+    runs = runs_of(sweep_dir)
+    assert len(runs) == 8
+    # the four runs that finish end "stalled" or "completed" (12 steps of a tiny model rarely get
+    # 2 % below the unigram baseline): both mean "ran to the end", the status says which
+    statuses = sorted("finished" if s["status"] in RAN_TO_THE_END else s["status"] for s in runs.values())
+    assert statuses == ["diverged", "failed", "failed"] + ["finished"] * 4 + ["running"]
+    assert "varied: placement, warmup, lr" in stdout
+    rows = parse_table(stdout)
+    assert len(rows) == len(runs)
+    unmatched = list(rows)
+    for run, summary in runs.items():
+        want = expected_row(run, summary, sweep_dir, finished)
+        match = [r for r in unmatched if all(r[k] == v for k, v in want.items())]
+        assert len(match) == 1, (run.name, want, rows)
+        unmatched.remove(match[0])
+    diverged = next(s for s in runs.values() if s["status"] == "diverged")
+    assert diverged["diverged_at_step"] is not None
+    assert "warmup=50: must be an integer step count" in stdout  # the failed jobs' error is shown
+
+
+@pytest.mark.slow
+def test_csv_has_one_row_per_run_with_the_varied_columns(sweep):
+    sweep_dir, finished, _, _, _ = sweep
+    rows = read_csv(sweep_dir / "runs.csv")
+    runs = runs_of(sweep_dir)
+    assert len(rows) == len(runs)
+    assert {"placement", "warmup", "lr", "status", "final_val_loss", "diverged_at_step"} <= set(rows[0])
+    for row in rows:
+        run = sweep_dir / row["path"]
+        summary, cfg = runs[run], config_of(run)
+        assert (row["placement"], row["warmup"], float(row["lr"])) == (cfg["placement"]["name"], str(cfg["warmup"]), cfg["lr"])
+        assert row["status"] == summary["status"]
+        numbers = runs[finished] if summary["status"] == "running" else summary
+        for key in ("final_val_loss", "best_val_loss", "diverged_at_step"):
+            want = numbers.get(key)
+            assert (row[key] == "") if want is None else float(row[key]) == pytest.approx(want, rel=1e-6), (key, row)
+
+
+@pytest.mark.slow
+def test_markdown_references_every_figure_and_each_is_a_png(sweep):
+    sweep_dir, _, _, _, _ = sweep
+    md = (sweep_dir / "report.md").read_text()
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    per_layer = ("grad_norm", "act_std", "update_rms", "attn_logit_max", "attn_entropy")
+    assert set(figures) == {"val_loss.png", "final_val_loss.png", *(f"{f}_layers.png" for f in per_layer)}
+    import matplotlib.image
+
+    for name in figures:
+        data = (sweep_dir / name).read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 5000, name
+        height, width = matplotlib.image.imread(sweep_dir / name).shape[:2]  # decodes: a valid PNG
+        assert width > 300 and height > 200
+    assert "| running |" in md and "| failed |" in md and "| diverged |" in md
+    assert "heatmap" in md
+
+
+@pytest.mark.slow
+def test_one_varied_key_gives_a_bar_chart_and_out_elsewhere(sweep, tmp_path):
+    """Two finished runs that differ only in warmup, reported into another folder."""
+    from normexp.analysis.report import make_report
+
+    sweep_dir, _, _, _, _ = sweep
+    pair = tmp_path / "pair"
+    for run in (sweep_dir / "grid").iterdir():
+        if "placement=pre" in run.name and re.search(r"warmup=(0|5)$", run.name):
+            shutil.copytree(run, pair / run.name)
+    out = tmp_path / "out"
+    result = make_report(pair, out, echo=lambda *_: None)
+    assert result["keys"] == ["warmup"]
+    assert "bar chart" in (out / "report.md").read_text()
+    assert (out / "final_val_loss.png").read_bytes()[:8] == PNG_MAGIC
+    assert not (pair / "report.md").exists()
+
+
+def test_varied_keys_follow_the_overrides_and_drop_group_details():
+    from normexp.analysis.report import Run, varied_keys
+
+    def run(norm, eps, layers, seed, overrides):
+        cfg = {"norm.name": norm, "norm.eps": eps, "layers": layers, "seed": seed, "threads": seed, "lr": 1e-3}
+        return Run(Path("x"), "x", cfg, overrides, {})
+
+    runs = [run("layer", 1e-5, 6, 0, ["layers=6", "norm=layer"]), run("rms", 1e-6, 12, 1, ["layers=12", "norm=rms"])]
+    # norm.eps follows from norm.name; threads never counts; seed is a replicate, never a varied key
+    assert varied_keys(runs) == ["layers", "norm.name"]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p / "missing", "no such folder"),
+    (lambda p: p, "no run folders found"),
+])
+def test_bad_path_is_one_line_and_exit_2(tmp_path, cli_env, make, message):
+    proc = run_cli(["report", str(make(tmp_path))], cli_env, check=False, timeout=60)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

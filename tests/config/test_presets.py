@@ -1,0 +1,189 @@
+"""The preset studies and the whole norm × placement grid, end to end through the CLI.
+
+Every experiment preset composes (`normexp train --cfg job experiment=X`) into the values it
+documents, and a shrunken copy of its sweep grid (the same names, fewer and smaller numbers,
+a tiny model, 2 steps) runs as `normexp train -m experiment=X` to one finished run folder
+per combination. Then every norm × every placement trains 5 steps in one
+`-m` sweep: all finish with finite losses and record the settings their model was built with.
+All these commands run two at a time in one module fixture (a sweep is one process of
+~10-40 s, a --cfg job ~3 s).
+"""
+
+import itertools
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import yaml
+from conftest import (RAN_TO_THE_END, TINY, cli_environment, make_corpus, placement_expectations, read_csv, run_cli,
+                      sweep_summaries)
+
+from normexp.config.compose import compose_config
+from normexp.model import NORMS as REGISTERED_NORMS
+
+
+# What each preset sets (its header and body), written out here: key → value in `--cfg job`.
+PRESET_VALUES = {
+    "depth_stability": {"schedule.name": "constant", "warmup": 0, "steps": 200, "lr": 1e-3, "d_model": 64,
+                        "seq_len": 64, "checkpoint_every": 0},
+    "norm_types": {"schedule.name": "cosine", "warmup": 50, "steps": 400, "lr": 1e-3, "layers": 6, "d_model": 64},
+    "warmup_sensitivity": {"schedule.name": "constant", "steps": 400, "lr": 3e-3, "layers": 6, "d_model": 64},
+    "depth_ladder": {"schedule.name": "constant", "steps": 200, "lr": 1e-3, "d_model": 64, "seq_len": 64,
+                     "batch_size": 16, "checkpoint_every": 0},
+    "lr_sensitivity": {"schedule.name": "cosine", "steps": 200, "layers": 6, "d_model": 64, "seq_len": 64,
+                       "checkpoint_every": 0},
+    "stabilizers": {"schedule.name": "cosine", "steps": 200, "layers": 12, "d_model": 64, "warmup": 0,
+                    "checkpoint_every": 0},
+    "stabilizers_more": {"schedule.name": "cosine", "steps": 200, "layers": 12, "d_model": 64, "warmup": 0,
+                         "seq_len": 64, "batch_size": 16, "checkpoint_every": 0},
+    "lr_boundary": {"schedule.name": "cosine", "steps": 200, "layers": 6, "d_model": 64, "seq_len": 64,
+                    "checkpoint_every": 0},
+    "depth_boundary": {"schedule.name": "constant", "steps": 200, "lr": 1e-3, "warmup": 100, "d_model": 64,
+                       "seq_len": 64, "checkpoint_every": 0},
+    "depth_law": {"schedule.name": "cosine", "steps": 200, "warmup": 100, "d_model": 64, "heads": 4, "seq_len": 32,
+                  "batch_size": 8, "checkpoint_every": 0},
+    "depth_rung": {"schedule.name": "cosine", "steps": 200, "warmup": 100, "layers": 1000, "d_model": 64, "heads": 4,
+                   "seq_len": 32, "batch_size": 8, "checkpoint_every": 50},
+}
+# Presets searched by the boundary sweeper (not a grid): the key searched, and a shrunken search
+# (two settings, one seed, the two bounds only) that a 2-step tiny run cannot learn, so each
+# setting's lower bound fails and the search ends after round 0: settings × 2 runs.
+BOUNDARY = {"lr_boundary": "lr", "depth_boundary": "layers", "depth_law": "lr"}
+BOUNDARY_SHRINK = ["hydra.sweeper.params.placement=post", "hydra.sweeper.params.init='xavier,torchscale'",
+                   "hydra.sweeper.params.seed=0", "hydra.sweeper.initial_points=2"]
+# The shrunken copy of a preset's grid: its names (placements, norms) kept, its numbers
+# replaced by values small enough for 2 steps of a tiny model.
+SHRINK = {"layers": [1, 2], "warmup": [0, 2], "lr": [1e-3, 1e-2], "seed": [0]}
+STEPS = 2
+
+NORMS = list(REGISTERED_NORMS)
+EXPECTED = placement_expectations()  # each placement's own test file (tests/model/placements/)
+PLACEMENTS = list(EXPECTED)
+# the settings each model records, by hand for layers=2 (a placement's: in its own test file)
+NORM_SETTINGS = {"layer": {"eps": 1e-5}, "rms": {"eps": 1e-5}, "batch": {"eps": 1e-5, "momentum": 0.1},
+                 "dyt": {"init_alpha": 0.5}, "scale": {"eps": 1e-5}, "none": {}}
+PLACEMENT_SETTINGS = {name: module.SETTINGS for name, module in EXPECTED.items()}
+
+
+def parse_values(text) -> list:
+    return [yaml.safe_load(v) for v in str(text).split(",")]
+
+
+def preset_grid(preset: str) -> dict[str, list]:
+    """The preset's own sweep grid, {key: values}, as Hydra composes it."""
+    params = compose_config([f"experiment={preset}"], hydra=True).hydra.sweeper.params
+    return {k: parse_values(v) for k, v in params.items()}
+
+
+# a preset that sweeps seeds only (depth_rung: its lr comes from the command line) is
+# shrunk with a command-line grid over these too, so that it still runs a grid
+SEED_ONLY_EXTRA = {"layers": [1, 2], "lr": [1e-3, 1e-2]}
+
+
+def shrunk_grid(preset: str) -> dict[str, list]:
+    grid = preset_grid(preset)
+    if set(grid) == {"seed"}:
+        grid = {**grid, **SEED_ONLY_EXTRA}
+    for key, values in grid.items():
+        assert all(isinstance(v, str) for v in values) or key in SHRINK, f"{preset}: add a small {key} to SHRINK"
+    return {k: SHRINK.get(k, v) for k, v in grid.items()}
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("presets")
+    env = cli_environment(root / "cache")
+    corpus = make_corpus(root / "corpus.txt", n_bytes=20_000)
+    data = ["data=text", f"data.files=[{corpus}]", "eval_batches=1", "log.progress=off"]
+    jobs = {}
+    for preset, key in BOUNDARY.items():
+        bounds = ["hydra.sweeper.lower=1", "hydra.sweeper.upper=2"] if key == "layers" else []
+        if "layers" in preset_grid(preset):  # depth a setting key (depth_law): one depth
+            bounds.append("hydra.sweeper.params.layers=1")
+        jobs[preset] = ["train", "-m", f"experiment={preset}", *TINY, *data, f"steps={STEPS}", "warmup=0",
+                        *BOUNDARY_SHRINK, *bounds, f"hydra.sweep.dir={root / preset}"]
+    for preset in set(PRESET_VALUES) - set(BOUNDARY):
+        grid = shrunk_grid(preset)
+        tiny = [o for o in TINY if o.split("=")[0] not in grid and o.split("=")[0] not in ("eval_batches", "log.progress")]
+        own = preset_grid(preset)
+        shrink = [f"{'' if k in own else '+'}hydra.sweeper.params.{k}='{','.join(map(str, v))}'"
+                  for k, v in grid.items() if k in SHRINK]
+        jobs[preset] = ["train", "-m", f"experiment={preset}", *tiny, *data, f"steps={STEPS}", *shrink,
+                        f"hydra.sweep.dir={root / preset}"]
+    jobs["grid"] = ["train", "-m", *TINY, *data, "steps=5", "warmup=0", f"norm={','.join(NORMS)}",
+                    f"placement={','.join(PLACEMENTS)}", f"hydra.sweep.dir={root / 'grid'}"]
+    for preset in PRESET_VALUES:  # composes, shows the config, runs nothing: cwd is a fresh folder
+        (root / f"cfg_{preset}").mkdir()
+        jobs[f"cfg_{preset}"] = ["train", "--cfg", "job", f"experiment={preset}"]
+    cwd = {name: root / name if name.startswith("cfg_") else None for name in jobs}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(run_cli, args, env, 600, cwd=cwd[name]) for name, args in jobs.items()}
+        procs = {name: f.result() for name, f in futures.items()}
+    return root, env, procs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", sorted(PRESET_VALUES))
+def test_preset_composes_with_cfg_job(sweeps, preset):
+    root, _, procs = sweeps
+    cfg = yaml.safe_load(procs[f"cfg_{preset}"].stdout)
+    for key, value in PRESET_VALUES[preset].items():
+        node = cfg
+        for part in key.split("."):
+            node = node[part]
+        assert node == value, (preset, key)
+    assert list((root / f"cfg_{preset}").iterdir()) == []  # no run folder
+
+
+def test_every_preset_norm_and_placement_is_tested():
+    from normexp.config.compose import group_options
+
+    assert sorted(PRESET_VALUES) == sorted(group_options("experiment"))
+    assert sorted(NORMS) == sorted(group_options("norm")) and sorted(PLACEMENTS) == sorted(group_options("placement"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", sorted(BOUNDARY))
+def test_shrunken_boundary_preset_searches_each_setting(sweeps, preset):
+    root, _, procs = sweeps
+    assert "Traceback" not in procs[preset].stderr
+    runs = sweep_summaries(root / preset)
+    assert sorted(s["init"] for s in runs) == ["torchscale", "torchscale", "xavier", "xavier"]  # 2 settings × 2 bounds
+    rows = read_csv(root / preset / "boundary.csv")
+    assert sorted(r["init"] for r in rows) == ["torchscale", "xavier"]
+    for r in rows:  # 2 steps learn nothing: the lower bound fails, nothing is bisected
+        assert r["key"] == BOUNDARY[preset] and r["verdict"] == "none" and r["runs_used"] == "2", r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", sorted(set(PRESET_VALUES) - set(BOUNDARY)))
+def test_shrunken_preset_sweep_runs_every_combination(sweeps, preset):
+    root, _, procs = sweeps
+    assert "Traceback" not in procs[preset].stderr
+    grid = shrunk_grid(preset)
+    runs = sweep_summaries(root / preset)
+    expected = set(itertools.product(*grid.values()))
+    assert len(grid) >= 2 and len(expected) >= 4  # a grid, not a single run
+    assert len(runs) == len(expected) == math.prod(len(v) for v in grid.values())
+    assert {tuple(s[k] for k in grid) for s in runs} == expected
+    for s in runs:
+        assert s["status"] in RAN_TO_THE_END and s["steps_completed"] == STEPS, s
+        assert s["schedule"] == PRESET_VALUES[preset]["schedule.name"]
+        if "lr" not in grid:
+            assert s["lr"] == PRESET_VALUES[preset]["lr"]
+
+
+@pytest.mark.slow
+def test_every_norm_and_placement_trains_5_steps(sweeps):
+    root, _, procs = sweeps
+    assert "Traceback" not in procs["grid"].stderr
+    runs = sweep_summaries(root / "grid")
+    assert sorted((s["norm"], s["placement"]) for s in runs) == sorted(itertools.product(NORMS, PLACEMENTS))
+    for s in runs:
+        which = (s["norm"], s["placement"])
+        assert s["status"] in RAN_TO_THE_END and s["steps_completed"] == 5, which
+        assert math.isfinite(s["final_train_loss"]) and math.isfinite(s["final_val_loss"]), which
+        # ReZero builds no norm at all (x ← x + α·F(x), no final norm): it records none
+        norm_settings = {} if EXPECTED[s["placement"]].SHAPE == (0, False) else NORM_SETTINGS[s["norm"]]  # no norm
+        assert s["norm_settings"] == pytest.approx(norm_settings), which
+        assert s["placement_settings"] == pytest.approx(PLACEMENT_SETTINGS.get(s["placement"], {})), which

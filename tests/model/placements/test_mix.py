@@ -1,0 +1,17 @@
+"""The mix placement (configs/placement/mix.yaml): what a model built with it must show,
+worked out by hand. tests/conftest.py's `placement_expectations` reads SHAPE and SETTINGS
+from here for the tests every placement passes (test_wiring, test_presets)."""
+
+import pytest
+
+from normexp.model import GPT, ModelConfig
+
+# (norms per block, whether the model adds a final norm)
+SHAPE = (2, True)
+# its resolved settings at 2 blocks (summary.json's placement_settings): Mix-LN: ⌊0.25·2⌋ = 0 Post-LN blocks
+SETTINGS = {"ratio": 0.25, "post_blocks": 0}
+
+
+def test_mix_resolves_its_settings_by_hand():
+    model = GPT(ModelConfig(layers=2, d_model=16, heads=2, seq_len=8, placement="mix"))
+    assert model.settings()["placement"] == pytest.approx(SETTINGS)

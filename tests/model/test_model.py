@@ -1,0 +1,234 @@
+"""The model against independent references: torch.nn norms, hand-written placement
+formulas, the DeepNet constants table and the init-scale formula."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.model.placements import DeepNorm, deepnorm_constants
+
+from model_helpers import D, StandIn, by_hand_norm, randomize
+
+torch.manual_seed(0)
+
+
+def test_layernorm_matches_torch():
+    ours = randomize(NORMS["layer"](D, eps=1e-5))
+    ref = nn.LayerNorm(D, eps=1e-5)
+    ref.load_state_dict({"weight": ours.weight.data, "bias": ours.bias.data})
+    x = torch.randn(4, 7, D) * 3 + 1
+    torch.testing.assert_close(ours(x), ref(x), atol=1e-6, rtol=1e-6)
+    # and the biased-variance formula written out
+    mu, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    torch.testing.assert_close(ours(x), ours.weight * (x - mu) / torch.sqrt(var + 1e-5) + ours.bias, atol=1e-5, rtol=1e-5)
+
+
+def test_rmsnorm_matches_torch():
+    ours = randomize(NORMS["rms"](D, eps=1e-6))
+    ref = nn.RMSNorm(D, eps=1e-6)
+    ref.load_state_dict({"weight": ours.weight.data})
+    x = torch.randn(4, 7, D) * 3
+    torch.testing.assert_close(ours(x), ref(x), atol=1e-6, rtol=1e-6)
+    # a bf16 module: the statistic is computed in float32, the output is bf16
+    xb = x.bfloat16()
+    out = ours.bfloat16()(xb)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref(xb.float()), atol=0.05, rtol=0.02)
+
+
+def test_batchnorm_matches_batchnorm1d_over_all_tokens():
+    ours = randomize(NORMS["batch"](D, eps=1e-5, momentum=0.1))
+    ref = nn.BatchNorm1d(D, eps=1e-5, momentum=0.1)
+    ref.load_state_dict(ours.bn.state_dict())
+    x = torch.randn(4, 7, D) * 2 + 0.5
+    # training: statistics over all B*T tokens per feature
+    torch.testing.assert_close(ours(x), ref(x.reshape(-1, D)).view(4, 7, D), atol=1e-6, rtol=1e-6)
+    flat = x.reshape(-1, D)
+    by_hand = (flat - flat.mean(0)) / torch.sqrt(flat.var(0, unbiased=False) + 1e-5)
+    w, b = ours.bn.weight, ours.bn.bias
+    torch.testing.assert_close(ours(x), (by_hand * w + b).view(4, 7, D), atol=1e-5, rtol=1e-5)
+    # the running statistics follow BatchNorm1d's update (ours saw x twice above)
+    ref(x.reshape(-1, D))
+    torch.testing.assert_close(ours.bn.running_var, ref.running_var, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(ours.bn.running_mean, flat.mean(0) * (1 - 0.9 ** 2), atol=1e-6, rtol=1e-5)
+    # eval: running statistics, the same as BatchNorm1d's
+    ours.eval(), ref.eval()
+    torch.testing.assert_close(ours(x), ref(x.reshape(-1, D)).view(4, 7, D), atol=1e-6, rtol=1e-6)
+
+
+def test_dyt_and_none_follow_their_formulas():
+    dyt = randomize(NORMS["dyt"](D, init_alpha=0.5))
+    x = torch.randn(3, 5, D)
+    torch.testing.assert_close(dyt(x), dyt.weight * torch.tanh(dyt.alpha * x) + dyt.bias, atol=1e-6, rtol=1e-6)
+    assert NORMS["dyt"](D, init_alpha=0.5).alpha.item() == 0.5
+    assert torch.equal(NORMS["none"](D)(x), x)
+
+
+# Each placement's output by its formula, with F a stand-in and LayerNorm by hand. (The
+# placements whose forward needs a real sublayer or several blocks are checked in
+# test_stabilizers.py and test_variants.py.)
+FORMULAS = {
+    "post": lambda f, x: (by_hand_norm(x + f(x)), f(x)),
+    "pre": lambda f, x: (x + f(by_hand_norm(x)), f(by_hand_norm(x))),
+    "deepnorm": lambda f, x: (by_hand_norm(2.5 * x + f(x)), f(x)),
+    "sandwich": lambda f, x: (x + by_hand_norm(f(by_hand_norm(x))), by_hand_norm(f(by_hand_norm(x)))),
+    "peri": lambda f, x: (x + by_hand_norm(f(by_hand_norm(x))), by_hand_norm(f(by_hand_norm(x)))),
+    "layerscale": lambda f, x: (x + 0.1 * f(by_hand_norm(x)), 0.1 * f(by_hand_norm(x))),  # CaiT ε at depth 6
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMULAS))
+def test_placement_block_matches_formula(name):
+    f = StandIn()
+    settings = {"alpha": 2.5} if name == "deepnorm" else {}
+    layer = PLACEMENTS[name](f, lambda: NORMS["layer"](D), index=0, depth=6, **settings)
+    x = torch.randn(2, 5, D) * 3
+    y, out = layer(x)
+    expected = FORMULAS[name](f, x)
+    torch.testing.assert_close(y, expected[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, expected[1], atol=1e-5, rtol=1e-5)
+
+
+def test_final_norm_only_where_the_stream_is_not_normalized():
+    for placement, has_final in [("pre", True), ("sandwich", True), ("mix", True), ("post", False), ("deepnorm", False)]:
+        model = GPT(ModelConfig(layers=4, d_model=D, heads=2, seq_len=8, placement=placement))
+        assert isinstance(model.final_norm, nn.Identity) != has_final, placement
+
+
+def test_mix_is_post_then_pre():
+    model = GPT(ModelConfig(layers=12, d_model=D, heads=2, seq_len=4, placement={"name": "mix", "ratio": 0.25}))
+    kinds = [(b.attn.post, b.mlp.post) for b in model.blocks]
+    assert kinds == [(True, True)] * 3 + [(False, False)] * 9  # ⌊0.25·12⌋ = 3 Post-LN blocks
+    # and each block computes its formula: Post-LN in block 0, Pre-LN in block 3
+    f = StandIn()
+    for index, formula in ((0, lambda x: (by_hand_norm(x + f(x)), f(x))),
+                           (3, lambda x: (x + f(by_hand_norm(x)), f(by_hand_norm(x))))):
+        layer = PLACEMENTS["mix"](f, lambda: NORMS["layer"](D), index=index, depth=12, ratio=0.25)
+        x = torch.randn(2, 5, D) * 3
+        for got, want in zip(layer(x), formula(x)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+# The DeepNet paper's formulas evaluated by hand for N = 6, 12, 24, 48.
+@pytest.mark.parametrize("n, alpha, beta", [(6, 1.861, 0.380), (12, 2.213, 0.319), (24, 2.632, 0.269), (48, 3.130, 0.226)])
+def test_deepnorm_constants_table(n, alpha, beta):
+    a, b = deepnorm_constants(n)
+    assert a == pytest.approx(alpha, abs=6e-4) and b == pytest.approx(beta, abs=6e-4)
+    model = GPT(ModelConfig(layers=n, d_model=8, heads=2, seq_len=4, placement="deepnorm"))
+    assert model.settings()["placement"]["alpha"] == pytest.approx(alpha, abs=6e-4)
+    assert model.blocks[0].attn.alpha == pytest.approx(alpha, abs=6e-4)
+
+
+def test_deepnorm_alpha_multiplies_the_residual_not_the_sublayer():
+    f = StandIn()
+    layer = DeepNorm(f, lambda: NORMS["none"](D), index=0, depth=6, alpha=3.0)
+    x = torch.randn(2, 3, D)
+    torch.testing.assert_close(layer(x)[0], 3.0 * x + f(x))
+
+
+def test_deepnorm_init_std_is_beta_scaled_xavier():
+    d, layers = 256, 12
+    model = GPT(ModelConfig(layers=layers, d_model=d, heads=4, seq_len=8, placement="deepnorm"))
+    beta = (8 * layers) ** -0.25
+    block = model.blocks[5]
+    attn, mlp = block.attn.sublayer, block.mlp.sublayer
+    q, k, v = attn.qkv.weight.detach().split(d)
+    cases = [(q, 1.0, d, d), (k, 1.0, d, d), (v, beta, d, d), (attn.proj.weight, beta, d, d),
+             (mlp.fc_in.weight, beta, d, 4 * d), (mlp.fc_out.weight, beta, 4 * d, d)]
+    for w, gain, fan_in, fan_out in cases:
+        expected = gain * math.sqrt(2.0 / (fan_in + fan_out))
+        n = w.numel()
+        # the sample std of n normals has relative standard error ≈ 1/sqrt(2n); allow 5 of them
+        assert abs(w.std().item() / expected - 1) < 5 / math.sqrt(2 * n), (gain, fan_in, fan_out)
+
+
+def test_custom_deepnorm_constants_are_used():
+    model = GPT(ModelConfig(layers=6, d_model=D, heads=2, seq_len=4,
+                            placement={"name": "deepnorm", "alpha": 1.5, "beta": 0.5}))
+    assert model.blocks[3].mlp.alpha == 1.5 and model.settings()["placement"]["beta"] == 0.5
+
+
+def test_tied_head_and_causality():
+    model = GPT(ModelConfig(layers=2, d_model=D, heads=2, seq_len=8)).eval()
+    x = torch.randint(0, 256, (1, 8))
+    logits, _ = model(x)
+    x2 = x.clone()
+    x2[0, 5:] = (x2[0, 5:] + 1) % 256  # change the future
+    logits2, _ = model(x2)
+    torch.testing.assert_close(logits[0, :5], logits2[0, :5])  # the past does not see it
+    h = model.hidden(x)
+    torch.testing.assert_close(logits, h @ model.tok_emb.weight.t())
+
+
+def _std_ok(w: torch.Tensor, expected: float) -> bool:
+    # the sample std of n draws has relative standard error ≈ 1/√(2n) (normal) or √(1/5n)
+    # (uniform); allow 5 normal ones, which also covers the uniform's
+    return abs(w.std().item() / expected - 1) < 5 / math.sqrt(2 * w.numel())
+
+
+def _uniform_ok(w: torch.Tensor, bound: float) -> bool:
+    """Inside ±bound, reaching near it, and with the std of U(±bound), bound/√3."""
+    return (w.abs().max().item() <= bound * (1 + 1e-6) and w.abs().max().item() > 0.9 * bound
+            and _std_ok(w, bound / math.sqrt(3)))
+
+
+@pytest.mark.parametrize("placement", ["post", "deepnorm"])
+def test_torchscale_init_draws_nn_linear_defaults_and_deepnorm_divides_them(placement):
+    """torchscale 0.3's Decoder keeps every nn.Linear at its default, U(±1/√fan_in) for weight
+    and bias (PyTorch's nn.Linear docs; MultiheadAttention.reset_parameters is never called):
+    q, k, v, out and fc1 have fan_in d, fc2 4d. Under DeepNorm the weights and biases of v, out,
+    fc1 and fc2 are divided by (8N)^¼ (REFERENCE.md), q and k untouched. Embeddings N(0, 1/d)."""
+    d, layers = 256, 12
+    beta = (8 * layers) ** -0.25 if placement == "deepnorm" else 1.0
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(layers=layers, d_model=d, heads=4, seq_len=64, placement=placement,
+                            init={"name": "torchscale", "scale_positions": False}))
+    attn, mlp = model.blocks[5].attn.sublayer, model.blocks[5].mlp.sublayer
+    (q, k, v), (bq, bk, bv) = attn.qkv.weight.detach().split(d), attn.qkv.bias.detach().split(d)
+    bounds = [(q, bq, 1 / math.sqrt(d)), (k, bk, 1 / math.sqrt(d)), (v, bv, beta / math.sqrt(d)),
+              (attn.proj.weight, attn.proj.bias, beta / math.sqrt(d)),
+              (mlp.fc_in.weight, mlp.fc_in.bias, beta / math.sqrt(d)),
+              (mlp.fc_out.weight, mlp.fc_out.bias, beta / math.sqrt(4 * d))]
+    for i, (w, b, bound) in enumerate(bounds):
+        assert _uniform_ok(w.detach(), bound), (placement, i, w.std().item(), bound / math.sqrt(3))
+        assert b.abs().max().item() <= bound * (1 + 1e-6) and b.abs().max().item() > 0.8 * bound, (placement, i)
+        assert b.abs().mean().item() == pytest.approx(bound / 2, rel=0.25), (placement, i)  # E|U(±a)| = a/2
+    for table in (model.tok_emb.weight, model.pos_emb.weight):
+        assert _std_ok(table.detach(), d ** -0.5)
+
+
+def test_scale_positions_says_what_the_embedding_scale_multiplies():
+    """tok·√d + pos under init=torchscale (fairseq's and torchscale's forward_embedding), and
+    (tok + pos)·√d by default (Vaswani et al. 2017), written out by hand; the setting can be
+    flipped on either, and a non-boolean is a ConfigError naming it."""
+    from normexp.config.compose import compose_config
+    from normexp.train.loop import model_config
+    from normexp.config.checks import ConfigError
+
+    idx = torch.randint(0, 256, (2, 8))
+    for overrides, scaled in ((["init=torchscale"], False), (["init=xavier"], True),
+                              (["init=torchscale", "init.scale_positions=true"], True),
+                              (["init=xavier", "init.scale_positions=false"], False)):
+        model = GPT(model_config(compose_config([*overrides, f"d_model={D}", "heads=2", "layers=2", "seq_len=8"]), 256))
+        tok, pos = model.tok_emb(idx), model.pos_emb(torch.arange(8))
+        expected = (tok + pos) * math.sqrt(D) if scaled else tok * math.sqrt(D) + pos
+        torch.testing.assert_close(model.embed(idx), expected)
+        with torch.no_grad():  # and it is what the first block receives
+            from normexp.model import read_outputs
+            with read_outputs({"embed": model.readouts()["embed"]}) as read:
+                model(idx)
+        torch.testing.assert_close(read["embed"][0], expected)
+    with pytest.raises(ConfigError, match="init.scale_positions"):
+        GPT(ModelConfig(d_model=D, heads=2, layers=1, seq_len=8, init={"name": "torchscale", "scale_positions": "yes"}))
+
+
+@pytest.mark.parametrize("depth, scale", [(6, 0.1), (18, 0.1), (24, 1e-5), (36, 1e-6), (1000, 1e-6)])
+def test_layerscale_initial_scale_follows_cait_for_the_depth(depth, scale):
+    layer = PLACEMENTS["layerscale"](StandIn(), lambda: NORMS["layer"](D), index=0, depth=depth)
+    assert torch.equal(layer.scale.detach(), torch.full((D,), scale))  # one λ per channel
+    custom = PLACEMENTS["layerscale"](StandIn(), lambda: NORMS["layer"](D), index=0, depth=depth, init_scale=1e-3)
+    assert torch.equal(custom.scale.detach(), torch.full((D,), 1e-3))
+    assert layer.needs_final_norm  # the stream is not normalized: the model adds a final norm

@@ -1,0 +1,246 @@
+"""Config → built model: each setting given as a command-line override reaches the modules.
+
+Every case goes the way `normexp train` goes: compose the shipped configs with the overrides
+(normexp.config.compose.compose_config), turn them into a ModelConfig (normexp.train.loop.model_config)
+and build the GPT. The checks read the built model — what its norms and placements compute,
+the std of its initial weights — never the summary or the config echoed back.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from normexp.config.compose import compose_config
+from normexp.model import GPT, NORMS, PLACEMENTS
+from normexp.train.loop import model_config
+
+from conftest import placement_expectations
+
+SMALL = ["d_model=16", "heads=2", "seq_len=8", "layers=2"]
+
+
+def build(*overrides: str) -> GPT:
+    cfg = compose_config([*SMALL, *overrides])
+    torch.manual_seed(0)
+    return GPT(model_config(cfg, 256))
+
+
+def norms_of(model: GPT) -> list[torch.nn.Module]:
+    return [m for m in model.modules() if type(m) in NORMS.values()]
+
+
+def is_normalized(y: torch.Tensor) -> bool:
+    """Every token has mean 0 and variance 1 over its features (a LayerNorm with γ=1, β=0)."""
+    mean, var = y.mean(-1), y.var(-1, unbiased=False)
+    return bool(mean.abs().max() < 1e-4 and (var - 1).abs().max() < 1e-2)
+
+
+# ---------------------------------------------------------------- model keys and groups
+
+def test_shape_keys_reach_the_modules():
+    model = build("layers=3", "d_model=24", "heads=3", "mlp_ratio=2", "seq_len=16")
+    assert len(model.blocks) == 3
+    assert tuple(model.tok_emb.weight.shape) == (256, 24) and tuple(model.pos_emb.weight.shape) == (16, 24)
+    for block in model.blocks:
+        attn, mlp = block.attn.sublayer, block.mlp.sublayer
+        assert attn.heads == 3 and tuple(attn.qkv.weight.shape) == (72, 24)
+        assert tuple(mlp.fc_in.weight.shape) == (48, 24) and tuple(mlp.fc_out.weight.shape) == (24, 48)
+    # the heads really split the width: 3 heads of 8 give different attention than 1 head of 24
+    x = torch.randint(0, 256, (2, 16))
+    one_head = build("layers=3", "d_model=24", "heads=1", "mlp_ratio=2", "seq_len=16")
+    assert not torch.allclose(model(x)[0], one_head(x)[0])
+
+
+NORM_CLASSES = {"layer": "LayerNorm", "rms": "RMSNorm", "batch": "BatchNorm", "dyt": "DynamicTanh", "none": "NoNorm",
+                "scale": "ScaleNorm"}
+
+
+@pytest.mark.parametrize("option, cls", sorted(NORM_CLASSES.items()))
+def test_every_norm_option_builds_its_norm_everywhere(option, cls):
+    model = build(f"norm={option}")
+    found = norms_of(model)
+    assert len(found) == 2 * 2 + 1  # pre: one per sublayer, two sublayers per block, and the final norm
+    assert {type(m).__name__ for m in found} == {cls}
+
+
+# placement option → (norms per block, final norm?), each from its own test file
+PLACEMENT_SHAPE = {name: module.SHAPE for name, module in placement_expectations().items()}
+
+
+def test_every_placement_option_is_checked():
+    from normexp.config.compose import group_options
+
+    missing = sorted(set(group_options("placement")) - set(PLACEMENT_SHAPE))
+    assert not missing, f"no tests/model/placements/test_<name>.py for {missing}: add one (SHAPE, SETTINGS, a test)"
+    assert sorted(group_options("placement")) == sorted(PLACEMENT_SHAPE)
+    assert sorted(group_options("norm")) == sorted(NORM_CLASSES)
+
+
+@pytest.mark.parametrize("option", sorted(PLACEMENT_SHAPE))
+def test_every_placement_option_builds_its_placement(option):
+    model = build(f"placement={option}", "layers=3")
+    per_block, final = PLACEMENT_SHAPE[option]
+    for block in model.blocks:
+        assert type(block.attn) is PLACEMENTS[option] and type(block.mlp) is PLACEMENTS[option]
+        assert len(norms_of(block)) == per_block
+    assert (not isinstance(model.final_norm, torch.nn.Identity)) == final
+
+
+# ---------------------------------------------------------------- norm settings
+
+def small_input(*shape) -> torch.Tensor:
+    """Activations with variance 0.0025: an eps of 0.01 dominates it, 1e-5 does not."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(1)) * 0.05 + 0.02
+
+
+@pytest.mark.parametrize("option", ["layer", "rms", "batch"])
+def test_norm_eps_from_the_command_line_is_the_eps_computed_with(option):
+    model = build(f"norm={option}", "norm.eps=0.01").train()
+    x = small_input(3, 5, 16)
+    found = norms_of(model)
+    assert len(found) == 5
+    for norm in found:
+        y = norm(x)
+        if option == "layer":
+            want = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 0.01)
+        elif option == "rms":
+            want = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 0.01)
+        else:  # per feature over all 15 tokens
+            flat = x.reshape(-1, 16)
+            want = ((flat - flat.mean(0)) / torch.sqrt(flat.var(0, unbiased=False) + 0.01)).view_as(x)
+        torch.testing.assert_close(y, want, atol=1e-5, rtol=1e-4)
+
+
+def test_batchnorm_momentum_from_the_command_line_moves_the_running_statistics():
+    """One training forward from running mean 0, var 1 with momentum m:
+    mean ← (1−m)·0 + m·μ_B, var ← (1−m)·1 + m·σ²_B (unbiased), over all B·T tokens."""
+    model = build("norm=batch", "norm.momentum=0.5").train()
+    x = torch.randn(4, 6, 16, generator=torch.Generator().manual_seed(2)) * 2 + 3
+    flat = x.reshape(-1, 16)
+    found = norms_of(model)
+    assert len(found) == 5
+    for norm in found:
+        norm(x)
+        torch.testing.assert_close(norm.bn.running_mean, 0.5 * flat.mean(0), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(norm.bn.running_var, 0.5 + 0.5 * flat.var(0, unbiased=True), atol=1e-4, rtol=1e-5)
+
+
+def test_dyt_init_alpha_from_the_command_line_is_the_initial_scale():
+    model = build("norm=dyt", "norm.init_alpha=0.8")
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(3)) * 2
+    found = norms_of(model)
+    assert len(found) == 5
+    for norm in found:
+        torch.testing.assert_close(norm(x), torch.tanh(0.8 * x))  # γ = 1, β = 0 at init
+
+
+# ---------------------------------------------------------------- placement settings
+
+def post_blocks(model: GPT) -> list[bool]:
+    """For each block, whether it is Post-LN, from what its self-attention sublayer computes:
+    Post-LN returns Norm(x + F(x)) (normalized), Pre-LN x + F(Norm(x)) (not, for a large x)."""
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(4)) * 10 + 3
+    with torch.no_grad():
+        return [is_normalized(block.attn(x)[0]) for block in model.blocks]
+
+
+# (layers, ratio, ⌊ratio·layers⌋ by hand): where floor and ceiling differ, and where the
+# floating-point product lands just below the integer (0.58·50 = 28.999999999999996)
+MIX = [(12, 0.25, 3), (6, 0.25, 1), (7, 0.5, 3), (4, 0.5, 2), (5, 0.9, 4), (8, 0.0, 0), (3, 0.34, 1),
+       (50, 0.58, 29)]
+
+
+@pytest.mark.parametrize("layers, ratio, posts", MIX)
+def test_mix_ratio_gives_floor_of_ratio_times_layers_post_ln_blocks(layers, ratio, posts):
+    model = build("placement=mix", f"placement.ratio={ratio}", f"layers={layers}")
+    assert post_blocks(model) == [True] * posts + [False] * (layers - posts)
+    assert not isinstance(model.final_norm, torch.nn.Identity)  # the last block is Pre-LN: a final norm
+
+
+def init_std_ratio(model: GPT, d: int) -> tuple[float, float, float]:
+    """(std of q and k over their Xavier std, std of v, proj, fc_in, fc_out over theirs, the
+    relative standard error of the second) pooled over all blocks: gain 1 and gain β."""
+    qk, rest = [], []
+    for block in model.blocks:
+        attn, mlp = block.attn.sublayer, block.mlp.sublayer
+        q, k, v = attn.qkv.weight.detach().split(d)
+        xavier = lambda fan_in, fan_out: math.sqrt(2.0 / (fan_in + fan_out))  # noqa: E731
+        qk += [q.flatten() / xavier(d, d), k.flatten() / xavier(d, d)]
+        rest += [v.flatten() / xavier(d, d), attn.proj.weight.detach().flatten() / xavier(d, d),
+                 mlp.fc_in.weight.detach().flatten() / xavier(d, 4 * d),
+                 mlp.fc_out.weight.detach().flatten() / xavier(4 * d, d)]
+    rest = torch.cat(rest)
+    return torch.cat(qk).std().item(), rest.std().item(), 1 / math.sqrt(2 * rest.numel())
+
+
+def check_deepnorm(model: GPT, alpha: float, beta: float, d: int) -> None:
+    # α multiplies the residual in every sublayer's forward: y = LN(α·x + F(x)), γ=1, β=0 at init
+    x = torch.randn(2, 8, d, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        for block in model.blocks:
+            for wrapper in (block.attn, block.mlp):
+                y, out = wrapper(x)
+                f = wrapper.sublayer(x)
+                torch.testing.assert_close(out, f)
+                torch.testing.assert_close(y, F.layer_norm(alpha * x + f, (d,), eps=1e-5), atol=1e-5, rtol=1e-5)
+    # β is the Xavier gain of v, proj, fc_in, fc_out; q and k keep gain 1
+    qk, rest, se = init_std_ratio(model, d)
+    assert abs(qk - 1) < 0.05, qk
+    assert abs(rest / beta - 1) < 5 * se, (rest, beta)
+
+
+def test_deepnorm_alpha_and_beta_from_the_command_line_reach_forward_and_init():
+    d = 64
+    model = build("placement=deepnorm", "placement.alpha=2", "placement.beta=0.5", "layers=3", f"d_model={d}",
+                  "heads=4")
+    check_deepnorm(model, alpha=2.0, beta=0.5, d=d)
+    assert model.settings()["placement"] == {"alpha": 2.0, "beta": 0.5}
+
+
+def test_deepnorm_auto_constants_reach_forward_and_init():
+    """N = 3 blocks: α = 6^(1/4) ≈ 1.565, β = 24^(-1/4) ≈ 0.452."""
+    d = 64
+    model = build("placement=deepnorm", "layers=3", f"d_model={d}", "heads=4")
+    check_deepnorm(model, alpha=6 ** 0.25, beta=24 ** -0.25, d=d)
+
+
+@pytest.mark.parametrize("setting, scale", [([], 0.1), (["placement.init_scale=0.003"], 0.003)])
+def test_layerscale_init_scale_from_the_command_line_scales_every_sublayer(setting, scale):
+    """x ← x + λ·F(LN(x)), λ = init_scale per channel (auto: 0.1 for 2 blocks, CaiT)."""
+    model = build("placement=layerscale", *setting)
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(6)) * 2
+    with torch.no_grad():
+        for block in model.blocks:
+            for wrapper in (block.attn, block.mlp):
+                y, out = wrapper(x)
+                want = scale * wrapper.sublayer(F.layer_norm(x, (16,), eps=1e-5))
+                torch.testing.assert_close(out, want, atol=1e-7, rtol=1e-5)
+                torch.testing.assert_close(y, x + want, atol=1e-6, rtol=1e-5)
+
+
+def test_other_placements_keep_gain_one():
+    d = 64
+    for placement in ("pre", "post", "sandwich", "mix", "layerscale"):
+        qk, rest, se = init_std_ratio(build(f"placement={placement}", "layers=3", f"d_model={d}", "heads=4"), d)
+        assert abs(qk - 1) < 0.05 and abs(rest - 1) < 5 * se, (placement, qk, rest)
+
+
+def test_settings_read_from_the_built_model():
+    """What summary.json records (model.settings()) for settings given on the command line."""
+    cases = [
+        (["norm=rms", "norm.eps=0.001"], {"eps": 0.001}, {}),
+        (["norm=batch", "norm.momentum=0.3"], {"eps": 1e-5, "momentum": 0.3}, {}),
+        (["norm=dyt", "norm.init_alpha=0.8", "placement=post"], {"init_alpha": 0.8}, {}),
+        (["placement=mix", "placement.ratio=0.5", "layers=5"], {"eps": 1e-5}, {"ratio": 0.5, "post_blocks": 2}),
+        (["placement=layerscale", "layers=20"], {"eps": 1e-5}, {"init_scale": 1e-5}),  # CaiT: 19-24 blocks
+        (["placement=layerscale", "placement.init_scale=0.5"], {"eps": 1e-5}, {"init_scale": 0.5}),
+        (["placement=deepnorm", "layers=2"], {"eps": 1e-5}, {"alpha": math.sqrt(2), "beta": 0.5}),  # 4^¼, 16^-¼
+        (["placement=subln", "layers=6"], {"eps": 1e-5}, {"gain": 1.5763587}),  # √(ln 12) = √2.4849066
+        (["placement=gated", "placement.gate_bias=1.0", "norm=scale"], {"eps": 1e-5}, {"gate_bias": 1.0}),
+    ]
+    for overrides, norm, placement in cases:
+        settings = build(*overrides).settings()
+        assert settings["norm"] == pytest.approx(norm), overrides
+        assert settings["placement"] == pytest.approx(placement), overrides

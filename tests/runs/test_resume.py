@@ -1,0 +1,323 @@
+"""Never lose a run: SIGKILL + resume equals an uninterrupted run, a kill mid-checkpoint keeps
+the previous checkpoint, SIGTERM/SIGINT save and exit 143/130, and resuming a finished run
+writes nothing. Every run goes through the real command line in a subprocess."""
+
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_summary, run_cli, scalar_events
+
+from normexp.runs import checkpoint as ckpt
+
+STEPS = 40
+
+
+def train_cmd(corpus: Path, run_dir: Path, *extra: str, steps: int = STEPS) -> list[str]:
+    """`normexp train` on the tiny model, every step logged (log_every=1), so TensorBoard
+    holds the whole loss curve; threads=1 (in TINY) makes CPU losses bit-reproducible."""
+    return ["train", *TINY, "data=text", f"data.files=[{corpus}]", f"steps={steps}", "log_every=1",
+            "eval_every=10", f"hydra.run.dir={run_dir}", *extra]
+
+
+class Job:
+    """A `normexp train` subprocess whose stderr lines can be awaited."""
+
+    def __init__(self, args: list[str], env: dict):
+        self.proc = subprocess.Popen([sys.executable, "-m", "normexp.cli", *args], env=env, text=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.lines: list[str] = []
+        self._drained = False
+        self._queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def wait_for(self, text: str, timeout: float = 120) -> str:
+        """Block until a stderr line contains `text`; fail if the process ends first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.lines.append(line)
+            if text in line:
+                return line
+        self.proc.kill()
+        raise AssertionError(f"never saw {text!r}; stderr:\n{''.join(self.lines)[-3000:]}")
+
+    def finish(self, timeout: float = 120) -> tuple[int, str]:
+        """Wait for the exit; (exit code, all of stderr). Safe to call again."""
+        code = self.proc.wait(timeout=timeout)
+        if not self._drained:
+            while (line := self._queue.get(timeout=10)) is not None:
+                self.lines.append(line)
+            self._drained = True
+        return code, "".join(self.lines)
+
+
+def newest_checkpoint_step(run_dir: Path) -> int:
+    return ckpt.load_latest(run_dir)["step"]
+
+
+def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
+    """{relative path: (size, mtime_ns)} of every file below `folder`."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """A corpus and environment for the whole module, and the uninterrupted reference run,
+    started at once so that it trains alongside the first test's victim."""
+    root = tmp_path_factory.mktemp("resume")
+    env = cli_environment(root / "cache")
+    corpus = make_corpus(root / "corpus.txt", n_bytes=20_000)
+    reference_dir = root / "reference"
+    reference = Job(train_cmd(corpus, reference_dir, "checkpoint_every=10"), env)
+    yield corpus, env, reference_dir, reference
+    reference.proc.kill()
+
+
+@pytest.fixture
+def corpus(shared):
+    return shared[0]
+
+
+@pytest.fixture
+def cli_env(shared):
+    return shared[1]
+
+
+def finished_reference(shared) -> Path:
+    code, stderr = shared[3].finish()
+    assert code == 0, stderr[-2000:]
+    return shared[2]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corpus, cli_env):
+    killed_dir = tmp_path / "killed"
+    victim = Job(train_cmd(corpus, killed_dir, "checkpoint_every=10"), cli_env)
+    victim.wait_for("step 15 ")  # the step-10 checkpoint is written before step 10 starts
+    victim.proc.send_signal(signal.SIGKILL)
+    code, _ = victim.finish()
+    assert code == -signal.SIGKILL
+    assert read_summary(killed_dir)["status"] == "running"  # no chance to say goodbye
+    from normexp.analysis.report import load_runs, make_report
+
+    (run,) = load_runs(killed_dir)  # but its process is gone: report calls it killed
+    assert run.summary["pid"] == victim.proc.pid and run.status == "killed"
+    lines = []
+    make_report(killed_dir, tmp_path / "report", echo=lines.append)
+    assert any("was killed" in ln and "resume=true" in ln for ln in "\n".join(map(str, lines)).splitlines()), lines
+    resume_step = newest_checkpoint_step(killed_dir)
+    assert 10 <= resume_step < STEPS
+
+    resumed = run_cli(train_cmd(corpus, killed_dir, "checkpoint_every=10", "resume=true"), cli_env)
+    assert f"resumed from step {resume_step}" in resumed.stderr
+    reference_dir = finished_reference(shared)
+
+    expected, got = scalar_events(reference_dir), scalar_events(killed_dir)
+    steps = [s for s, _ in got["train/loss"]]
+    assert steps == list(range(STEPS)), "each step exactly once in TensorBoard"
+    for tag, points in expected.items():
+        if tag.startswith("perf/"):  # wall-clock throughput: never reproducible
+            continue
+        assert [s for s, _ in got[tag]] == [s for s, _ in points], f"{tag}: steps differ"
+        for (step, want), (_, have) in zip(points, got[tag]):
+            assert have == pytest.approx(want, abs=1e-6), f"{tag} at step {step} (resumed from {resume_step})"
+    assert len(expected["train/loss"]) == STEPS and len(expected["val/loss"]) == STEPS // 10
+    summary, reference_summary = read_summary(killed_dir), read_summary(reference_dir)
+    assert summary["status"] in RAN_TO_THE_END and summary["steps_completed"] == STEPS
+    assert summary["final_val_loss"] == pytest.approx(reference_summary["final_val_loss"], abs=1e-6)
+
+    # normexp report reads the resumed run like TensorBoard does, without TensorBoard's
+    # "Purging expired events" warning (expected after a resume, so not shown)
+    from normexp.analysis.report import load_scalars
+
+    seen = []  # whatever TensorBoard's logger lets through while report reads the run
+    catcher = logging.Handler()
+    catcher.emit = seen.append
+    tb_logger = logging.getLogger("tensorboard")
+    tb_logger.addHandler(catcher)
+    try:
+        scalars = load_scalars(killed_dir)
+    finally:
+        tb_logger.removeHandler(catcher)
+    assert [s for s, _ in scalars["train/loss"]] == list(range(STEPS))
+    assert not [r for r in seen if "Purging" in r.getMessage()]
+
+
+@pytest.mark.slow
+def test_kill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path, corpus, cli_env):
+    run_dir = tmp_path / "run"
+    env = {**cli_env, ckpt.STALL_ENV: "60@20"}  # the step-20 checkpoint stalls half-written
+    job = Job(train_cmd(corpus, run_dir, "checkpoint_every=10", steps=25), env)
+    job.wait_for("test hook stalls")
+    job.proc.send_signal(signal.SIGKILL)
+    assert job.finish()[0] == -signal.SIGKILL
+
+    folder = ckpt.checkpoint_dir(run_dir)
+    assert [p.name for p in ckpt.list_checkpoints(run_dir)] == ["step_00000010.pt"]
+    assert not (folder / "step_00000020.pt").exists()
+    (partial,) = folder.glob(".step_00000020.pt.*.tmp")
+    assert 0 < partial.stat().st_size < (folder / "step_00000010.pt").stat().st_size  # half of one
+    with pytest.raises(Exception):
+        torch.load(partial, weights_only=False)
+    state = ckpt.load_latest(run_dir)
+    assert state["step"] == 10
+    assert set(state) >= {"model", "optimizer", "data_generator", "rng", "summary"}
+
+
+@pytest.mark.slow
+def test_sigterm_and_sigint_save_a_checkpoint_and_exit_143_and_130(tmp_path, corpus, cli_env):
+    # checkpoint_every=0: only the final checkpoint, so any checkpoint found is the signal's
+    jobs = {signum: Job(train_cmd(corpus, tmp_path / signum.name, "checkpoint_every=0", steps=100_000), cli_env)
+            for signum in (signal.SIGTERM, signal.SIGINT)}  # both at once: half the wall time
+    for signum, job in jobs.items():
+        job.wait_for("step 5 ")
+        job.proc.send_signal(signum)
+    for signum, job in jobs.items():
+        run_dir, name = tmp_path / signum.name, signum.name
+        exit_code, stderr = job.finish()
+        assert exit_code == 128 + signum == {"SIGTERM": 143, "SIGINT": 130}[name], stderr[-2000:]
+        summary = read_summary(run_dir)
+        assert summary["status"] == "interrupted"
+        assert summary["steps_completed"] >= 5
+        assert newest_checkpoint_step(run_dir) == summary["steps_completed"]
+        assert "Traceback" not in stderr
+        (message,) = [line for line in stderr.splitlines() if "interrupted by" in line]
+        assert f"interrupted by {name} at step {summary['steps_completed']}: checkpoint saved" in message
+        assert "resume=true" in message and f"hydra.run.dir={run_dir}" in message
+        last_logged = scalar_events(run_dir)["train/loss"][-1][0]
+        assert last_logged == summary["steps_completed"] - 1  # TensorBoard was flushed
+
+
+@pytest.mark.slow
+def test_resume_of_a_finished_run_writes_nothing(shared, cli_env, corpus):
+    run_dir = finished_reference(shared)
+    before = folder_state(run_dir)
+    again = run_cli(train_cmd(corpus, run_dir, "checkpoint_every=10", "resume=true"), cli_env)
+    assert again.returncode == 0
+    status = read_summary(run_dir)["status"]  # completed, or stalled: a tiny run may not beat the unigram baseline
+    assert status in RAN_TO_THE_END
+    assert f"hydra.run.dir={run_dir} already finished (status {status} at step {STEPS})" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+    assert folder_state(run_dir) == before
+
+
+# ------------------------------------------------------------ checkpoint.py in-process
+
+def tiny_state(step: int) -> dict:
+    return {"step": step, "model": {"w": torch.full((3,), float(step))}, "rng": ckpt.capture_rng()}
+
+
+def test_save_keeps_the_newest_k_and_clears_a_killed_writes_temp_file(tmp_path):
+    folder = ckpt.checkpoint_dir(tmp_path)
+    folder.mkdir()
+    leftover = folder / ".step_00000020.pt.abc123.tmp"  # what a SIGKILL mid-write leaves
+    leftover.write_bytes(b"half a checkpoint")
+    for step in (10, 20, 30, 40):
+        ckpt.save(tmp_path, tiny_state(step), keep=3)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == [f"step_{s:08d}.pt" for s in (20, 30, 40)]
+    assert not leftover.exists()
+    assert torch.equal(ckpt.load_latest(tmp_path)["model"]["w"], torch.full((3,), 40.0))
+
+
+def test_load_latest_falls_back_past_a_damaged_newest_checkpoint(tmp_path):
+    for step in (10, 20):
+        ckpt.save(tmp_path, tiny_state(step), keep=2)
+    newest = ckpt.list_checkpoints(tmp_path)[-1]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # e.g. a disk that filled up
+    assert ckpt.load_latest(tmp_path)["step"] == 10
+    for path in ckpt.list_checkpoints(tmp_path):
+        path.write_bytes(b"not a checkpoint")
+    assert ckpt.load_latest(tmp_path) is None
+
+
+def test_rng_capture_restores_every_generator(tmp_path):
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(1), np.random.seed(1), random.seed(1)
+    ckpt.save(tmp_path, tiny_state(1))
+    expected = (torch.rand(3), np.random.rand(3), random.random())
+    ckpt.restore_rng(ckpt.load_latest(tmp_path)["rng"])
+    got = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(expected[0], got[0]) and (expected[1] == got[1]).all() and expected[2] == got[2]
+
+
+def test_resume_command_quotes_what_the_shell_would_expand(tmp_path):
+    command = ckpt.resume_command(tmp_path / "my run")
+    assert command == f"normexp train resume=true 'hydra.run.dir={tmp_path / 'my run'}'"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path, umask, mode):
+    """summary.json is written through a private temp file; the result must still be readable
+    as the umask allows, like any file the user writes (others on a cluster read reports)."""
+    from normexp.data.files import atomic_write_bytes
+
+    old = os.umask(umask)
+    try:
+        atomic_write_bytes(tmp_path / "summary.json", b"{}\n")
+        (tmp_path / "plain.json").write_bytes(b"{}\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "summary.json").stat().st_mode & 0o777 == mode
+    assert (tmp_path / "plain.json").stat().st_mode & 0o777 == mode
+    assert (tmp_path / "summary.json").read_bytes() == b"{}\n"
+
+
+def test_a_checkpoint_from_before_the_reference_batch_rename_resumes_its_model_update(tmp_path, monkeypatch):
+    """Checkpoints written before the model update's batch was renamed keep h₀ as "probe_h0";
+    newer ones under "instruments". Resuming an old one restores its h₀ (doubled here, so it
+    cannot be mistaken for the h₀ the resumed run computes at its own start)."""
+    from normexp.config.compose import compose_config
+    from normexp.train.loop import Hooks, Trainer
+
+    monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
+    overrides = [*TINY, "data=text", f"data.files=[{corpus}]", "steps=4", "log.progress=off", "checkpoint_every=2"]
+    run = tmp_path / "run"
+    run.mkdir()
+    threads = torch.get_num_threads()
+
+    def closed(trainer):
+        trainer.writer.close()
+        trainer.progress.close()
+        return trainer
+
+    try:
+        first = Trainer(compose_config(overrides), run, Hooks())
+        h0 = first.instruments.reference_h0.clone()
+        for _ in range(2):
+            first.train_step()
+            first.after_step()  # the step-2 checkpoint
+        closed(first)
+        (path,) = ckpt.list_checkpoints(run)
+        state = torch.load(path, weights_only=False)
+        assert torch.equal(state["instruments"]["reference_h0"], h0)
+        state["probe_h0"] = 2 * state.pop("instruments")["reference_h0"]  # the old layout
+        torch.save(state, path)
+        resumed = closed(Trainer(compose_config([*overrides, "resume=true"]), run, Hooks()))
+    finally:
+        torch.set_num_threads(threads)
+    assert resumed.step == 2 and torch.equal(resumed.instruments.reference_h0, 2 * h0)

@@ -1,0 +1,338 @@
+"""One run per folder, and resume checks on what the files are now (issue 32, items 2-5):
+folder claims raced by real processes, default names that cannot collide, a folder with a
+run's files but no summary, job folders of a sweep that would collide, data files checked by
+their contents as named now, checkpoints that carry their settings, settings compared by
+value, symlinked run folders. The end-to-end tests start `normexp train` twice at once."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TINY, make_corpus, read_summary
+
+from normexp.runs import folder as runfolder
+from normexp.runs.folder import (CLAIM, FolderTaken, canonical_value, changed_data_file, claim_default_folder,
+                               claim_folder, file_identity, find_runs, result_settings, run_artefacts)
+
+RACE = """
+import sys, time
+from pathlib import Path
+from normexp.runs.folder import FolderTaken, claim_folder
+folder, start = Path(sys.argv[1]), float(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))  # all racers call at the same moment
+try:
+    claim_folder(folder, resume=False)
+    print("won")
+except FolderTaken as e:
+    print("lost:", e)
+"""
+
+
+def test_of_processes_racing_for_one_folder_exactly_one_claims_it(tmp_path):
+    folder = tmp_path / "run"
+    start = time.time() + 2.0  # after every interpreter has started
+    racers = [subprocess.Popen([sys.executable, "-c", RACE, str(folder), str(start)], stdout=subprocess.PIPE, text=True)
+              for _ in range(4)]
+    outputs = [p.communicate(timeout=60)[0].strip() for p in racers]
+    assert sorted(o.split(":")[0] for o in outputs) == ["lost", "lost", "lost", "won"], outputs
+    winner = racers[[o == "won" for o in outputs].index(True)]
+    assert json.loads((folder / CLAIM).read_text())["pid"] == winner.pid
+    lost = next(o for o in outputs if o != "won")
+    assert "choose another folder (hydra.run.dir=PATH)" in lost and "\n" not in lost
+
+
+def test_a_default_name_taken_in_the_same_second_gets_a_suffix(tmp_path):
+    stamp = tmp_path / "runs" / "2026-11-25" / "01-45-05"
+    assert claim_default_folder(stamp, "hydra.run.dir") == stamp
+    assert claim_default_folder(stamp, "hydra.run.dir") == stamp.with_name("01-45-05-2")  # claimed: next name
+    third = stamp.with_name("01-45-05-3")
+    third.mkdir()
+    (third / "notes.txt").write_text("someone's file")  # not empty, not ours: skipped as well
+    assert claim_default_folder(stamp, "hydra.run.dir") == stamp.with_name("01-45-05-4")
+    assert (third / "notes.txt").read_text() == "someone's file" and not (third / CLAIM).exists()
+
+
+@pytest.mark.parametrize("artefact", ["checkpoints/step_00000002.pt", "events.out.tfevents.1.host.1.0",
+                                      "normexp_run.json"])
+def test_a_folder_with_a_runs_files_but_no_summary_is_not_empty(tmp_path, artefact):
+    run = tmp_path / "run"
+    (run / artefact).parent.mkdir(parents=True, exist_ok=True)
+    (run / artefact).write_bytes(b"x")
+    with pytest.raises(FolderTaken) as e:
+        claim_folder(run, resume=False)
+    assert "no summary.json" in str(e.value) and "pass resume=true" in str(e.value)
+    assert not (run / CLAIM).exists() and (run / artefact).read_bytes() == b"x"
+    claim_folder(run, resume=True)  # a resume takes such a folder over
+    assert runfolder.holds_own_claim(run)
+
+
+def test_a_finished_run_is_refused_to_a_new_run_and_handed_to_a_resume(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CLAIM).write_text(json.dumps({"pid": 1, "host": "elsewhere", "since": "then", "token": "old"}))
+    (run / "summary.json").write_text(json.dumps({"status": "completed"}))
+    with pytest.raises(FolderTaken, match="already holds a run \\(status completed\\)"):
+        claim_folder(run, resume=False)
+    claim_folder(run, resume=True)
+    assert json.loads((run / CLAIM).read_text())["pid"] == os.getpid()
+    assert sorted(p.name for p in run.iterdir()) == [CLAIM, "summary.json"]  # the old claim is not left aside
+
+
+def test_a_run_that_failed_before_training_gives_its_folder_to_the_corrected_command(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CLAIM).write_text(json.dumps({"pid": 1, "host": "elsewhere", "token": "old"}))
+    (run / "summary.json").write_text(json.dumps({"status": "failed", "error": "seq_len too long"}))
+    claim_folder(run, resume=False)
+    assert runfolder.holds_own_claim(run)
+
+
+def test_a_resume_is_refused_while_the_claiming_process_trains(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        import socket
+
+        (run / CLAIM).write_text(json.dumps({"pid": live.pid, "host": socket.gethostname(), "token": "t"}))
+        (run / "summary.json").write_text(json.dumps({"status": "running", "pid": live.pid}))
+        with pytest.raises(FolderTaken, match=f"a run is training into it now \\(claimed by pid {live.pid}"):
+            claim_folder(run, resume=True)
+    finally:
+        live.kill()
+        live.wait()
+    claim_folder(run, resume=True)  # its process is gone (killed): the resume may continue it
+    assert runfolder.holds_own_claim(run)
+
+
+def test_run_artefacts_leave_out_what_hydra_writes_for_any_job(tmp_path):
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("lr: 1\n")
+    (tmp_path / "train.log").write_text("")
+    assert run_artefacts(tmp_path) == []
+    (tmp_path / "summary.json").write_text("{}")
+    assert run_artefacts(tmp_path) == ["summary.json"]
+
+
+# ------------------------------------------------------------------ sweeps' job folders
+
+def _sweep_cfg(*overrides):
+    from normexp.config.compose import compose_config
+
+    return compose_config(list(overrides), hydra=True)
+
+
+def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
+    from normexp.config.checks import ConfigError
+    from normexp.runs.folder import check_job_folders
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    jobs = [["data=text", f"data.files=[{a}]", "lr=0.001"], ["data=text", f"data.files=[{b}]", "lr=0.001"]]
+    with pytest.raises(ConfigError) as e:
+        check_job_folders(_sweep_cfg("data=text"), jobs)
+    assert str(e.value).startswith(f"data.files=[{a}],[{b}]: job folder names leave data.files out")
+    assert "would share the folder data=text,lr=0.001;" in str(e.value)
+    with pytest.raises(ConfigError, match="threads does not change what a run computes"):
+        check_job_folders(_sweep_cfg(), [["threads=1", "lr=0.1"], ["threads=2", "lr=0.1"]])
+    check_job_folders(_sweep_cfg(), [["lr=0.1", "seed=0"], ["lr=0.1", "seed=1"], ["lr=0.2", "seed=0"]])
+    # a subdir of the user's own is theirs to name: the job claims still guard it
+    check_job_folders(_sweep_cfg("hydra.sweep.subdir=${hydra.job.num}"), jobs)
+
+
+def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
+    from normexp.config.checks import ConfigError
+    from normexp.runs.folder import check_job_folders
+
+    for spellings in (("grad_clip=1", "grad_clip=1.0"), ("lr=1e-3", "lr=0.001"), ("optim.betas=[0.9,1]",
+                                                                                  "optim.betas=[0.9,1.0]")):
+        key = spellings[0].split("=")[0]
+        with pytest.raises(ConfigError) as e:
+            check_job_folders(_sweep_cfg(), [[spellings[0], "seed=0"], [spellings[1], "seed=0"]])
+        assert str(e.value) == (f"{key}={spellings[0].split('=')[1]},{spellings[1].split('=')[1]}: one value spelled "
+                                "two ways, so two jobs of this sweep would be one run twice (in two folders); give each "
+                                "value once")
+    check_job_folders(_sweep_cfg(), [["grad_clip=1", "seed=0"], ["grad_clip=1.0", "seed=1"]])  # other seeds: fine
+    # numbered job folders: a job repeated on purpose (a reproducibility check) is the user's to ask for
+    check_job_folders(_sweep_cfg("hydra.sweep.subdir=${hydra.job.num}"), [["seed=0"], ["seed=1"], ["seed=0"]])
+
+
+def test_every_excluded_key_is_a_path_a_preset_or_a_run_setting():
+    """What job folder names leave out must not change a run's result, or be refused as a
+    sweep axis by check_job_folders (which refuses any collision, whatever the key)."""
+    cfg = _sweep_cfg()
+    excluded = set(cfg.hydra.job.config.override_dirname.exclude_keys)
+    assert excluded - set(runfolder.RUN_SETTINGS) == {"experiment", "data.files", "data.val_files"}
+
+
+# ------------------------------------------------------------------ contents, not paths
+
+def test_a_data_file_is_checked_by_its_contents_as_named_now(tmp_path, monkeypatch):
+    first = make_corpus(tmp_path / "a.txt", 4000)
+    recorded = [file_identity(first)]
+    monkeypatch.chdir(tmp_path)
+    assert changed_data_file(recorded, ["a.txt"]) is None
+    assert changed_data_file(recorded, [str(first)]) is None
+
+    other = tmp_path / "other"
+    other.mkdir()
+    make_corpus(other / "a.txt", 4000, seed=1)
+    monkeypatch.chdir(other)  # the same relative name, resolved from another folder
+    given, why = changed_data_file(recorded, ["a.txt"])
+    assert given == "a.txt" and f"it is {other / 'a.txt'} now, was {first}" in why
+
+    link = tmp_path / "link.txt"
+    link.symlink_to(first)
+    assert changed_data_file(recorded, [str(link)]) is None  # a link to the same text is the same data
+    link.unlink()
+    link.symlink_to(other / "a.txt")  # retargeted
+    assert changed_data_file(recorded, [str(link)])[1].startswith("does not hold the text the run began on")
+
+    st = first.stat()  # an in-place edit that keeps size and mtime
+    first.write_text(first.read_text().replace("the", "zzz"))
+    os.utime(first, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert first.stat().st_size == st.st_size and first.stat().st_mtime_ns == st.st_mtime_ns
+    assert changed_data_file(recorded, [str(first)]) is not None
+    assert "names 2 files, the run began on 1" in changed_data_file(recorded, [str(first), str(first)])[1]
+
+
+def test_a_checkpoint_of_other_settings_is_refused(tmp_path):
+    from normexp.runs.checkpoint import check_settings
+    from normexp.config.checks import ConfigError
+
+    mine = result_settings(_sweep_cfg("lr=0.002"))
+    check_settings({"settings": mine}, mine, "step_00000002.pt", tmp_path)
+    other = result_settings(_sweep_cfg("lr=1e-3"))
+    with pytest.raises(ConfigError) as e:
+        check_settings({"settings": other}, mine, "step_00000002.pt", tmp_path)
+    assert str(e.value).startswith(f"lr=0.002: differs from the checkpoint step_00000002.pt in {tmp_path} (lr=0.001)")
+    # run settings may differ (threads), and so may spellings of one value
+    assert result_settings(_sweep_cfg("lr=0.002", "threads=3", "warmup=100.0")) == mine
+    # a checkpoint from before checkpoints kept their settings: its summary's hyperparameters
+    with pytest.raises(ConfigError, match="layers=6: differs"):
+        check_settings({"summary": {"layers": 12, "lr": 0.002, "warmup": 100}}, mine, "step_1.pt", tmp_path)
+    check_settings({"summary": {"layers": 6, "lr": 0.002, "warmup": 600}}, mine, "step_1.pt", tmp_path)
+
+
+@pytest.mark.parametrize("a,b,same", [(1, 1.0, True), (2000, 2e3, True), (1e-3, 0.001, True), (0.5, 0.50, True),
+                                      (True, 1, False), (None, 0, False), ([0.9, 1], (0.9, 1.0), True),
+                                      ({"b": 1.0, "a": 2}, {"a": 2.0, "b": 1}, True), ("1", 1, False)])
+def test_one_value_has_one_canonical_form(a, b, same):
+    assert (canonical_value(a) == canonical_value(b) and repr(canonical_value(a)) == repr(canonical_value(b))) is same
+
+
+# ------------------------------------------------------------------ symlinked run folders
+
+def test_symlinked_run_folders_are_found_once_and_cycles_end(tmp_path):
+    real = tmp_path / "elsewhere" / "run"
+    (real / ".hydra").mkdir(parents=True)
+    (real / ".hydra" / "config.yaml").write_text("lr: 1\n")
+    root = tmp_path / "report"
+    (root / "own" / ".hydra").mkdir(parents=True)
+    (root / "own" / ".hydra" / "config.yaml").write_text("lr: 2\n")
+    (root / "linked").symlink_to(real)
+    (root / "loop").symlink_to(root)  # a link back up the tree
+    assert find_runs(root) == [root / "linked", root / "own"]
+
+
+# ------------------------------------------------------------------ through the command line
+
+BASE = [*TINY, "steps=2", "warmup=0", "eval_every=2", "data=text"]
+
+
+def _start(args, env, cwd):
+    return subprocess.Popen([sys.executable, "-m", "normexp.cli", "train", *args], env=env, cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _same_second(commands, env, cwd):
+    """Start the commands within one second of the clock, wait, return (returncode, stderr) each."""
+    time.sleep(1 - time.time() % 1 + 0.05)  # just after a second begins
+    procs = [_start(args, env, cwd) for args in commands]
+    return [(p.wait(timeout=600), p.communicate()[1]) for p in procs]
+
+
+@pytest.mark.slow
+def test_two_runs_started_in_the_same_second_keep_both_results(tmp_path, cli_env):
+    corpus = make_corpus(tmp_path / "c.txt", 20_000)
+    data = f"data.files=[{corpus}]"
+    done = _same_second([[*BASE, data, "seed=1"], [*BASE, data, "seed=2"]], cli_env, tmp_path)
+    assert [code for code, _ in done] == [0, 0], done
+    runs = find_runs(tmp_path / "runs")
+    assert len(runs) == 2 and sorted(read_summary(r)["seed"] for r in runs) == [1, 2]
+    for run, (_, err) in zip(sorted(runs, key=lambda r: read_summary(r)["seed"]), done):
+        assert str(run) in err.strip().splitlines()[-1]
+
+    # an explicit shared folder: one trains, the other is one line, exit 2, nothing of the first touched
+    shared = tmp_path / "shared"
+    done = _same_second([[*BASE, data, "seed=1", f"hydra.run.dir={shared}"],
+                         [*BASE, data, "seed=2", f"hydra.run.dir={shared}"]], cli_env, tmp_path)
+    assert sorted(code for code, _ in done) == [0, 2], done
+    refused = next(err for code, err in done if code == 2).strip().splitlines()
+    assert len(refused) == 1 and refused[0].startswith(f"normexp: error: hydra.run.dir={shared}: ")
+    assert "choose another folder (hydra.run.dir=PATH)" in refused[0]
+    winner = 1 + [code for code, _ in done].index(0)
+    assert read_summary(shared)["seed"] == winner and f"seed: {winner}" in (shared / ".hydra/config.yaml").read_text()
+
+    # the summary removed, checkpoints, events and record kept: not an empty folder
+    (shared / "summary.json").unlink()
+    before = {p: p.read_bytes() for p in shared.rglob("*") if p.is_file()}
+    proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *BASE, data, f"hydra.run.dir={shared}"],
+                          env=cli_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"normexp: error: hydra.run.dir={shared}: holds a run's files (normexp_run.json, checkpoints, TensorBoard "
+        "events) but no summary.json; pass resume=true to continue it, or choose another folder"]
+    assert {p: p.read_bytes() for p in shared.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.slow
+def test_two_sweeps_into_one_folder_keep_both_results(tmp_path, cli_env):
+    corpus = make_corpus(tmp_path / "c.txt", 20_000)
+    data = f"data.files=[{corpus}]"
+    # default folders, started in one second: two sweep folders
+    done = _same_second([["-m", *BASE, data, "seed=1,2"], ["-m", *BASE, data, "seed=1,2", "lr=1e-3"]], cli_env,
+                        tmp_path)
+    assert [code for code, _ in done] == [0, 0], done
+    sweeps = sorted({r.parent for r in find_runs(tmp_path / "runs" / "multirun")})
+    assert len(sweeps) == 2 and sorted(len(find_runs(s)) for s in sweeps) == [2, 2]
+    assert sorted(read_summary(r)["lr"] for r in find_runs(tmp_path / "runs")) == [1e-3, 1e-3, 2e-3, 2e-3]
+
+    # one named folder, both sweeps adding their jobs (resume=true): all four results kept
+    sweep = tmp_path / "sweep"
+    done = _same_second([["-m", *BASE, data, "seed=1,2", "resume=true", f"hydra.sweep.dir={sweep}"],
+                         ["-m", *BASE, data, "seed=1,2", "lr=1e-3", "resume=true", f"hydra.sweep.dir={sweep}"]],
+                        cli_env, tmp_path)
+    assert [code for code, _ in done] == [0, 0], done
+    assert sorted((s["lr"], s["seed"]) for s in map(read_summary, find_runs(sweep))) == [
+        (1e-3, 1), (1e-3, 2), (2e-3, 1), (2e-3, 2)]
+
+    # a new sweep (no resume=true) into it: one line, exit 2, nothing touched
+    before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "-m", *BASE, data, "seed=1,2",
+                           f"hydra.sweep.dir={sweep}"], env=cli_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"normexp: error: hydra.sweep.dir={sweep}: already holds 4 runs; pass resume=true to continue them "
+        "(finished jobs are skipped), or choose another folder"]
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
+
+
+def test_a_claim_left_by_a_process_stopped_at_start_up_does_not_lock_the_folder(tmp_path):
+    import socket
+
+
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CLAIM).write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname(), "token": "t"}))
+    claim_folder(run, resume=False)  # nothing but the claim of a process that is gone: an empty folder
+    assert runfolder.holds_own_claim(run)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / CLAIM).write_text(json.dumps({"pid": 1, "host": "another-host", "token": "t"}))
+    with pytest.raises(FolderTaken, match=f"another run claimed it .*remove {other / CLAIM}\\)$"):
+        claim_folder(other, resume=False)

@@ -1,0 +1,108 @@
+"""What a user sees in TensorBoard: the HParams columns (what the command line chose first,
+variant settings only where the run has them, metrics with names), the depth-profile
+images at the expected steps, and the sweep-level custom-scalar charts."""
+
+import math
+
+import pytest
+from conftest import TINY, cli_environment, load_events, make_corpus, read_summary, run_cli
+
+from normexp.runs.schema import HPARAM_METRICS, LAYER_FAMILIES
+from normexp.runs.folder import STATUSES
+
+pytestmark = pytest.mark.slow  # every test reads the runs of one module fixture (a sweep and two runs)
+
+
+def events(run_dir):
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    (path,) = run_dir.glob("events.out.tfevents.*")
+    return list(EventFileLoader(str(path)).Load())
+
+
+def experiment(run_dir):
+    from tensorboard.plugins.hparams import metadata
+
+    for e in events(run_dir):
+        for v in e.summary.value:
+            if v.tag == metadata.EXPERIMENT_TAG:
+                return metadata.parse_experiment_plugin_data(v.metadata.plugin_data.content)
+    raise AssertionError("no HParams experiment summary")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tb")
+    corpus = make_corpus(root / "corpus.txt")
+    env = cli_environment(root / "cache")
+    common = ["train", "data=text", f"data.files=[{corpus}]", *TINY, "layers=4", "steps=30", "log_every=10",
+              "eval_every=10"]
+    run_cli([common[0], "-m", *common[1:], "placement=pre,deepnorm", "lr=1e-3", f"hydra.sweep.dir={root / 'sweep'}",
+             "hydra.sweep.subdir=${hydra:runtime.choices.placement}"], env)
+    run_cli([*common, "log.profiles_every=20", f"hydra.run.dir={root / 'every20'}"], env)
+    run_cli([*common, "log.profiles_every=0", f"hydra.run.dir={root / 'none'}"], env)
+    return root
+
+
+def test_hparams_mark_the_chosen_keys_and_leave_out_unused_settings(runs):
+    pre, deepnorm = experiment(runs / "sweep" / "pre"), experiment(runs / "sweep" / "deepnorm")
+    names = [h.name for h in pre.hparam_infos]
+    assert names[:6] == ["placement", "norm", "layers", "warmup", "lr", "seed"]
+    # TensorBoard lists the "differs" ones first and ticks five: the study's axes and the swept keys
+    assert {h.name for h in pre.hparam_infos if h.differs} == {"placement", "norm", "layers", "warmup", "lr"}
+    assert not any(n.startswith("placement.") for n in names)  # Pre-LN has no settings: no 0 written
+    deepnorm_names = {h.name for h in deepnorm.hparam_infos}
+    assert {"placement.alpha", "placement.beta"} <= deepnorm_names
+    assert [(m.name.tag, m.display_name) for m in pre.metric_infos] == [(m.tag, m.display_name) for m in HPARAM_METRICS]
+
+
+def test_hparams_metrics_hold_the_final_numbers_and_the_status_code(runs):
+    import json
+
+    run = runs / "sweep" / "pre"
+    summary = read_summary(run)
+    acc = load_events(run)
+    last = lambda tag: acc.Scalars(tag)[-1].value  # noqa: E731
+    assert last("hparams/final_val_loss") == pytest.approx(summary["final_val_loss"], rel=1e-6)
+    assert STATUSES[int(last("hparams/status"))] == summary["status"]
+    assert "hparams/diverged_at_step" not in acc.Tags()["scalars"]  # nothing diverged: no value, not a 0
+
+
+@pytest.mark.parametrize("run, steps", [("sweep/pre", [0, 10, 20, 29]), ("every20", [0, 20, 29]), ("none", [])])
+def test_depth_profile_images_at_the_expected_steps(runs, run, steps):
+    acc = load_events(runs / run)
+    found = acc.Images("depth_profile") if "depth_profile" in acc.Tags()["images"] else []
+    assert [e.step for e in found] == steps
+    for e in found:  # a 9 × 2.6 inch figure at 72 dpi, PNG
+        assert (e.width, e.height) == (648, math.floor(2.6 * 72))
+        assert e.encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_charts_read_the_first_and_last_block(runs):
+    acc = load_events(runs / "sweep" / "pre")
+    act = {t: acc.Scalars(f"act_std/layer_0{i}")[-1].value for t, i in (("first", 0), ("last", 3))}
+    for which, value in act.items():
+        assert acc.Scalars(f"stability/act_std_{which}")[-1].value == value
+    grads = {t: acc.Scalars(f"grad_norm/layer_0{i}")[-1].value for t, i in (("first", 0), ("last", 3))}
+    for which, value in grads.items():
+        assert acc.Scalars(f"stability/grad_norm_{which}")[-1].value == value
+
+
+def test_every_per_layer_family_is_described_and_charted(runs):
+    """A run logs <family>/layer_XX for exactly the families names.LAYER_FAMILIES describes, and
+    TensorBoard's custom-scalars layout has one "per layer" chart per family, titled with its
+    description: a family's name and description are written in names.py and nowhere else."""
+    import re
+
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.plugins.custom_scalar import metadata as custom_scalar
+
+    run = runs / "sweep" / "pre"
+    logged = {m[1] for tag in load_events(run).Tags()["scalars"] if (m := re.fullmatch(r"(\w+)/layer_\d\d", tag))}
+    assert logged == set(LAYER_FAMILIES)
+    [layout] = [layout_pb2.Layout.FromString(v.tensor.string_val[0]) for e in events(run) for v in e.summary.value
+                if v.tag == custom_scalar.CONFIG_SUMMARY_TAG]
+    [per_layer] = [c for c in layout.category if c.title == "per layer"]
+    assert sorted(chart.title for chart in per_layer.chart) == sorted(f"{name}: {f.about}" for name, f in LAYER_FAMILIES.items())
+    act_std = next(chart for chart in per_layer.chart if chart.title.startswith("act_std:"))
+    assert list(act_std.multiline.tag) == [r"act_std/layer_\d+"]
