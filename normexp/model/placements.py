@@ -110,6 +110,45 @@ def deepnorm_constants(layers: int) -> tuple[float, float]:
     return (2 * layers) ** 0.25, (8 * layers) ** -0.25
 
 
+@register(PLACEMENTS, "lns")
+class LayerNormScaling(Placement):
+    """LayerNorm Scaling (Sun et al. 2025, "The Curse of Depth in Large Language Models";
+    lmsdss/LayerNorm-Scaling): Pre-LN with the norm's output scaled down by the square root
+    of the block's depth, x ← x + F(Norm(x)/√ℓ), ℓ = index + 1 the 1-based block index, on
+    both sublayers. It damps the growth of the Pre-LN stream's variance with depth that
+    leaves the deeper blocks close to the identity. The model adds a final Norm as Pre-LN
+    does. Its authors report that a depth-scaled init (gpt2's 1/√(2L), mitchell's) weakens
+    it; the default xavier has none."""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.norm = make_norm()
+        self.sublayer = sublayer
+        self.scale = 1.0 / math.sqrt(index + 1)
+
+    def forward(self, x, *context):
+        out = self.sublayer(self.norm(x) * self.scale, *context)
+        return x + out, out
+
+
+@register(PLACEMENTS, "reordered")
+class ReorderedNorm(Placement):
+    """OLMo 2's "reordered norm" (Team OLMo 2024, "2 OLMo 2 Furious"; allenai/OLMo's
+    `norm_after`): the norm moves from the sublayer's input to its output, x ← x + Norm(F(x)),
+    with no norm on the input. The stream itself is never normalized, so the model adds a
+    final Norm. (OLMo 2 also normalizes q and k, over the full width, and uses z-loss 1e-5:
+    here `qk_norm`, per head, and `z_loss` are switches of their own.)"""
+
+    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+        super().__init__()
+        self.sublayer = sublayer
+        self.norm = make_norm()
+
+    def forward(self, x, *context):
+        out = self.norm(self.sublayer(x, *context))
+        return x + out, out
+
+
 @register(PLACEMENTS, "deepnorm")
 class DeepNorm(Placement):
     """DeepNorm (Wang et al. 2022, "DeepNet"): x ← Norm(α·x + F(x)), with F's value, output
