@@ -94,7 +94,7 @@ class GPT(nn.Module):
             for i in range(cfg.layers))
         self.final_norm = self.blocks[-1].mlp.make_final(make_norm)  # a Norm, the identity, or ResiDual's output
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
-        self.embed_scale = math.sqrt(cfg.d_model)
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         self.scale_positions = self.init_scheme.scale_positions  # what √d multiplies: tok + pos, or tok alone
         self._init_weights()
 
@@ -144,7 +144,15 @@ class GPT(nn.Module):
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         """The stream entering block 0: (tok + pos)·√d, or tok·√d + pos where the init scheme's
-        `scale_positions` is false (fairseq's and torchscale's order)."""
+        `scale_positions` is false (fairseq's and torchscale's order); with `scale_embeddings`
+        false, tok + pos unscaled (GPT-2, OLMo).
+
+        The √d is a model setting (train.yaml's `scale_embeddings`), not a norm's or an init's:
+        it multiplies the stream entering block 0 at every step, so it belongs to the forward
+        pass of the model, not to one norm type (rms_gemma may be combined with it or not, and
+        Vaswani et al. use it with LayerNorm) nor to the weights' starting draw (an init only
+        says where the weights begin; `scale_positions` stays with the inits because the
+        torchscale init copies its reference code's forward as a whole)."""
         tok, pos = self.tok_emb(idx), self.pos_emb(self.positions[: idx.shape[1]])
         if self.scale_positions:
             return (tok + pos) * self.embed_scale

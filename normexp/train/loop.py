@@ -120,7 +120,7 @@ def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
                        heads=cfg.heads, mlp_ratio=cfg.mlp_ratio, norm=OmegaConf.to_container(cfg.norm),
                        placement=OmegaConf.to_container(cfg.placement), init=OmegaConf.to_container(cfg.init),
                        qk_norm=cfg.qk_norm, attn_softcap=cfg.attn_softcap or None,  # 0 and null: off
-                       logit_softcap=cfg.logit_softcap or None)
+                       logit_softcap=cfg.logit_softcap or None, scale_embeddings=cfg.scale_embeddings)
 
 
 def set_threads(cfg: DictConfig, launcher: Mapping | None = None) -> int:

@@ -54,7 +54,7 @@ def test_shape_keys_reach_the_modules():
 
 
 NORM_CLASSES = {"layer": "LayerNorm", "rms": "RMSNorm", "batch": "BatchNorm", "dyt": "DynamicTanh", "none": "NoNorm",
-                "scale": "ScaleNorm"}
+                "scale": "ScaleNorm", "rms_gemma": "GemmaRMSNorm", "derf": "DynamicErf"}
 
 
 @pytest.mark.parametrize("option, cls", sorted(NORM_CLASSES.items()))
