@@ -106,9 +106,9 @@ class GPT(nn.Module):
         matrices. A placement that profiles (Admin) is set afterwards by `calibrate`."""
         self.init_scheme.embedding(self.tok_emb.weight)
         self.init_scheme.embedding(self.pos_emb.weight)
-        for block in self.blocks:
+        for index, block in enumerate(self.blocks):
             for wrapper in block.sublayers():
-                wrapper.sublayer.init_weights(wrapper.init_gain, self.init_scheme)
+                wrapper.sublayer.init_weights(wrapper.init_gain, self.init_scheme, index)
 
     @torch.no_grad()
     def calibrate(self, idx: torch.Tensor) -> bool:

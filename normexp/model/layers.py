@@ -18,18 +18,18 @@ def softcap(z: torch.Tensor, cap: float) -> torch.Tensor:
     return cap * torch.tanh(z / cap)
 
 
-# Each sublayer's `init_weights(gain, init)`: matrices, then biases, drawn by the init scheme
-# (`_draw`); `gain` scales the value, output and MLP matrices (the placement's init_gain),
-# queries and keys keep 1.
+# Each sublayer's `init_weights(gain, init, block)`: matrices, then biases, drawn by the init
+# scheme (`_draw`); `gain` scales the value, output and MLP matrices (the placement's
+# init_gain), queries and keys keep 1; `block` is the sublayer's block index (0-based).
 
 
-def _draw(init: XavierInit, parts) -> None:
+def _draw(init: XavierInit, parts, block: int) -> None:
     """parts: (weight, bias, gain, role) each; every matrix first, then every bias, so an
     init with zero biases draws exactly what it drew before biases had a say."""
     for w, _, gain, role in parts:
-        init.matrix(w, gain, role)
+        init.matrix(w, gain, role, block)
     for w, b, gain, role in parts:
-        init.bias(b, w, gain, role)
+        init.bias(b, w, gain, role, block)
 
 
 class CausalSelfAttention(nn.Module):
@@ -100,11 +100,11 @@ class CausalSelfAttention(nn.Module):
         return {"queries": Readout(self.qkv, lambda out: self.split_heads(out)[0]),
                 "keys": Readout(self.qkv, lambda out: self.split_heads(out)[1])}
 
-    def init_weights(self, gain: float, init: XavierInit) -> None:
+    def init_weights(self, gain: float, init: XavierInit, block: int = 0) -> None:
         d = self.qkv.in_features
         (q, k, v), (bq, bk, bv) = self.qkv.weight.data.split(d), self.qkv.bias.data.split(d)  # views: each d×d on its own
         _draw(init, ((q, bq, 1.0, "query"), (k, bk, 1.0, "key"), (v, bv, gain, "value"),
-                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")))
+                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")), block)
 
 
 class CrossAttention(nn.Module):
@@ -126,11 +126,11 @@ class CrossAttention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
-    def init_weights(self, gain: float, init: XavierInit) -> None:
+    def init_weights(self, gain: float, init: XavierInit, block: int = 0) -> None:
         d = self.q.in_features
         (k, v), (bk, bv) = self.kv.weight.data.split(d), self.kv.bias.data.split(d)
         _draw(init, ((self.q.weight.data, self.q.bias.data, 1.0, "query"), (k, bk, 1.0, "key"), (v, bv, gain, "value"),
-                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")))
+                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")), block)
 
 
 class MLP(nn.Module):
@@ -150,6 +150,6 @@ class MLP(nn.Module):
             h = self.inner_norm(h)
         return self.fc_out(h)
 
-    def init_weights(self, gain: float, init: XavierInit) -> None:
+    def init_weights(self, gain: float, init: XavierInit, block: int = 0) -> None:
         _draw(init, ((self.fc_in.weight.data, self.fc_in.bias.data, gain, "mlp_in"),
-                     (self.fc_out.weight.data, self.fc_out.bias.data, gain, "mlp_out")))
+                     (self.fc_out.weight.data, self.fc_out.bias.data, gain, "mlp_out")), block)
