@@ -4,7 +4,9 @@ placement needs one, and reads the logits through a head tied to the token embed
 
 One `ModelConfig` drives everything. A norm, a placement or an init is a small class picked
 by name from `NORMS` (norms.py), `PLACEMENTS` (placements.py) or `INITS` (inits.py); its
-settings are the keys of its own config file (configs/norm/<name>.yaml, ...):
+settings are its constructor's keyword-only parameters, their values those of its own config
+file (configs/norm/<name>.yaml, ...) where the config leaves them out (config/registry.py's
+`variant`, the one place that fills them):
 
     NORMS[name](d_model, **settings)
     PLACEMENTS[name](sublayer, make_norm, index=block, depth=layers, **settings)

@@ -3,8 +3,9 @@ picked by name (the contract every placement keeps is `Placement`'s docstring).
 
     PLACEMENTS[name](sublayer, make_norm, index=block, depth=layers, **settings)
 
-`settings` are the keys of configs/placement/<name>.yaml. A new placement is one class here
-and one yaml file.
+`settings` are the constructor's keyword-only parameters (after `*`), written without
+defaults: their values live in configs/placement/<name>.yaml only, filled in by
+config/registry.py's `variant`. A new placement is one class here and one yaml file.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ class Placement(nn.Module):
     * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F
       (it maps width `F.d_model` to itself), `make_norm()` makes a fresh norm of the run's type
       (`make_norm(width)` one of another width), `index` is the block's position
-      (0 = nearest the input) and `depth` the number of blocks; `settings` are the keys of
-      configs/placement/<name>.yaml.
+      (0 = nearest the input) and `depth` the number of blocks; `settings` are the
+      keyword-only parameters, one per key of configs/placement/<name>.yaml, with no default
+      values in the signature (the yaml holds them; `variant` fills them in).
     * `forward(x, *context)` returns (new residual stream, contribution): the contribution is
       F's output as it joins the stream (the attn_out_std / mlp_out_std instruments read it);
       `context` (the encoder output, for cross-attention) goes to F unchanged.
@@ -79,7 +81,7 @@ class PostNorm(Placement):
 
     needs_final_norm = False
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.sublayer = sublayer
         self.norm = make_norm()
@@ -94,7 +96,7 @@ class PreNorm(Placement):
     """Pre-LN (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"):
     x ← x + F(Norm(x)); the model adds one final Norm after the last block."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.norm = make_norm()
         self.sublayer = sublayer
@@ -121,7 +123,7 @@ class DeepNorm(Placement):
 
     needs_final_norm = False
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int, alpha="auto", beta="auto"):
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, alpha, beta):
         super().__init__()
         self.sublayer = sublayer
         for key, value in (("alpha", alpha), ("beta", beta)):
@@ -144,7 +146,7 @@ class SandwichNorm(Placement):
     """Sandwich-LN (Ding et al. 2021, CogView) / Peri-LN (Kim et al. 2025):
     x ← x + Norm_out(F(Norm_in(x))); the model adds a final Norm as Pre-LN does."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.norm_in = make_norm()
         self.sublayer = sublayer
@@ -162,7 +164,7 @@ class MixNorm(Placement):
     x ← x + F(Norm(x)), in the rest (ρ = ratio, 0.25 in the paper). The last block is
     Pre-LN for any ρ < 1, so the model has a final norm."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int, ratio: float = 0.25):
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, ratio: float):
         super().__init__()
         require(is_float32(ratio) and 0 <= ratio < 1,
                "placement.ratio", ratio, "must be a number in [0, 1)")
@@ -193,7 +195,7 @@ class ReZero(Placement):
 
     needs_final_norm = False
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_alpha: float = 0.0):
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, init_alpha: float):
         super().__init__()
         require(is_float32(init_alpha), "placement.init_alpha", init_alpha, "must be a finite number")
         self.sublayer = sublayer
@@ -224,7 +226,7 @@ class Admin(Placement):
     needs_final_norm = False
     needs_calibration = True
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.sublayer = sublayer
         self.omega = nn.Parameter(torch.ones(sublayer.d_model))
@@ -250,7 +252,7 @@ class LayerScale(Placement):
     init_scale "auto" is CaiT's rule for the depth: ε = 0.1 up to 18 blocks, 1e-5 up to 24,
     1e-6 deeper; or a number."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_scale="auto"):
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, init_scale):
         super().__init__()
         # above 1 the branch starts larger than Pre-LN's, the opposite of what LayerScale is for
         require(init_scale == "auto" or (is_positive_float32(init_scale) and init_scale <= 1), "placement.init_scale",
@@ -285,7 +287,7 @@ class SubLN(Placement):
     `subln` multiplies their weights and biases by γ after drawing). The model adds a final
     Norm, as Pre-LN does."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.norm = make_norm()
         if hasattr(sublayer, "inner_norm"):
@@ -328,7 +330,7 @@ class ResiDual(Placement):
 
     needs_final_norm = False  # x_a leaves every block normalized; the final module is DualOutput
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.sublayer = sublayer
         self.norm = make_norm()
@@ -367,7 +369,7 @@ class HybridNorm(Placement):
     true, ffn_residual_after_norm true). A sublayer without the `qkv_norm` slot (the MLP,
     cross-attention) gets the FFN form."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.attention_form = hasattr(sublayer, "qkv_norm")
         if self.attention_form:
@@ -401,7 +403,7 @@ class GatedResidual(Placement):
     the gate; this follows the formula above (as x-transformers does) and leaves it out.
     The model adds a final Norm, as Pre-LN does."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int, gate_bias: float = 2.0):
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, gate_bias: float):
         super().__init__()
         require(is_float32(gate_bias), "placement.gate_bias", gate_bias, "must be a finite number (GTrXL uses 2)")
         d = sublayer.d_model

@@ -14,6 +14,7 @@ from normexp.launch.preflight import check_job
 from normexp.config.compose import compose_config
 from normexp.train.instruments import Instruments, attention_signals, recording
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.config.registry import build
 from normexp.model.layers import MLP, CausalSelfAttention
 from normexp.config.checks import ConfigError
 
@@ -27,7 +28,7 @@ def ln(x, norm=None):
 
 
 def make_ln(width=D):
-    return randomize(NORMS["layer"](width))
+    return randomize(build(NORMS, "norm", "layer", width))
 
 
 def heads(t, h):
@@ -215,7 +216,7 @@ def test_gated_residual_is_the_gtrxl_gru_gate():
 def test_gated_residual_starts_near_the_identity():
     """b_g = 2: z ≈ σ(−2) ≈ 0.12 on average, so the block mostly passes x through."""
     torch.manual_seed(0)
-    layer = PLACEMENTS["gated"](StandIn(), make_ln, index=0, depth=4)
+    layer = build(PLACEMENTS, "placement", "gated", StandIn(), make_ln, index=0, depth=4)  # gate_bias: the yaml's
     assert layer.resolved() == {"gate_bias": 2.0}
     x = torch.randn(8, 16, D)
     y = layer.sublayer(layer.norm(x))
@@ -228,7 +229,7 @@ def test_gated_residual_starts_near_the_identity():
 # -------------------------------------------------------------------------- ScaleNorm
 
 def test_scalenorm_is_g_times_x_over_its_norm():
-    norm = NORMS["scale"](D)
+    norm = build(NORMS, "norm", "scale", D)
     assert norm.scale.item() == pytest.approx(math.sqrt(D))  # g starts at √d
     with torch.no_grad():
         norm.scale.fill_(2.5)
@@ -239,7 +240,7 @@ def test_scalenorm_is_g_times_x_over_its_norm():
     tiny = torch.full((1, D), 1e-9)  # ‖x‖ = 4e-9 < ε: divided by ε instead
     torch.testing.assert_close(norm(tiny), 2.5 * tiny / 1e-5)
     # at init the output has unit RMS per token, as LayerNorm's
-    fresh = NORMS["scale"](64)
+    fresh = build(NORMS, "norm", "scale", 64)
     y = fresh(torch.randn(4, 64) * 7)
     torch.testing.assert_close(y.pow(2).mean(-1), torch.ones(4), atol=1e-5, rtol=1e-5)
 
