@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from ..config.registry import variant
 from .config import ModelConfig
 from .inits import INITS
-from .layers import MLP, CausalSelfAttention, CrossAttention, softcap
+from .layers import MLP, CausalSelfAttention, CrossAttention, Sublayer, softcap
 from .norms import NORMS
 from .placements import PLACEMENTS, Placement
 from .readouts import Readout, _first, _second, read_outputs
@@ -204,6 +204,5 @@ def check_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -
     raises ConfigError naming its key, before any data is loaded."""
     norm_cls, norm_settings = variant(NORMS, "norm", norm)
     placement_cls, placement_settings = variant(PLACEMENTS, "placement", placement)
-    stand_in = nn.Identity()
-    stand_in.d_model = 8
+    stand_in = Sublayer(8)  # width 8, no norm slots: only the placement's own settings are checked
     placement_cls(stand_in, lambda width=8: norm_cls(width, **norm_settings), index=0, depth=layers, **placement_settings)

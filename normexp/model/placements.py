@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from ..config.checks import is_float32, is_positive_float32, require
 from ..config.registry import register
+from .layers import INNER_NORM, QKV_NORM
 
 
 PLACEMENTS: dict[str, type[Placement]] = {}
@@ -29,8 +30,8 @@ class Placement(nn.Module):
         x ──┬── norms and F, as the placement says ──> contribution ──(+)──> new x
             └──────────────── residual (maybe scaled, maybe normed after) ──┘
 
-    * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F
-      (it maps width `F.d_model` to itself), `make_norm()` makes a fresh norm of the run's type
+    * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F, a
+      `Sublayer` (it maps width `F.d_model` to itself), `make_norm()` makes a fresh norm of the run's type
       (`make_norm(width)` one of another width), `index` is the block's position
       (0 = nearest the input) and `depth` the number of blocks; `settings` are the
       keyword-only parameters, one per key of configs/placement/<name>.yaml, with no default
@@ -52,9 +53,11 @@ class Placement(nn.Module):
       the last block's stream to the final hidden state; `residual(stream)` is the tensor the
       instruments read as the residual stream (act_std). The defaults: the stream is the
       tensor, and the final module is a Norm where `needs_final_norm` says so, else the identity.
-    * A sublayer may offer slots a placement fills with norms it makes (`inner_norm`, before
-      the output projection; `qkv_norm`, on queries, keys and values): None by default, so an
-      unused slot costs one `is None` test and no call.
+    * `sublayer` is a `Sublayer` (layers.py): its `norm_slots` declare where a placement may
+      put norms of its own inside F (INNER_NORM, before the output projection; QKV_NORM, on
+      queries, keys and values), filled with `sublayer.fill_slot(slot, norms)`; a placement
+      reads the declaration, never probes attributes. An unfilled slot is None and costs one
+      `is None` test and no call.
     """
 
     needs_final_norm = True
@@ -281,8 +284,8 @@ class SubLN(Placement):
     """Sub-LN / Magneto (Wang et al. 2022, "Foundation Transformers"): x ← x + F'(Norm(x)),
     where F' is F with a second norm right before its output projection (attention: on the
     heads' concatenated output, before W_O; MLP: after the activation, before W₂, width
-    mlp_ratio·d), filled into the sublayer's `inner_norm` slot (a sublayer without the slot,
-    cross-attention, runs as Pre-LN). The value, attention output and both MLP matrices are
+    mlp_ratio·d), filled into the sublayer's INNER_NORM slot (a sublayer that declares no such
+    slot, cross-attention, runs as Pre-LN). The value, attention output and both MLP matrices are
     initialised with gain γ = √(ln 2N) for N blocks, query and key with 1 (torchscale's
     `subln` multiplies their weights and biases by γ after drawing). The model adds a final
     Norm, as Pre-LN does."""
@@ -290,8 +293,8 @@ class SubLN(Placement):
     def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.norm = make_norm()
-        if hasattr(sublayer, "inner_norm"):
-            sublayer.inner_norm = make_norm(sublayer.inner_width)
+        if INNER_NORM in sublayer.norm_slots:
+            sublayer.fill_slot(INNER_NORM, make_norm(sublayer.inner_width))
         self.sublayer = sublayer
         self.init_gain = subln_gain(depth)
 
@@ -361,19 +364,19 @@ class HybridNorm(Placement):
         Attn_QKV: softmax(Norm(Q)·Norm(K)ᵀ/√d_h)·Norm(V), then W_O,
 
     i.e. no norm on the attention's input, QKV normalization inside it (filled into the
-    attention's `qkv_norm` slot), and the FFN in the Post-Norm form whose residual is the
+    attention's QKV_NORM slot), and the FFN in the Post-Norm form whose residual is the
     normalized stream. The model adds a final Norm (X' is not normalized). Q, K and V are
     each normalized over the full width d before the split into heads, as in OLMo 2's QK-norm
     that the authors' code extends with V; the paper's text could not be read here, the form
     follows their released config (attn_norm false, use_query/key/value_norm true, ffn_norm
-    true, ffn_residual_after_norm true). A sublayer without the `qkv_norm` slot (the MLP,
+    true, ffn_residual_after_norm true). A sublayer that declares no QKV_NORM slot (the MLP,
     cross-attention) gets the FFN form."""
 
     def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
-        self.attention_form = hasattr(sublayer, "qkv_norm")
+        self.attention_form = QKV_NORM in sublayer.norm_slots
         if self.attention_form:
-            sublayer.qkv_norm = nn.ModuleList(make_norm() for _ in ("q", "k", "v"))
+            sublayer.fill_slot(QKV_NORM, nn.ModuleList(make_norm() for _ in ("q", "k", "v")))
         else:
             self.norm = make_norm()
         self.sublayer = sublayer
