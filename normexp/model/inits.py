@@ -10,7 +10,8 @@ import torch.nn as nn
 from ..config.checks import require
 from ..config.registry import register
 
-# INITS[name](d_model, layers): `embedding(w)`, `matrix(w, gain, role)` and `bias(b, w, gain, role)`
+# INITS[name](d_model, layers, **settings), settings (keyword-only, no defaults) from configs/init/<name>.yaml
+# through config/registry.py's `variant`: `embedding(w)`, `matrix(w, gain, role)` and `bias(b, w, gain, role)`
 # draw the initial weights. `role` names the matrix: query, key, value, attn_out, mlp_in, mlp_out
 # (attn_out and mlp_out are the residual outputs, whose output joins the stream). `gain` is the
 # placement's init_gain (DeepNorm's β) on value, attn_out and both MLP matrices, 1 on query and key.
@@ -30,7 +31,7 @@ class XavierInit:
     (tok + pos)·√d, as Vaswani et al. 2017 state it; false (torchscale): the token embedding
     only, tok·√d + pos, as fairseq and torchscale's `Decoder.forward_embedding` do."""
 
-    def __init__(self, d_model: int, layers: int, scale_positions: bool = True):
+    def __init__(self, d_model: int, layers: int, *, scale_positions: bool):
         require(isinstance(scale_positions, bool), "init.scale_positions", scale_positions, "must be true or false")
         self.d_model, self.layers, self.scale_positions = d_model, layers, scale_positions
 
@@ -80,9 +81,6 @@ class TorchscaleInit(XavierInit):
     tok·√d + pos, `Decoder.forward_embedding`). The placement's gain multiplies weights *and*
     biases: under DeepNorm, torchscale divides those of value, attention output and both MLP
     matrices by (8N)^¼, i.e. multiplies by β."""
-
-    def __init__(self, d_model: int, layers: int, scale_positions: bool = False):
-        super().__init__(d_model, layers, scale_positions)
 
     def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
         nn.init.kaiming_uniform_(w, a=math.sqrt(5))  # nn.Linear's default: U(±1/√fan_in)
