@@ -1,5 +1,9 @@
-"""The registries' two helpers: a class registered under its names, and a spec (a name, or
-{"name": ..., **settings}) looked up with its settings checked against the class's own."""
+"""The registries' helpers: a class registered under its names, and a variant (a norm,
+placement or init) built by name with its settings filled from its one yaml.
+
+A variant's settings are its constructor's keyword-only parameters, written without default
+values: the signature says which keys exist, configs/<group>/<name>.yaml gives their values.
+`variant` is the one place that joins the two: the settings a caller gives, over the yaml's."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import inspect
 from collections.abc import Mapping
 
 from .checks import ConfigError
+from .defaults import option_default
 
 
 def register(registry: dict, *names: str):
@@ -20,16 +25,45 @@ def register(registry: dict, *names: str):
     return add
 
 
+def setting_names(cls) -> list[str]:
+    """The settings a variant class takes: its constructor's keyword-only parameters."""
+    return [p.name for p in inspect.signature(cls.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY]
+
+
 def variant(registry: dict, group: str, spec: str | Mapping) -> tuple[type, dict]:
-    """(class, settings) for a spec: a name, or {"name": ..., **settings}. Settings the class
-    does not take are a ConfigError naming the key."""
+    """(class, settings) for a spec: a name, or {"name": ..., **settings}. The settings the
+    spec leaves out are configs/<group>/<name>.yaml's; a key the class does not take is a
+    ConfigError naming it."""
     spec = {"name": spec} if isinstance(spec, str) else dict(spec)
     name = spec.pop("name")
     if name not in registry:
         raise ConfigError(group, name, f"choose from {', '.join(sorted(registry))}")
     cls = registry[name]
-    names = {p.name for p in inspect.signature(cls.__init__).parameters.values() if p.default is not p.empty}
+    names = setting_names(cls)
     for key, value in spec.items():
         if key not in names:
             raise ConfigError(f"{group}.{key}", value, f"{group} {name} takes {', '.join(sorted(names)) or 'no settings'}")
-    return cls, spec
+    shipped = option_default(group, name)
+    return cls, {key: spec[key] if key in spec else shipped[key] for key in names}
+
+
+def build(registry: dict, group: str, spec: str | Mapping, *args, **kwargs):
+    """The variant a spec names, built: cls(*args, **kwargs, **its settings) (`variant`)."""
+    cls, settings = variant(registry, group, spec)
+    return cls(*args, **kwargs, **settings)
+
+
+def schema_drift(cls, name: str, shipped: Mapping) -> list[str]:
+    """How a variant class and its yaml disagree (empty: they agree): a yaml key the class
+    does not take, a setting the yaml lacks, a setting with a default value in the signature
+    (a second home for its default), or a yaml whose `name` is not the registered one."""
+    params = {p.name: p for p in inspect.signature(cls.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    keys = set(shipped) - {"name"}
+    problems = [f"{name}: the yaml's key {key!r} is no keyword-only parameter of {cls.__name__}.__init__"
+                for key in sorted(keys - set(params))]
+    problems += [f"{name}: {cls.__name__}'s setting {key!r} is missing from the yaml" for key in sorted(set(params) - keys)]
+    problems += [f"{name}: {cls.__name__}'s setting {key!r} has a default in its signature; the yaml holds it"
+                 for key, p in params.items() if p.default is not p.empty]
+    if shipped.get("name") != name:
+        problems.append(f"{name}: the yaml's name is {shipped.get('name')!r}")
+    return problems

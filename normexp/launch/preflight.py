@@ -109,12 +109,12 @@ def check_job(job, explicit) -> None:
     from .validate import validate
 
     validate(job, explicit)
-    from ..config.registry import variant
+    from ..config.registry import build
     from ..model import INITS, check_settings
 
     check_settings(job.norm, job.placement, job.layers)
-    init_cls, init_settings = variant(INITS, "init", job.init)  # settings the init does not take,
-    init_cls(job.d_model, job.layers, **init_settings)  # and bad values (found at model build otherwise)
+    build(INITS, "init", job.init, job.d_model, job.layers)  # settings the init does not take, and bad values
+    # (found at model build otherwise)
     from .validate import check_memory
 
     check_memory(job)

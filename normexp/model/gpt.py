@@ -4,7 +4,9 @@ placement needs one, and reads the logits through a head tied to the token embed
 
 One `ModelConfig` drives everything. A norm, a placement or an init is a small class picked
 by name from `NORMS` (norms.py), `PLACEMENTS` (placements.py) or `INITS` (inits.py); its
-settings are the keys of its own config file (configs/norm/<name>.yaml, ...):
+settings are its constructor's keyword-only parameters, their values those of its own config
+file (configs/norm/<name>.yaml, ...) where the config leaves them out (config/registry.py's
+`variant`, the one place that fills them):
 
     NORMS[name](d_model, **settings)
     PLACEMENTS[name](sublayer, make_norm, index=block, depth=layers, **settings)
@@ -24,7 +26,7 @@ import torch.nn.functional as F
 from ..config.registry import variant
 from .config import ModelConfig
 from .inits import INITS
-from .layers import MLP, CausalSelfAttention, CrossAttention, softcap
+from .layers import MLP, CausalSelfAttention, CrossAttention, Sublayer, softcap
 from .norms import NORMS
 from .placements import PLACEMENTS, Placement
 from .readouts import Readout, _first, _second, read_outputs
@@ -210,6 +212,5 @@ def check_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -
     raises ConfigError naming its key, before any data is loaded."""
     norm_cls, norm_settings = variant(NORMS, "norm", norm)
     placement_cls, placement_settings = variant(PLACEMENTS, "placement", placement)
-    stand_in = nn.Identity()
-    stand_in.d_model = 8
+    stand_in = Sublayer(8)  # width 8, no norm slots: only the placement's own settings are checked
     placement_cls(stand_in, lambda width=8: norm_cls(width, **norm_settings), index=0, depth=layers, **placement_settings)

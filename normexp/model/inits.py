@@ -10,7 +10,8 @@ import torch.nn as nn
 from ..config.checks import require
 from ..config.registry import register
 
-# INITS[name](d_model, layers): `embedding(w)`, `matrix(w, gain, role, block)` and
+# INITS[name](d_model, layers, **settings), settings (keyword-only, no defaults) from configs/init/<name>.yaml
+# through config/registry.py's `variant`: `embedding(w)`, `matrix(w, gain, role, block)` and
 # `bias(b, w, gain, role, block)` draw the initial weights. `role` names the matrix: query, key,
 # value, attn_out, mlp_in, mlp_out (attn_out and mlp_out are the residual outputs, whose output
 # joins the stream); `block` is the 0-based index of the block it belongs to (mitchell's std
@@ -32,7 +33,7 @@ class XavierInit:
     (tok + pos)·√d, as Vaswani et al. 2017 state it; false (torchscale): the token embedding
     only, tok·√d + pos, as fairseq and torchscale's `Decoder.forward_embedding` do."""
 
-    def __init__(self, d_model: int, layers: int, scale_positions: bool = True):
+    def __init__(self, d_model: int, layers: int, *, scale_positions: bool):
         require(isinstance(scale_positions, bool), "init.scale_positions", scale_positions, "must be true or false")
         self.d_model, self.layers, self.scale_positions = d_model, layers, scale_positions
 
@@ -82,9 +83,6 @@ class TorchscaleInit(XavierInit):
     tok·√d + pos, `Decoder.forward_embedding`). The placement's gain multiplies weights *and*
     biases: under DeepNorm, torchscale divides those of value, attention output and both MLP
     matrices by (8N)^¼, i.e. multiplies by β."""
-
-    def __init__(self, d_model: int, layers: int, scale_positions: bool = False):
-        super().__init__(d_model, layers, scale_positions)
 
     def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query", block: int = 0) -> None:
         nn.init.kaiming_uniform_(w, a=math.sqrt(5))  # nn.Linear's default: U(±1/√fan_in)

@@ -1,5 +1,6 @@
-"""The sublayers a placement wraps: causal self-attention, cross-attention, the MLP; and the
-soft-cap they share with the output logits."""
+"""The sublayers a placement wraps (`Sublayer`: its width and the norm slots it declares):
+causal self-attention, cross-attention, the MLP; and the soft-cap they share with the output
+logits."""
 
 from __future__ import annotations
 
@@ -32,22 +33,47 @@ def _draw(init: XavierInit, parts, block: int) -> None:
         init.bias(b, w, gain, role, block)
 
 
-class CausalSelfAttention(nn.Module):
+# The slots a sublayer may declare, places inside F where a placement puts norms of its own
+INNER_NORM = "inner_norm"  # one norm right before the output projection, width `inner_width` (Sub-LN)
+QKV_NORM = "qkv_norm"      # three norms, on q, k and v over the full width (HybridNorm), an nn.ModuleList
+
+
+class Sublayer(nn.Module):
+    """What a placement wraps: F, mapping width `d_model` to itself. `norm_slots` declares
+    the slots (INNER_NORM, QKV_NORM) a placement may fill with `fill_slot`; each starts as
+    None, so an unused slot costs one `is None` test in `forward` and no call. A placement
+    reads the declaration (`slot in sublayer.norm_slots`) rather than probing attributes."""
+
+    norm_slots: frozenset[str] = frozenset()
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.d_model = d_model
+        for slot in self.norm_slots:
+            setattr(self, slot, None)
+
+    def fill_slot(self, slot: str, norms: nn.Module) -> None:
+        if slot not in self.norm_slots:
+            raise ValueError(f"{type(self).__name__} has no slot {slot!r}; it declares {sorted(self.norm_slots)}")
+        setattr(self, slot, norms)
+
+
+class CausalSelfAttention(Sublayer):
     """Multi-head self-attention with one fused QKV projection; causal unless built with
-    causal=False (the encoder of `normexp probe --encoder-decoder`)."""
+    causal=False (the encoder of `normexp probe --encoder-decoder`). Slots: HybridNorm's norms
+    on q, k and v over the full width (QKV_NORM), Sub-LN's norm on the heads' output before
+    `proj` (INNER_NORM)."""
+
+    norm_slots = frozenset({QKV_NORM, INNER_NORM})
 
     def __init__(self, cfg: ModelConfig, causal: bool = True, make_qk_norm=None):
-        super().__init__()
-        self.d_model, self.heads, self.causal = cfg.d_model, cfg.heads, causal
+        super().__init__(cfg.d_model)
+        self.heads, self.causal = cfg.heads, causal
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         # QK-norm (Henry et al. 2020; Dehghani et al. 2023; Wortsman et al. 2023): queries and
         # keys normalized per head, over d_head, before the dot product
         self.q_norm, self.k_norm = (make_qk_norm(), make_qk_norm()) if make_qk_norm else (None, None)
-        # slots a placement may fill (None: unused, no call): HybridNorm's norms on q, k and v
-        # over the full width, Sub-LN's norm on the heads' output before `proj`
-        self.qkv_norm: nn.ModuleList | None = None
-        self.inner_norm: nn.Module | None = None
         self.inner_width = cfg.d_model
         self.softcap = cfg.attn_softcap or None  # None (or 0): the fused scaled_dot_product_attention path
 
@@ -107,13 +133,13 @@ class CausalSelfAttention(nn.Module):
                      (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")), block)
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(Sublayer):
     """Multi-head attention from the decoder's stream (queries) to the encoder's output
-    `memory` (keys and values), the middle sublayer of an encoder-decoder block."""
+    `memory` (keys and values), the middle sublayer of an encoder-decoder block. No slots."""
 
     def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.d_model, self.heads = cfg.d_model, cfg.heads
+        super().__init__(cfg.d_model)
+        self.heads = cfg.heads
         self.q = nn.Linear(cfg.d_model, cfg.d_model)
         self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
@@ -133,15 +159,16 @@ class CrossAttention(nn.Module):
                      (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")), block)
 
 
-class MLP(nn.Module):
-    """Position-wise feed-forward: fc_out(GELU(fc_in(x)))."""
+class MLP(Sublayer):
+    """Position-wise feed-forward: fc_out(GELU(fc_in(x))). Slot: Sub-LN's norm between GELU and
+    fc_out (INNER_NORM, width mlp_ratio·d)."""
+
+    norm_slots = frozenset({INNER_NORM})
 
     def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.d_model = cfg.d_model
+        super().__init__(cfg.d_model)
         self.fc_in = nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model)
         self.fc_out = nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model)
-        self.inner_norm: nn.Module | None = None  # a slot: Sub-LN's norm between GELU and fc_out
         self.inner_width = cfg.mlp_ratio * cfg.d_model
 
     def forward(self, x):

@@ -2,8 +2,11 @@
 
     NORMS[name](d, **settings)
 
-`settings` are the keys of configs/norm/<name>.yaml; `resolved()` gives the settings the norm
-was built with (summary.json). A new norm is one class here and one yaml file.
+`settings` are the constructor's keyword-only parameters, written without defaults: their
+values live in configs/norm/<name>.yaml only, and config/registry.py's `variant` (or `build`)
+fills the ones a caller leaves out from there. `resolved()` gives the settings the norm was
+built with (summary.json). A new norm is one class here and one yaml file with exactly its
+settings (tests/config/test_registry.py walks every registry for drift).
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ import torch.nn.functional as F
 from ..config.checks import is_float32, is_positive_float32, require
 from ..config.registry import register
 
-# Each norm: NORMS[name](d, **settings); `resolved()` gives the settings it was built with.
-
 NORMS: dict[str, type[nn.Module]] = {}
 
 
@@ -26,7 +27,7 @@ NORMS: dict[str, type[nn.Module]] = {}
 class LayerNorm(nn.Module):
     """LayerNorm (Ba et al. 2016): y = γ·(x−μ)/√(σ²+ε) + β, μ and biased σ² over the feature dim."""
 
-    def __init__(self, d: int, eps: float = 1e-5):
+    def __init__(self, d: int, *, eps: float):
         super().__init__()
         require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
         self.eps = eps
@@ -46,7 +47,7 @@ class RMSNorm(nn.Module):
 
     Computed in float32 and cast back, so bf16 activations do not lose the statistic."""
 
-    def __init__(self, d: int, eps: float = 1e-5):
+    def __init__(self, d: int, *, eps: float):
         super().__init__()
         require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
         self.eps = eps
@@ -70,7 +71,7 @@ class GemmaRMSNorm(nn.Module):
     too) and cast back, as Gemma does; ε = 1e-6 there. Gemma's other half, the √d scale on
     the token embeddings, is the model's `scale_embeddings` (on by default)."""
 
-    def __init__(self, d: int, eps: float = 1e-6):
+    def __init__(self, d: int, *, eps: float):
         super().__init__()
         require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
         self.eps = eps
@@ -94,7 +95,7 @@ class BatchNorm(nn.Module):
     samples during training (a token "sees" the future through μ_B, σ²_B). It is kept as a
     study option (Shen et al. 2020, "PowerNorm", discuss why it fails in Transformers)."""
 
-    def __init__(self, d: int, eps: float = 1e-5, momentum: float = 0.1):
+    def __init__(self, d: int, *, eps: float, momentum: float):
         super().__init__()
         require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
         require(is_positive_float32(momentum) and momentum <= 1, "norm.momentum", momentum, "must be a number in (0, 1]")
@@ -112,7 +113,7 @@ class DynamicTanh(nn.Module):
     """DyT (Zhu et al. 2025, "Transformers without Normalization"): y = γ·tanh(a·x) + β,
     with one learnable scalar a (initialised to init_alpha, 0.5 in the paper) and per-feature γ, β."""
 
-    def __init__(self, d: int, init_alpha: float = 0.5):
+    def __init__(self, d: int, *, init_alpha: float):
         super().__init__()
         require(is_positive_float32(init_alpha), "norm.init_alpha", init_alpha, "must be a number > 0")
         self.init_alpha = init_alpha
@@ -135,7 +136,7 @@ class DynamicErf(nn.Module):
     init_shift, 0), as DyT's α is one scalar, and per-feature γ (from 1) and β (from 0).
     No statistics over the token: each element is mapped on its own."""
 
-    def __init__(self, d: int, init_alpha: float = 0.5, init_shift: float = 0.0):
+    def __init__(self, d: int, *, init_alpha: float, init_shift: float):
         super().__init__()
         require(is_positive_float32(init_alpha), "norm.init_alpha", init_alpha, "must be a number > 0")
         require(is_float32(init_shift), "norm.init_shift", init_shift, "must be a finite number (the paper starts s at 0)")
@@ -159,7 +160,7 @@ class ScaleNorm(nn.Module):
     the output's entries have unit RMS, as LayerNorm's do). Computed in float32 and cast back,
     as RMSNorm is."""
 
-    def __init__(self, d: int, eps: float = 1e-5):
+    def __init__(self, d: int, *, eps: float):
         super().__init__()
         require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
         self.eps = eps

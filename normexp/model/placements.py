@@ -3,8 +3,9 @@ picked by name (the contract every placement keeps is `Placement`'s docstring).
 
     PLACEMENTS[name](sublayer, make_norm, index=block, depth=layers, **settings)
 
-`settings` are the keys of configs/placement/<name>.yaml. A new placement is one class here
-and one yaml file.
+`settings` are the constructor's keyword-only parameters (after `*`), written without
+defaults: their values live in configs/placement/<name>.yaml only, filled in by
+config/registry.py's `variant`. A new placement is one class here and one yaml file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.nn as nn
 
 from ..config.checks import is_float32, is_positive_float32, require
 from ..config.registry import register
+from .layers import INNER_NORM, QKV_NORM
 
 
 PLACEMENTS: dict[str, type[Placement]] = {}
@@ -28,11 +30,12 @@ class Placement(nn.Module):
         x ──┬── norms and F, as the placement says ──> contribution ──(+)──> new x
             └──────────────── residual (maybe scaled, maybe normed after) ──┘
 
-    * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F
-      (it maps width `F.d_model` to itself), `make_norm()` makes a fresh norm of the run's type
+    * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F, a
+      `Sublayer` (it maps width `F.d_model` to itself), `make_norm()` makes a fresh norm of the run's type
       (`make_norm(width)` one of another width), `index` is the block's position
-      (0 = nearest the input) and `depth` the number of blocks; `settings` are the keys of
-      configs/placement/<name>.yaml.
+      (0 = nearest the input) and `depth` the number of blocks; `settings` are the
+      keyword-only parameters, one per key of configs/placement/<name>.yaml, with no default
+      values in the signature (the yaml holds them; `variant` fills them in).
     * `forward(x, *context)` returns (new residual stream, contribution): the contribution is
       F's output as it joins the stream (the attn_out_std / mlp_out_std instruments read it);
       `context` (the encoder output, for cross-attention) goes to F unchanged.
@@ -50,9 +53,11 @@ class Placement(nn.Module):
       the last block's stream to the final hidden state; `residual(stream)` is the tensor the
       instruments read as the residual stream (act_std). The defaults: the stream is the
       tensor, and the final module is a Norm where `needs_final_norm` says so, else the identity.
-    * A sublayer may offer slots a placement fills with norms it makes (`inner_norm`, before
-      the output projection; `qkv_norm`, on queries, keys and values): None by default, so an
-      unused slot costs one `is None` test and no call.
+    * `sublayer` is a `Sublayer` (layers.py): its `norm_slots` declare where a placement may
+      put norms of its own inside F (INNER_NORM, before the output projection; QKV_NORM, on
+      queries, keys and values), filled with `sublayer.fill_slot(slot, norms)`; a placement
+      reads the declaration, never probes attributes. An unfilled slot is None and costs one
+      `is None` test and no call.
     """
 
     needs_final_norm = True
@@ -79,7 +84,7 @@ class PostNorm(Placement):
 
     needs_final_norm = False
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.sublayer = sublayer
         self.norm = make_norm()
@@ -94,7 +99,7 @@ class PreNorm(Placement):
     """Pre-LN (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"):
     x ← x + F(Norm(x)); the model adds one final Norm after the last block."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.norm = make_norm()
         self.sublayer = sublayer
@@ -120,7 +125,7 @@ class LayerNormScaling(Placement):
     does. Its authors report that a depth-scaled init (gpt2's 1/√(2L), mitchell's) weakens
     it; the default xavier has none."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.norm = make_norm()
         self.sublayer = sublayer
@@ -139,7 +144,7 @@ class ReorderedNorm(Placement):
     final Norm. (OLMo 2 also normalizes q and k, over the full width, and uses z-loss 1e-5:
     here `qk_norm`, per head, and `z_loss` are switches of their own.)"""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.sublayer = sublayer
         self.norm = make_norm()
@@ -160,7 +165,7 @@ class DeepNorm(Placement):
 
     needs_final_norm = False
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int, alpha="auto", beta="auto"):
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, alpha, beta):
         super().__init__()
         self.sublayer = sublayer
         for key, value in (("alpha", alpha), ("beta", beta)):
@@ -183,7 +188,7 @@ class SandwichNorm(Placement):
     """Sandwich-LN (Ding et al. 2021, CogView) / Peri-LN (Kim et al. 2025):
     x ← x + Norm_out(F(Norm_in(x))); the model adds a final Norm as Pre-LN does."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.norm_in = make_norm()
         self.sublayer = sublayer
@@ -201,7 +206,7 @@ class MixNorm(Placement):
     x ← x + F(Norm(x)), in the rest (ρ = ratio, 0.25 in the paper). The last block is
     Pre-LN for any ρ < 1, so the model has a final norm."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int, ratio: float = 0.25):
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, ratio: float):
         super().__init__()
         require(is_float32(ratio) and 0 <= ratio < 1,
                "placement.ratio", ratio, "must be a number in [0, 1)")
@@ -232,7 +237,7 @@ class ReZero(Placement):
 
     needs_final_norm = False
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_alpha: float = 0.0):
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, init_alpha: float):
         super().__init__()
         require(is_float32(init_alpha), "placement.init_alpha", init_alpha, "must be a finite number")
         self.sublayer = sublayer
@@ -263,7 +268,7 @@ class Admin(Placement):
     needs_final_norm = False
     needs_calibration = True
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.sublayer = sublayer
         self.omega = nn.Parameter(torch.ones(sublayer.d_model))
@@ -289,7 +294,7 @@ class LayerScale(Placement):
     init_scale "auto" is CaiT's rule for the depth: ε = 0.1 up to 18 blocks, 1e-5 up to 24,
     1e-6 deeper; or a number."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int, init_scale="auto"):
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, init_scale):
         super().__init__()
         # above 1 the branch starts larger than Pre-LN's, the opposite of what LayerScale is for
         require(init_scale == "auto" or (is_positive_float32(init_scale) and init_scale <= 1), "placement.init_scale",
@@ -318,17 +323,17 @@ class SubLN(Placement):
     """Sub-LN / Magneto (Wang et al. 2022, "Foundation Transformers"): x ← x + F'(Norm(x)),
     where F' is F with a second norm right before its output projection (attention: on the
     heads' concatenated output, before W_O; MLP: after the activation, before W₂, width
-    mlp_ratio·d), filled into the sublayer's `inner_norm` slot (a sublayer without the slot,
-    cross-attention, runs as Pre-LN). The value, attention output and both MLP matrices are
+    mlp_ratio·d), filled into the sublayer's INNER_NORM slot (a sublayer that declares no such
+    slot, cross-attention, runs as Pre-LN). The value, attention output and both MLP matrices are
     initialised with gain γ = √(ln 2N) for N blocks, query and key with 1 (torchscale's
     `subln` multiplies their weights and biases by γ after drawing). The model adds a final
     Norm, as Pre-LN does."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.norm = make_norm()
-        if hasattr(sublayer, "inner_norm"):
-            sublayer.inner_norm = make_norm(sublayer.inner_width)
+        if INNER_NORM in sublayer.norm_slots:
+            sublayer.fill_slot(INNER_NORM, make_norm(sublayer.inner_width))
         self.sublayer = sublayer
         self.init_gain = subln_gain(depth)
 
@@ -367,7 +372,7 @@ class ResiDual(Placement):
 
     needs_final_norm = False  # x_a leaves every block normalized; the final module is DualOutput
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
         self.sublayer = sublayer
         self.norm = make_norm()
@@ -398,19 +403,19 @@ class HybridNorm(Placement):
         Attn_QKV: softmax(Norm(Q)·Norm(K)ᵀ/√d_h)·Norm(V), then W_O,
 
     i.e. no norm on the attention's input, QKV normalization inside it (filled into the
-    attention's `qkv_norm` slot), and the FFN in the Post-Norm form whose residual is the
+    attention's QKV_NORM slot), and the FFN in the Post-Norm form whose residual is the
     normalized stream. The model adds a final Norm (X' is not normalized). Q, K and V are
     each normalized over the full width d before the split into heads, as in OLMo 2's QK-norm
     that the authors' code extends with V; the paper's text could not be read here, the form
     follows their released config (attn_norm false, use_query/key/value_norm true, ffn_norm
-    true, ffn_residual_after_norm true). A sublayer without the `qkv_norm` slot (the MLP,
+    true, ffn_residual_after_norm true). A sublayer that declares no QKV_NORM slot (the MLP,
     cross-attention) gets the FFN form."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int):
+    def __init__(self, sublayer, make_norm, index: int, depth: int):
         super().__init__()
-        self.attention_form = hasattr(sublayer, "qkv_norm")
+        self.attention_form = QKV_NORM in sublayer.norm_slots
         if self.attention_form:
-            sublayer.qkv_norm = nn.ModuleList(make_norm() for _ in ("q", "k", "v"))
+            sublayer.fill_slot(QKV_NORM, nn.ModuleList(make_norm() for _ in ("q", "k", "v")))
         else:
             self.norm = make_norm()
         self.sublayer = sublayer
@@ -440,7 +445,7 @@ class GatedResidual(Placement):
     the gate; this follows the formula above (as x-transformers does) and leaves it out.
     The model adds a final Norm, as Pre-LN does."""
 
-    def __init__(self, sublayer, make_norm, *, index: int, depth: int, gate_bias: float = 2.0):
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, gate_bias: float):
         super().__init__()
         require(is_float32(gate_bias), "placement.gate_bias", gate_bias, "must be a finite number (GTrXL uses 2)")
         d = sublayer.d_model

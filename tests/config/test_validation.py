@@ -2,8 +2,6 @@
 placement's constructor), refuses nan and inf with a ConfigError naming it: the list of
 settings is read from the declarations, so a setting added later is covered too."""
 
-import inspect
-
 import pytest
 from omegaconf import OmegaConf
 
@@ -11,8 +9,8 @@ from normexp.launch.preflight import check_job
 from normexp.config.compose import compose_config, group_options, top_level_keys
 from normexp.model import NORMS, PLACEMENTS
 from normexp.config.checks import ConfigError
+from normexp.config.registry import setting_names
 
-NOT_SETTINGS = {"self", "d", "sublayer", "make_norm", "index", "depth"}
 TEXT_FILES = {name: [f"data.files=[{__file__}]"] for name in ("text", "jsonl")}  # local sources need a real, non-empty file
 
 
@@ -37,13 +35,11 @@ def group_numbers() -> list[list[str]]:
 
 
 def variant_settings() -> list[list[str]]:
-    """[group=name, key] for every setting a norm or placement class takes."""
+    """[group=name, key] for every setting a norm or placement class takes (its keyword-only parameters)."""
     out = []
     for group, registry in (("norm", NORMS), ("placement", PLACEMENTS)):
         for name, cls in registry.items():
-            for p in inspect.signature(cls.__init__).parameters.values():
-                if p.name not in NOT_SETTINGS and p.default is not p.empty:
-                    out.append([f"{group}={name}", f"{group}.{p.name}"])
+            out += [[f"{group}={name}", f"{group}.{key}"] for key in setting_names(cls)]
     return out
 
 

@@ -7,6 +7,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from normexp.model.layers import Sublayer
+
 D = 16
 
 
@@ -18,12 +20,11 @@ def randomize(module):
     return module
 
 
-class StandIn(nn.Module):
-    """A stand-in sublayer F(x) = tanh(x @ W) with a fixed random W."""
+class StandIn(Sublayer):
+    """A stand-in sublayer F(x) = tanh(x @ W) with a fixed random W; no norm slots."""
 
     def __init__(self):
-        super().__init__()
-        self.d_model = D
+        super().__init__(D)
         self.w = torch.randn(D, D) / math.sqrt(D)
 
     def forward(self, x):

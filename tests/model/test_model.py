@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.config.registry import build
 from normexp.model.placements import DeepNorm, deepnorm_constants
 
 from model_helpers import D, StandIn, by_hand_norm, randomize
@@ -84,7 +85,8 @@ FORMULAS = {
 def test_placement_block_matches_formula(name):
     f = StandIn()
     settings = {"alpha": 2.5} if name == "deepnorm" else {}
-    layer = PLACEMENTS[name](f, lambda: NORMS["layer"](D), index=0, depth=6, **settings)
+    layer = build(PLACEMENTS, "placement", {"name": name, **settings}, f, lambda: build(NORMS, "norm", "layer", D),
+                  index=0, depth=6)
     x = torch.randn(2, 5, D) * 3
     y, out = layer(x)
     expected = FORMULAS[name](f, x)
@@ -106,7 +108,7 @@ def test_mix_is_post_then_pre():
     f = StandIn()
     for index, formula in ((0, lambda x: (by_hand_norm(x + f(x)), f(x))),
                            (3, lambda x: (x + f(by_hand_norm(x)), f(by_hand_norm(x))))):
-        layer = PLACEMENTS["mix"](f, lambda: NORMS["layer"](D), index=index, depth=12, ratio=0.25)
+        layer = PLACEMENTS["mix"](f, lambda: build(NORMS, "norm", "layer", D), index=index, depth=12, ratio=0.25)
         x = torch.randn(2, 5, D) * 3
         for got, want in zip(layer(x), formula(x)):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -124,7 +126,7 @@ def test_deepnorm_constants_table(n, alpha, beta):
 
 def test_deepnorm_alpha_multiplies_the_residual_not_the_sublayer():
     f = StandIn()
-    layer = DeepNorm(f, lambda: NORMS["none"](D), index=0, depth=6, alpha=3.0)
+    layer = DeepNorm(f, lambda: NORMS["none"](D), index=0, depth=6, alpha=3.0, beta="auto")
     x = torch.randn(2, 3, D)
     torch.testing.assert_close(layer(x)[0], 3.0 * x + f(x))
 
@@ -227,8 +229,9 @@ def test_scale_positions_says_what_the_embedding_scale_multiplies():
 
 @pytest.mark.parametrize("depth, scale", [(6, 0.1), (18, 0.1), (24, 1e-5), (36, 1e-6), (1000, 1e-6)])
 def test_layerscale_initial_scale_follows_cait_for_the_depth(depth, scale):
-    layer = PLACEMENTS["layerscale"](StandIn(), lambda: NORMS["layer"](D), index=0, depth=depth)
+    layer = build(PLACEMENTS, "placement", "layerscale", StandIn(), lambda: build(NORMS, "norm", "layer", D),
+                  index=0, depth=depth)  # init_scale: the yaml's "auto"
     assert torch.equal(layer.scale.detach(), torch.full((D,), scale))  # one λ per channel
-    custom = PLACEMENTS["layerscale"](StandIn(), lambda: NORMS["layer"](D), index=0, depth=depth, init_scale=1e-3)
+    custom = PLACEMENTS["layerscale"](StandIn(), lambda: build(NORMS, "norm", "layer", D), index=0, depth=depth, init_scale=1e-3)
     assert torch.equal(custom.scale.detach(), torch.full((D,), 1e-3))
     assert layer.needs_final_norm  # the stream is not normalized: the model adds a final norm

@@ -12,6 +12,7 @@ from model_helpers import D, StandIn  # F(x) = tanh(x @ W), width D = 16
 
 from normexp.config.compose import compose_config
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.config.registry import build
 from normexp.model.layers import CausalSelfAttention
 from normexp.train.loop import model_config
 
@@ -20,7 +21,7 @@ from normexp.train.loop import model_config
 def test_rezero_block_is_x_plus_alpha_f_and_the_model_starts_as_the_identity():
     torch.manual_seed(0)
     f = StandIn()
-    layer = PLACEMENTS["rezero"](f, lambda: NORMS["layer"](D), index=0, depth=4, init_alpha=0.3)
+    layer = PLACEMENTS["rezero"](f, lambda: build(NORMS, "norm", "layer", D), index=0, depth=4, init_alpha=0.3)
     x = torch.randn(2, 5, D)
     y, out = layer(x)
     torch.testing.assert_close(y, x + 0.3 * f(x))
@@ -56,7 +57,7 @@ def test_admin_omega_equals_a_hand_computation_of_the_profiling_pass():
     assert expected[0] > 0.9 and expected[-1] > expected[0]  # unit-scale input, then growing
     # and the block computes Norm(ω·x + F(x))
     f = StandIn()
-    layer = PLACEMENTS["admin"](f, lambda: NORMS["layer"](D), index=0, depth=3)
+    layer = PLACEMENTS["admin"](f, lambda: build(NORMS, "norm", "layer", D), index=0, depth=3)
     with torch.no_grad():
         layer.omega.fill_(2.5)
     x = torch.randn(2, 5, D)
@@ -66,7 +67,7 @@ def test_admin_omega_equals_a_hand_computation_of_the_profiling_pass():
 def test_qk_norm_attention_matches_a_hand_written_attention():
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=D, heads=2)
-    attn = CausalSelfAttention(cfg, make_qk_norm=lambda: NORMS["layer"](D // 2))
+    attn = CausalSelfAttention(cfg, make_qk_norm=lambda: build(NORMS, "norm", "layer", D // 2))
     with torch.no_grad():
         for norm in (attn.q_norm, attn.k_norm):
             norm.weight.copy_(torch.rand(D // 2) + 0.5)

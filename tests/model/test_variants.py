@@ -14,7 +14,8 @@ from normexp.launch.preflight import check_job
 from normexp.config.compose import compose_config
 from normexp.train.instruments import Instruments, attention_signals, recording
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
-from normexp.model.layers import MLP, CausalSelfAttention
+from normexp.config.registry import build
+from normexp.model.layers import INNER_NORM, MLP, QKV_NORM, CausalSelfAttention, CrossAttention
 from normexp.config.checks import ConfigError
 
 EPS = 1e-5
@@ -27,7 +28,7 @@ def ln(x, norm=None):
 
 
 def make_ln(width=D):
-    return randomize(NORMS["layer"](width))
+    return randomize(build(NORMS, "norm", "layer", width))
 
 
 def heads(t, h):
@@ -87,6 +88,25 @@ def test_subln_puts_a_norm_before_each_output_projection():
     torch.testing.assert_close(y, x + out, atol=1e-5, rtol=1e-5)
     # and without Sub-LN the slots stay empty: no norm is called
     assert CausalSelfAttention(cfg).inner_norm is None and MLP(cfg).inner_norm is None
+
+
+def test_placements_fill_only_the_slots_a_sublayer_declares():
+    """The slots are declared (`norm_slots`), not probed: Sub-LN around cross-attention (no
+    slot) adds no inner norm and still computes Pre-LN; HybridNorm around the MLP (no QKV slot)
+    takes the FFN form; filling an undeclared slot is refused."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=D, heads=2)
+    assert CausalSelfAttention(cfg).norm_slots == {INNER_NORM, QKV_NORM} and MLP(cfg).norm_slots == {INNER_NORM}
+    cross = CrossAttention(cfg)
+    assert cross.norm_slots == frozenset()
+    layer = PLACEMENTS["subln"](cross, make_ln, index=0, depth=6)
+    assert not hasattr(cross, "inner_norm") and sum(isinstance(m, NORMS["layer"]) for m in layer.modules()) == 1
+    x, memory = torch.randn(2, 5, D), torch.randn(2, 3, D)
+    torch.testing.assert_close(layer(x, memory)[0], x + cross(ln(x, layer.norm), memory), atol=1e-5, rtol=1e-5)
+    mlp = MLP(cfg)
+    assert not PLACEMENTS["hybrid"](mlp, make_ln, index=0, depth=4).attention_form and mlp.inner_norm is None
+    with pytest.raises(ValueError, match="CrossAttention has no slot 'inner_norm'"):
+        cross.fill_slot(INNER_NORM, make_ln())
 
 
 # √(ln 2N) by hand: ln 12 = 2.4849, ln 24 = 3.1781, ln 96 = 4.5643
@@ -215,7 +235,7 @@ def test_gated_residual_is_the_gtrxl_gru_gate():
 def test_gated_residual_starts_near_the_identity():
     """b_g = 2: z ≈ σ(−2) ≈ 0.12 on average, so the block mostly passes x through."""
     torch.manual_seed(0)
-    layer = PLACEMENTS["gated"](StandIn(), make_ln, index=0, depth=4)
+    layer = build(PLACEMENTS, "placement", "gated", StandIn(), make_ln, index=0, depth=4)  # gate_bias: the yaml's
     assert layer.resolved() == {"gate_bias": 2.0}
     x = torch.randn(8, 16, D)
     y = layer.sublayer(layer.norm(x))
@@ -228,7 +248,7 @@ def test_gated_residual_starts_near_the_identity():
 # -------------------------------------------------------------------------- ScaleNorm
 
 def test_scalenorm_is_g_times_x_over_its_norm():
-    norm = NORMS["scale"](D)
+    norm = build(NORMS, "norm", "scale", D)
     assert norm.scale.item() == pytest.approx(math.sqrt(D))  # g starts at √d
     with torch.no_grad():
         norm.scale.fill_(2.5)
@@ -239,7 +259,7 @@ def test_scalenorm_is_g_times_x_over_its_norm():
     tiny = torch.full((1, D), 1e-9)  # ‖x‖ = 4e-9 < ε: divided by ε instead
     torch.testing.assert_close(norm(tiny), 2.5 * tiny / 1e-5)
     # at init the output has unit RMS per token, as LayerNorm's
-    fresh = NORMS["scale"](64)
+    fresh = build(NORMS, "norm", "scale", 64)
     y = fresh(torch.randn(4, 64) * 7)
     torch.testing.assert_close(y.pow(2).mean(-1), torch.ones(4), atol=1e-5, rtol=1e-5)
 
