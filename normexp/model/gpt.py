@@ -137,6 +137,11 @@ class GPT(nn.Module):
             m.load_state_dict(state)
         return True
 
+    def param_groups(self, lr: float, eps: float) -> list[dict]:
+        """The optimizer's parameter groups, as the placement says (`Placement.param_groups`):
+        one group at lr and ε, or depth_mup's depth-scaled lr and ε for the blocks."""
+        return self.blocks[0].attn.param_groups(self, lr, eps)
+
     def settings(self) -> dict:
         """The norm's and the placement's settings as built ("auto" resolved), read from the
         modules themselves: {"norm": {...}, "placement": {...}}."""
