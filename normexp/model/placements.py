@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from ..config.checks import is_float32, is_integer, is_positive_float32, require
 from ..config.registry import register
-from .layers import INNER_NORM, QKV_NORM
+from .layers import INNER_NORM, QKV_NORM, CausalSelfAttention
 
 
 PLACEMENTS: dict[str, type[Placement]] = {}
@@ -451,6 +451,19 @@ class ResiDual(Placement):
         return stream[0]
 
 
+class PerHead(nn.Module):
+    """A norm over each head's features: (B, T, C) seen as (B, T, heads, C/heads), the norm
+    over the last axis (its weight, d_head wide, shared by the heads), then back to (B, T, C)."""
+
+    def __init__(self, norm: nn.Module, heads: int):
+        super().__init__()
+        self.norm, self.heads = norm, heads
+
+    def forward(self, t):
+        B, T, C = t.shape
+        return self.norm(t.view(B, T, self.heads, C // self.heads)).view(B, T, C)
+
+
 @register(PLACEMENTS, "hybrid")
 class HybridNorm(Placement):
     """HybridNorm (Zhuo et al. 2025, "HybridNorm: Towards Stable and Efficient Transformer
@@ -462,18 +475,29 @@ class HybridNorm(Placement):
 
     i.e. no norm on the attention's input, QKV normalization inside it (filled into the
     attention's QKV_NORM slot), and the FFN in the Post-Norm form whose residual is the
-    normalized stream. The model adds a final Norm (X' is not normalized). Q, K and V are
-    each normalized over the full width d before the split into heads, as in OLMo 2's QK-norm
-    that the authors' code extends with V; the paper's text could not be read here, the form
-    follows their released config (attn_norm false, use_query/key/value_norm true, ffn_norm
+    normalized stream. The model adds a final Norm (X' is not normalized). The form follows
+    the authors' released config (attn_norm false, use_query/key/value_norm true, ffn_norm
     true, ffn_residual_after_norm true). A sublayer that declares no QKV_NORM slot (the MLP,
-    cross-attention) gets the FFN form."""
+    cross-attention) gets the FFN form.
 
-    def __init__(self, sublayer, make_norm, index: int, depth: int):
+    Where Q, K and V are normalized is a setting, `qkv_norm`, because the default differs from
+    the authors' code: "full" (the default, as shipped before issue 29, so recorded runs stay
+    comparable) normalizes each of Q, K, V over the full width d before the split into heads,
+    as OLMo 2's QK-norm does; "per_head" is the authors' (BryceZhuo/HybridNorm): each head's
+    d_head features normalized on their own, the norm's weight d_head wide, shared by the heads."""
+
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, qkv_norm: str):
         super().__init__()
+        require(qkv_norm in ("full", "per_head"), "placement.qkv_norm", qkv_norm,
+                "choose full (over the width d) or per_head (each head's d_head features, as the authors' code)")
+        self.qkv_norm = qkv_norm
         self.attention_form = QKV_NORM in sublayer.norm_slots
-        if self.attention_form:
+        if self.attention_form and qkv_norm == "full":
             sublayer.fill_slot(QKV_NORM, nn.ModuleList(make_norm() for _ in ("q", "k", "v")))
+        elif self.attention_form:
+            heads = sublayer.heads
+            sublayer.fill_slot(QKV_NORM, nn.ModuleList(PerHead(make_norm(sublayer.d_model // heads), heads)
+                                                       for _ in ("q", "k", "v")))
         else:
             self.norm = make_norm()
         self.sublayer = sublayer
@@ -485,6 +509,9 @@ class HybridNorm(Placement):
         h = self.norm(x)
         out = self.sublayer(h, *context)
         return h + out, out
+
+    def resolved(self) -> dict:
+        return {"qkv_norm": self.qkv_norm}
 
 
 @register(PLACEMENTS, "gated")
@@ -499,13 +526,21 @@ class GatedResidual(Placement):
     b_g, one per channel and learnable, starts at gate_bias (2, the value GTrXL reports; its
     text could not be re-read here), so z ≈ σ(−2) ≈ 0.12 and each block starts near the identity. The six d×d matrices belong to the
     placement and are drawn Xavier-normal (gain 1) whatever the run's init scheme. The
-    contribution is the change it makes, g − x. GTrXL also puts a ReLU on F's output before
-    the gate; this follows the formula above (as x-transformers does) and leaves it out.
-    The model adds a final Norm, as Pre-LN does."""
+    contribution is the change it makes, g − x. The model adds a final Norm, as Pre-LN does.
 
-    def __init__(self, sublayer, make_norm, index: int, depth: int, *, gate_bias: float):
+    The authors' code (opendilab/DI-engine's gtrxl.py) also puts a ReLU on the self-attention's
+    output before the gate, y = ReLU(Attn(Norm(x))): that is a setting, `attention_relu`,
+    false by default (the formula above, as x-transformers does and as shipped before issue 29,
+    so recorded runs stay comparable); true is the authors' form. The MLP's y has no ReLU
+    either way."""
+
+    def __init__(self, sublayer, make_norm, index: int, depth: int, *, gate_bias: float, attention_relu: bool):
         super().__init__()
         require(is_float32(gate_bias), "placement.gate_bias", gate_bias, "must be a finite number (GTrXL uses 2)")
+        require(isinstance(attention_relu, bool), "placement.attention_relu", attention_relu,
+                "must be true (the authors' ReLU on the attention output) or false")
+        self.attention_relu = attention_relu
+        self.relu = attention_relu and isinstance(sublayer, CausalSelfAttention)
         d = sublayer.d_model
         self.norm = make_norm()
         self.sublayer = sublayer
@@ -519,6 +554,8 @@ class GatedResidual(Placement):
 
     def forward(self, x, *context):
         y = self.sublayer(self.norm(x), *context)
+        if self.relu:
+            y = torch.relu(y)
         wr, wz, wg = self.from_y(y).chunk(3, dim=-1)
         ur, uz = self.from_x(x).chunk(2, dim=-1)
         r = torch.sigmoid(wr + ur)
@@ -528,5 +565,5 @@ class GatedResidual(Placement):
         return x + out, out
 
     def resolved(self) -> dict:
-        return {"gate_bias": self.gate_bias}
+        return {"gate_bias": self.gate_bias, "attention_relu": self.attention_relu}
 
