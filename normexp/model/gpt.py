@@ -95,6 +95,7 @@ class GPT(nn.Module):
                   causal, cross_attention, make_qk_norm)
             for i in range(cfg.layers))
         self.final_norm = self.blocks[-1].mlp.make_final(make_norm)  # a Norm, the identity, or ResiDual's output
+        self.logit_scale = self.blocks[-1].mlp.make_logit_scale(cfg.vocab_size)  # None, or nGPT's s_z
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         self.scale_positions = self.init_scheme.scale_positions  # what √d multiplies: tok + pos, or tok alone
@@ -111,6 +112,7 @@ class GPT(nn.Module):
         for index, block in enumerate(self.blocks):
             for wrapper in block.sublayers():
                 wrapper.sublayer.init_weights(wrapper.init_gain, self.init_scheme, index)
+        self.after_optimizer_step()  # what the placement keeps after every step holds from the start (nGPT)
 
     @torch.no_grad()
     def calibrate(self, idx: torch.Tensor) -> bool:
@@ -136,6 +138,10 @@ class GPT(nn.Module):
         for m, state in zip(batch_norms, saved):
             m.load_state_dict(state)
         return True
+
+    def after_optimizer_step(self) -> None:
+        """The placement's hook after each optimizer step (`Placement.after_optimizer_step`)."""
+        self.blocks[0].attn.after_optimizer_step(self)
 
     def param_groups(self, lr: float, eps: float) -> list[dict]:
         """The optimizer's parameter groups, as the placement says (`Placement.param_groups`):
@@ -182,6 +188,8 @@ class GPT(nn.Module):
         Chowdhery et al. 2022; Wortsman et al. 2023), Z = Σ_v e^logit_v; loss None without targets."""
         h = self.hidden(idx, memory)
         logits = h @ self.tok_emb.weight.t()
+        if self.logit_scale is not None:
+            logits = self.logit_scale(logits)
         if self.cfg.logit_softcap:  # None or 0: off
             logits = softcap(logits, self.cfg.logit_softcap)
         loss = None

@@ -36,6 +36,9 @@ def _draw(init: XavierInit, parts, block: int) -> None:
 # The slots a sublayer may declare, places inside F where a placement puts norms of its own
 INNER_NORM = "inner_norm"  # one norm right before the output projection, width `inner_width` (Sub-LN)
 QKV_NORM = "qkv_norm"      # three norms, on q, k and v over the full width (HybridNorm), an nn.ModuleList
+Q_NORM, K_NORM = "q_norm", "k_norm"  # one module each on the queries and keys per head, (B, heads, T, d_head):
+                                     # the run's QK-norm, or nGPT's scaled unit vectors
+ACT_SCALE = "act_scale"    # one module on the MLP's hidden pre-activation, before GELU (nGPT's s_v·√d)
 
 
 class Sublayer(nn.Module):
@@ -62,9 +65,10 @@ class CausalSelfAttention(Sublayer):
     """Multi-head self-attention with one fused QKV projection; causal unless built with
     causal=False (the encoder of `normexp probe --encoder-decoder`). Slots: HybridNorm's norms
     on q, k and v over the full width (QKV_NORM), Sub-LN's norm on the heads' output before
-    `proj` (INNER_NORM)."""
+    `proj` (INNER_NORM), a module each on the queries and keys per head (Q_NORM, K_NORM: the
+    run's `qk_norm`, or nGPT's scaled unit vectors)."""
 
-    norm_slots = frozenset({QKV_NORM, INNER_NORM})
+    norm_slots = frozenset({QKV_NORM, INNER_NORM, Q_NORM, K_NORM})
 
     def __init__(self, cfg: ModelConfig, causal: bool = True, make_qk_norm=None):
         super().__init__(cfg.d_model)
@@ -160,10 +164,10 @@ class CrossAttention(Sublayer):
 
 
 class MLP(Sublayer):
-    """Position-wise feed-forward: fc_out(GELU(fc_in(x))). Slot: Sub-LN's norm between GELU and
-    fc_out (INNER_NORM, width mlp_ratio·d)."""
+    """Position-wise feed-forward: fc_out(GELU(fc_in(x))). Slots: Sub-LN's norm between GELU and
+    fc_out (INNER_NORM, width mlp_ratio·d); nGPT's scale on fc_in's output (ACT_SCALE)."""
 
-    norm_slots = frozenset({INNER_NORM})
+    norm_slots = frozenset({INNER_NORM, ACT_SCALE})
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg.d_model)
@@ -172,7 +176,10 @@ class MLP(Sublayer):
         self.inner_width = cfg.mlp_ratio * cfg.d_model
 
     def forward(self, x):
-        h = F.gelu(self.fc_in(x))
+        h = self.fc_in(x)
+        if self.act_scale is not None:
+            h = self.act_scale(h)
+        h = F.gelu(h)
         if self.inner_norm is not None:
             h = self.inner_norm(h)
         return self.fc_out(h)

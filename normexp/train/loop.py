@@ -296,7 +296,7 @@ def make_optimizer(model: GPT, cfg: DictConfig) -> torch.optim.AdamW:
         params, hyper = group["params"], {k: v for k, v in group.items() if k != "params"}
         for decay, weight_decay in ((True, cfg.optim.weight_decay), (False, 0.0)):
             chosen = [p for p in params if decays(names[id(p)], p) == decay]
-            if chosen:
+            if chosen:  # a placement's own weight_decay (nGPT: none) wins
                 groups.append({"params": chosen, "weight_decay": weight_decay, **hyper})
     kwargs = dict(lr=cfg.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
     try:
@@ -423,6 +423,7 @@ class Trainer:
             model_update = instruments.model_update_size(self.autocast, reference_hidden) if measure_update else {}
             instruments.before_step()
         self.optimizer.step()
+        self.model.after_optimizer_step()
         self.step += 1
         if logging_step:
             values.update(instruments.read({**instruments.after_step(), **model_update}))

@@ -23,6 +23,11 @@ GAINS = {"deepnorm": (8 * LAYERS) ** -0.25,           # DeepNet: β = (8N)^-¼ (
          "subln": math.sqrt(math.log(2 * LAYERS))}    # Magneto: √(ln 2N)
 
 
+# placements that renormalize every matrix along d_model once the init has drawn it (nGPT):
+# each d-long row or column is a unit vector, so its entries have std 1/√d whatever the init
+RENORMALIZED = {"ngpt"}
+
+
 def truncated_normal_std(cut: float) -> float:
     """The std of N(0, 1) truncated to ±cut: √(1 − 2·cut·φ(cut)/(2Φ(cut) − 1))."""
     phi = math.exp(-cut * cut / 2) / math.sqrt(2 * math.pi)
@@ -70,7 +75,8 @@ def test_each_init_times_each_placement_gain_gives_the_formula_std(init, placeme
         for l, block in enumerate(model.blocks):
             w = role_matrices(block)[role]
             role_gain = 1.0 if role in ("query", "key") else gain  # q and k keep gain 1
-            ratios.append(w.flatten() / (role_gain * base_std(init, role, l, w.shape[1], w.shape[0])))
+            std = 1 / math.sqrt(D) if placement in RENORMALIZED else role_gain * base_std(init, role, l, w.shape[1], w.shape[0])
+            ratios.append(w.flatten() / std)
         ratios = torch.cat(ratios)
         tolerance = 5 / math.sqrt(2 * ratios.numel())
         assert abs(ratios.std().item() - 1) < tolerance, (init, placement, role, ratios.std().item())

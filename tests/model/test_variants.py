@@ -15,7 +15,7 @@ from normexp.config.compose import compose_config
 from normexp.train.instruments import Instruments, attention_signals, recording
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 from normexp.config.registry import build
-from normexp.model.layers import INNER_NORM, MLP, QKV_NORM, CausalSelfAttention, CrossAttention
+from normexp.model.layers import ACT_SCALE, CausalSelfAttention, CrossAttention, INNER_NORM, K_NORM, MLP, QKV_NORM, Q_NORM
 from normexp.config.checks import ConfigError
 
 EPS = 1e-5
@@ -96,7 +96,8 @@ def test_placements_fill_only_the_slots_a_sublayer_declares():
     takes the FFN form; filling an undeclared slot is refused."""
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=D, heads=2)
-    assert CausalSelfAttention(cfg).norm_slots == {INNER_NORM, QKV_NORM} and MLP(cfg).norm_slots == {INNER_NORM}
+    assert CausalSelfAttention(cfg).norm_slots == {INNER_NORM, QKV_NORM, Q_NORM, K_NORM}
+    assert MLP(cfg).norm_slots == {INNER_NORM, ACT_SCALE}
     cross = CrossAttention(cfg)
     assert cross.norm_slots == frozenset()
     layer = PLACEMENTS["subln"](cross, make_ln, index=0, depth=6)
