@@ -23,7 +23,7 @@ from ..data.files import atomic_write_bytes
 # them too, with the path keys; tests/test_cli.py checks the two agree).
 # log.extra_signals and loss_spike only add to what is logged: checkpoints written before they existed resume.
 RUN_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints",
-                "log.extra_signals", "loss_spike")
+                "log.extra_signals", "loss_spike.window", "loss_spike.k", "loss_spike.floor", "loss_spike.min_points")
 
 
 def data_label(cfg) -> str:
