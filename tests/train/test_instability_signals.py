@@ -226,3 +226,37 @@ def test_a_run_counts_and_marks_its_spikes(tmp_path, corpus, cli_env):
     assert sorted(scalars["train/loss_spike"]) == steps
     assert [s for s in steps if scalars["train/loss_spike"][s] == 1.0] == onsets
     assert all(scalars["train/loss_spike_threshold"][s] == pytest.approx(loss[i - 1]) for i, s in enumerate(steps) if i)
+
+
+def test_the_loops_spike_count_continues_across_a_resume():
+    """The loop's bookkeeping (Trainer.check_spike) over 40 logged losses with jumps at the
+    logging steps 120 and 300-310 (one spike of two points): two spikes, flagged at 120 and 300.
+    Stopped at step 190 and resumed from the summary a checkpoint keeps, it counts the same."""
+    import copy
+    from types import SimpleNamespace
+
+    from normexp.runs.schema import LOSS_TRAJECTORY, TRAIN_LOSS_SPIKE
+    from normexp.train.loop import Trainer
+
+    losses = [3.0 + 0.01 * math.sin(i) for i in range(40)]
+    losses[12], losses[30], losses[31] = 4.0, 4.5, 4.4
+    points = [(10 * i, v) for i, v in enumerate(losses)]
+
+    def log(points, summary):
+        trainer = SimpleNamespace(spike_rule=RULE, summary=summary)
+        flags = []
+        for step, loss in points:
+            summary[LOSS_TRAJECTORY]["train"].append([step, loss])
+            flags.append(Trainer.check_spike(trainer, summary[LOSS_TRAJECTORY]["train"])[TRAIN_LOSS_SPIKE])
+        return flags
+
+    fresh = lambda: {LOSS_TRAJECTORY: {"train": []}, "loss_spikes": 0, "loss_spike_steps": []}  # noqa: E731
+    whole = fresh()
+    flags = log(points, whole)
+    assert whole["loss_spikes"] == 2 and whole["loss_spike_steps"] == [120, 300]
+    assert [step for (step, _), f in zip(points, flags) if f] == [120, 300]
+    first = fresh()
+    log(points[:20], first)
+    resumed = copy.deepcopy(first)  # what the checkpoint's summary holds
+    log(points[20:], resumed)
+    assert resumed == whole
