@@ -21,7 +21,9 @@ from ..data.files import atomic_write_bytes
 # Keys that say how to run, not what to compute: a resumed run may change them, the report
 # never calls them "varied", and run names leave them out (train.yaml's exclude_keys holds
 # them too, with the path keys; tests/test_cli.py checks the two agree).
-RUN_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints")
+# log.extra_signals and loss_spike only add to what is logged: checkpoints written before they existed resume.
+RUN_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints",
+                "log.extra_signals", "loss_spike.window", "loss_spike.k", "loss_spike.floor", "loss_spike.min_points")
 
 
 def data_label(cfg) -> str:
@@ -48,6 +50,7 @@ def summary_record(cfg, **facts) -> dict:
     record = {**dict.fromkeys(OUTCOME_FIELDS), "status": Status.RUNNING, "steps_completed": 0, "requeues": 0,
               "stall_margin": cfg.stall_margin,
               "learned_margin": cfg.outcome.learned_margin, LOSS_TRAJECTORY: {"train": [], "val": []},
+              "loss_spikes": 0, "loss_spike_steps": [],
               **dict.fromkeys(RUN_FIELDS), **hyperparameters(cfg),
               **{f: {} for f in SETTINGS_FIELDS.values()}}
     record.update(facts)
