@@ -22,8 +22,8 @@ import re
 from pathlib import Path
 
 from ..config.compose import config_groups
-from ..runs.schema import CSV_FIELDS, LAYER_FAMILIES, TABLE_FIELDS, VAL_LOSS, Status, layer_index, layer_tag_pattern
-from ..runs.folder import RUN_SETTINGS
+from ..runs.schema import (CSV_FIELDS, EXECUTION_SETTINGS, LAYER_FAMILIES, TABLE_FIELDS, VAL_LOSS, Status, layer_index,
+                           layer_tag_pattern)
 from . import study
 from ..runs.reading import Run, flatten, load_config, load_overrides, load_scalars, process_alive, read_runs  # noqa: F401
 from ..config.keys import override_key
@@ -57,7 +57,7 @@ def varied_keys(runs: list[Run]) -> list[str]:
     left out when the group's name explains them, and seed never counts: runs that differ
     only in seed are replicates of one setting (study.REPLICATE_KEYS)."""
     missing = object()
-    keys = sorted({k for r in runs for k in r.config} - set(RUN_SETTINGS) - set(study.REPLICATE_KEYS))
+    keys = sorted({k for r in runs for k in r.config} - set(EXECUTION_SETTINGS) - set(study.REPLICATE_KEYS))
     values = {k: [r.config.get(k, missing) for r in runs] for k in keys}
     varied = [k for k in keys if len({repr(v) for v in values[k]}) > 1]
     # a key some runs lack and the others share one value of is a newer config's default
