@@ -134,7 +134,7 @@ MUTANTS = [
       '        ckpt.restore_rng(state["rng"])\n', "",
       ("tests/train/test_resume_rng.py",)),
     # ---- report statistics (more for the new statistics to come)
-    M("report: seed counts as a varied key (replicates not pooled)", "normexp/analysis/report.py",
+    M("report: seed counts as a varied key (replicates not pooled)", "normexp/analysis/report/tables.py",
       "keys = sorted({k for r in runs for k in r.config} - set(EXECUTION_SETTINGS) - set(study.REPLICATE_KEYS))",
       "keys = sorted({k for r in runs for k in r.config} - set(EXECUTION_SETTINGS))",
       ("tests/analysis/test_report.py::test_varied_keys_follow_the_overrides_and_drop_group_details",)),
