@@ -131,7 +131,7 @@ def hydra_task(cfg, hooks=None) -> dict | None:
         if not multirun:
             raise SystemExit(EXIT_BAD_INPUT)
     except Exception as e:  # noqa: BLE001 - a sweep must go on past one broken job
-        from ..config.checks import describe_error
+        from .exits import describe_error
 
         message, code = describe_error(e)
         _leave_resumable(run_dir, cfg, previous, message, code)

@@ -2,10 +2,11 @@
 
     TensorBoard scalars   `train/loss`, `val/loss`, ...; per-layer families `<family>/layer_XX`
     HParams metrics       the `hparams/...` columns of TensorBoard's HParams table
-    summary.json          its fields: the outcome, where it ran, the hyperparameters
+    summary.json          its fields: the outcome, where and how it ran (EXECUTION_FACTS), the hyperparameters
+    config keys           EXECUTION_SETTINGS: how to run, not what is computed
 
-Training writes with these names, logbook.py lays them out in TensorBoard, runs.py and
-report.py read them back. A new per-layer instrument is its name and description in
+Training writes with these names, train/logbook.py lays them out in TensorBoard, runs/reading.py
+and analysis/report/ read them back. A new per-layer instrument is its name and description in
 `LAYER_FAMILIES` plus the code that computes it (instruments.py); the TensorBoard layout,
 `runs.scalars` and (with in_report) the report's depth-profile figure follow from here.
 """
@@ -194,8 +195,22 @@ OUTCOME_FIELDS = {
 }
 LOSS_TRAJECTORY = "loss_trajectory"
 
-# Where and how it ran (written by training, read by `normexp report` to tell a killed run)
-RUN_FIELDS = ("device", "threads", "pid", "host")
+# How a run is executed, in two kinds, side by side:
+# - EXECUTION_FACTS: summary.json fields that record where and how it ran (written by training;
+#   `normexp report` reads pid and host to tell a killed run);
+# - EXECUTION_SETTINGS: config keys that choose how to run, not what is computed: a resumed run
+#   may change them, the report never calls them "varied", a setting's identity
+#   (folder.result_settings) and run names leave them out (train.yaml's exclude_keys holds them
+#   too, with the path keys; tests/runs/test_runfolder.py checks the two agree).
+EXECUTION_FACTS = ("device", "threads", "pid", "host")
+# log.extra_signals and loss_spike only add to what is logged: checkpoints written before they existed resume.
+EXECUTION_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints",
+                      "log.extra_signals", "loss_spike.window", "loss_spike.k", "loss_spike.floor", "loss_spike.min_points")
+
+
+def is_execution_setting(key: str) -> bool:
+    """A key of EXECUTION_SETTINGS or below one (log.progress, ...): how to run, not what to compute."""
+    return any(key == k or key.startswith(k + ".") for k in EXECUTION_SETTINGS)
 
 # The hyperparameters every summary records (and TensorBoard's HParams shows), most often
 # varied first; a variant's own settings follow from SETTINGS_FIELDS as placement.<key> / norm.<key>.

@@ -62,7 +62,7 @@ def test_a_shallow_run_charts_every_block_with_one_pattern():
 def test_layer_profiles_run_in_block_order_beyond_100_blocks():
     from types import SimpleNamespace
 
-    from normexp.analysis.report import layer_profile
+    from normexp.analysis.report.figures import layer_profile
 
     # block i logs the value i at step 0; as text, layer_100 sorts before layer_11
     run = SimpleNamespace(scalars={names.layer_tag("act_std", i): [(0, float(i))] for i in range(120)})
