@@ -198,7 +198,7 @@ def main():
     try:
         app()
     except Exception as e:  # noqa: BLE001 - the one top-level mapping: one line, exit 2 or 1
-        from .config.checks import describe_error
+        from .launch.exits import describe_error
 
         message, code = describe_error(e)
         fail(message, code)

@@ -134,9 +134,9 @@ MUTANTS = [
       '        ckpt.restore_rng(state["rng"])\n', "",
       ("tests/train/test_resume_rng.py",)),
     # ---- report statistics (more for the new statistics to come)
-    M("report: seed counts as a varied key (replicates not pooled)", "normexp/analysis/report.py",
-      "keys = sorted({k for r in runs for k in r.config} - set(RUN_SETTINGS) - set(study.REPLICATE_KEYS))",
-      "keys = sorted({k for r in runs for k in r.config} - set(RUN_SETTINGS))",
+    M("report: seed counts as a varied key (replicates not pooled)", "normexp/analysis/report/tables.py",
+      "keys = sorted({k for r in runs for k in r.config} - set(EXECUTION_SETTINGS) - set(study.REPLICATE_KEYS))",
+      "keys = sorted({k for r in runs for k in r.config} - set(EXECUTION_SETTINGS))",
       ("tests/analysis/test_report.py::test_varied_keys_follow_the_overrides_and_drop_group_details",)),
     M("report: a diverged run is dropped, not counted as its initial loss", "normexp/analysis/study.py",
       'v = m.get("initial_loss") if r.status == Status.DIVERGED else', 'v = None if r.status == Status.DIVERGED else',

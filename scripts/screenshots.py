@@ -4,8 +4,9 @@ dashboard (Debian: `apt-get install chromium`).
 
     python scripts/screenshots.py runs/multirun/<date>/<time> --out docs/tensorboard
 
-writes hparams.png, images.png and custom_scalars.png into --out, and prints how long each
-dashboard took to load and draw.
+writes hparams.png, images.png, custom_scalars.png and signals.png (the Scalars dashboard
+filtered to issue 29's signals, `--tag-filter` to change the regex) into --out (`--only
+signals` for one), and prints how long each dashboard took to load and draw.
 """
 
 from __future__ import annotations
@@ -17,10 +18,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
-DASHBOARDS = {"hparams": "hparams", "images": "images", "custom_scalars": "custom_scalars"}
+DASHBOARDS = {"hparams": "hparams", "images": "images", "custom_scalars": "custom_scalars",
+              # the Scalars dashboard with its tag filter (`tagFilter` in the URL's hash, a regex; see
+              # --tag-filter): the Time Series dashboard draws its charts with WebGL, which stays
+              # blank in headless Chromium here
+              "signals": "scalars&tagFilter="}
+# issue 29's signals, of the last block of the default 6-block model
+SIGNALS_FILTER = (r"attn_entropy_head/layer_05|(query|key)_norm/layer_05|adam_._norm/layer_05|output/z_loss|"
+                  r"train/cross_entropy|train/loss_spike|train/loss$")
 # flags for a headless Chromium on a closed network (no background connections, no sandbox as root)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -38,7 +47,12 @@ def main() -> None:
     ap.add_argument("logdir", type=Path)
     ap.add_argument("--out", type=Path, default=Path("docs/tensorboard"))
     ap.add_argument("--size", default="1500,950", help="window width,height")
+    ap.add_argument("--only", default=",".join(DASHBOARDS), help=f"dashboards to take, of {', '.join(DASHBOARDS)}")
+    ap.add_argument("--tag-filter", default=SIGNALS_FILTER, help="the signals page's tag regex")
     args = ap.parse_args()
+    unknown = [n for n in args.only.split(",") if n not in DASHBOARDS]
+    if unknown:
+        raise SystemExit(f"screenshots: --only {args.only}: unknown {', '.join(unknown)}; choose from {', '.join(DASHBOARDS)}")
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
         raise SystemExit("screenshots: no Chromium on PATH; install it (Debian: apt-get install chromium)")
@@ -55,12 +69,13 @@ def main() -> None:
             except OSError:
                 time.sleep(0.5)
         time.sleep(3)  # let it read the event files
-        for name, route in DASHBOARDS.items():
+        for name in args.only.split(","):
+            route = "#" + DASHBOARDS[name] + (urllib.parse.quote(args.tag_filter, safe="") if name == "signals" else "")
             with tempfile.TemporaryDirectory() as profile:
                 path = args.out / f"{name}.png"
                 began = time.perf_counter()
                 subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={args.size}",
-                                f"--screenshot={path.resolve()}", f"{url}/#{route}"],
+                                f"--screenshot={path.resolve()}", f"{url}/{route}"],
                                check=True, capture_output=True, timeout=300)
                 # headless Chromium returns once the page has loaded and gone idle for the virtual
                 # time budget: its wall time is how long the dashboard took to load and draw

@@ -128,3 +128,13 @@ def test_the_model_stands_on_torch_and_the_configs_checks_alone():
                 top = name.split(".")[0]
                 allowed = ("yaml",) if path.name == "defaults.py" else ("torch", "__future__")
                 assert top in allowed or top in sys.stdlib_module_names, f"{path.name} imports {name}"
+
+
+def test_every_subpackage_ships_in_the_wheel():
+    """pyproject.toml lists the packages by hand: a subpackage missing there (analysis.report,
+    say) would work in an editable install and be absent from a wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert on_disk - listed == set(), sorted(on_disk - listed)

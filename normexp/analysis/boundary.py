@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..runs import outcomes
@@ -76,6 +76,32 @@ def midpoint(low, high, integer: bool):
     if integer and not low < m < high:
         m = (low + high) // 2
     return m if low < m < high else None
+
+
+@dataclass
+class BoundaryResult:
+    """The result columns of a boundary.csv row, in their order (the setting's own columns come
+    first): the one list of them; the report tells setting from result by RESULT_COLUMNS."""
+
+    key: str                          # the searched key (lr, layers)
+    last_stable: float | None         # the largest value at which every seed learned
+    first_unstable: float | None      # the smallest above it at which some seed did not
+    ratio: float | None               # first_unstable / last_stable: the bracket's width
+    verdict: str
+    points_probed: int
+    runs_used: int
+    monotone: str                     # yes: no stable point above the first unstable one
+    seeds: int
+    upper_edge: str                   # what bounded the search from above
+    upper_why: str                    # the seeds' outcomes at first_unstable
+    lowest_learning: float | None     # the lower edge: the smallest value that learned
+    highest_too_slow: float | None    # and the largest below it where runs were too slow
+    lower_edge: str
+    lower_why: str
+    runs_skipped: int                 # seeds not run: their point was decided without them
+
+
+RESULT_COLUMNS = tuple(f.name for f in fields(BoundaryResult))
 
 
 @dataclass
@@ -229,16 +255,18 @@ class Search:
         return ", ".join(f"{o} {n}" for o, n in sorted(counts.items()))
 
     def row(self, key: str) -> dict:
+        """boundary.csv's row: the setting's own columns, then the RESULT_COLUMNS."""
         low, high = self.bracket()
         slow, start = self.lower_bracket()
-        return {**dict(self.setting), "key": key, "last_stable": low, "first_unstable": high,
-                "ratio": (high / low) if low and high else None, "verdict": self.verdict(),
-                "points_probed": len(self.outcomes), "runs_used": self.runs,
-                "monotone": "yes" if self.monotone else "no",
-                "seeds": max((len(o) for o in self.outcomes.values()), default=0),
-                "upper_edge": self.upper_edge(), "upper_why": self.why(high),
-                "lowest_learning": start, "highest_too_slow": slow, "lower_edge": self.lower_edge(),
-                "lower_why": self.why(slow), "runs_skipped": self.skipped}
+        result = BoundaryResult(key=key, last_stable=low, first_unstable=high,
+                                ratio=(high / low) if low and high else None, verdict=self.verdict(),
+                                points_probed=len(self.outcomes), runs_used=self.runs,
+                                monotone="yes" if self.monotone else "no",
+                                seeds=max((len(o) for o in self.outcomes.values()), default=0),
+                                upper_edge=self.upper_edge(), upper_why=self.why(high),
+                                lowest_learning=start, highest_too_slow=slow, lower_edge=self.lower_edge(),
+                                lower_why=self.why(slow), runs_skipped=self.skipped)
+        return {**dict(self.setting), **asdict(result)}
 
 
 def record(search: Search, x, seed, summary) -> None:

@@ -30,10 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..runs.schema import MODEL_UPDATE
-from ..runs.folder import FINISHED, is_run_setting
 from ..runs.reading import Run
-from ..runs.schema import Status
+from ..runs.schema import FINISHED, MODEL_UPDATE, Status, is_execution_setting
 
 REPLICATE_KEYS = ("seed",)
 BOOTSTRAP_SAMPLES = 2000
@@ -110,10 +108,10 @@ class Screened:
 
 
 def setting_identity(r: Run) -> tuple:
-    """Everything that makes a run what it computes: its config but how it ran (RUN_SETTINGS),
+    """Everything that makes a run what it computes: its config but how it ran (EXECUTION_SETTINGS),
     by value: runs.load_config canonicalizes once (grad_clip=1 and 1.0, a default and the same
     value given explicitly, are one setting), and cells group by the same values."""
-    return tuple(sorted((k, repr(v)) for k, v in r.config.items() if not is_run_setting(k)))
+    return tuple(sorted((k, repr(v)) for k, v in r.config.items() if not is_execution_setting(k)))
 
 
 def unfinished_reason(r: Run) -> tuple[str, str] | None:

@@ -108,20 +108,24 @@ def bench_environment(threads: int, cache: Path):
 
 # ------------------------------------------------------------------- the rounds
 
-VARIANTS = {"minimal": None, "log10": LOG_EVERY, "off": OFF, "log1": 1}  # name → log_every (None: the minimal GPT)
+VARIANTS = {"minimal": None, "log10": LOG_EVERY, "off": OFF, "log1": 1,  # name → log_every (None: the minimal GPT)
+            "plain10": LOG_EVERY}
+# overrides of a variant's runs: plain10 is log10 without issue 29's signals, so the pair prices them
+VARIANT_OVERRIDES = {"plain10": ("log.extra_signals=false",)}
 
 
 def bench_shapes(shapes: list[Shape], corpus: Path, tokens: torch.Tensor, steps: int, rounds: int,
                  threads: int, instrument_shapes: set[str], peak_size: int, say) -> tuple[dict, list, dict]:
     """Interleaved rounds: minimal GPT and normexp (log_every=10) for every shape; for the
-    shapes in `instrument_shapes` also normexp with no logging step and at log_every=1.
+    shapes in `instrument_shapes` also normexp with no logging step, at log_every=1, and at
+    log_every=10 with log.extra_signals=false (what the signals of issue 29 cost).
     Every other round runs the variants in reverse order, so drift in the machine's load
     hits all of them alike. Each round also times building both models and keeps the
     TensorBoard bytes of the log_every=10 run's logging steps.
     Returns (pools by shape and variant, matmul peaks, per shape {"build": [...], "event_bytes": [...]})."""
     pools, peaks, costs = {}, [], {}
     for shape in shapes:
-        names = ["minimal", "log10"] + (["off", "log1"] if shape.name in instrument_shapes else [])
+        names = ["minimal", "log10"] + (["off", "log1", "plain10"] if shape.name in instrument_shapes else [])
         pools[shape.name] = {v: Pool(VARIANTS[v]) for v in names}
         costs[shape.name] = {"build": [], "event_bytes": []}
     for r in range(rounds if shapes else 0):
@@ -138,7 +142,8 @@ def bench_shapes(shapes: list[Shape], corpus: Path, tokens: torch.Tensor, steps:
                     if v == "minimal":
                         stamps, logs = minimal_step_times(shape, tokens, steps, seed=r), None
                     else:
-                        run = normexp_run(shape, corpus, steps, pool.log_every, threads, extra=(f"seed={r}",))
+                        run = normexp_run(shape, corpus, steps, pool.log_every, threads,
+                                          extra=(f"seed={r}", *VARIANT_OVERRIDES.get(v, ())))
                         stamps, logs = run.stamps, run.logs
                         if v == "log10":
                             costs[shape.name]["event_bytes"].append(bytes_per_logging_step(run))
@@ -314,6 +319,19 @@ def step_costs(log10: Pool, costs: dict, default_every: int) -> dict:
     return out
 
 
+def extra_signals_cost(log10: Pool, plain10: Pool) -> dict:
+    """What log.extra_signals adds at log_every=10: whole runs paired round by round
+    (`between`: median, min, max of log10 ÷ plain10 − 1), and inside the runs, a logging step's
+    extra time over its plain steps with the signals minus the same without them (ms, and ÷ the
+    plain step ÷ 10 as a fraction of the run at log_every=10). None where a round timed no
+    logging step."""
+    with_signals, without = log10.logging_step(), plain10.logging_step()
+    inside = None if with_signals is None or without is None else {
+        "logging_step_extra_ms": 1e3 * (with_signals["extra_s"] - without["extra_s"]),
+        "log_every_10": (with_signals["extra_fraction"] - without["extra_fraction"]) / LOG_EVERY}
+    return {"between_log_every_10": paired_overhead(log10, plain10), "inside": inside}
+
+
 def summarise(shapes: list[Shape], pools: dict, peak: float, compiled: dict | None, costs: dict) -> dict:
     out, every = {}, default_log_every() if shapes else None
     for shape in shapes:
@@ -341,6 +359,8 @@ def summarise(shapes: list[Shape], pools: dict, peak: float, compiled: dict | No
                 "log_every_10_within_runs": None if inside is None else inside["extra_fraction"] / LOG_EVERY,
                 "log_every_1_within_runs": None if inside is None else inside["extra_fraction"],
             }
+            if "plain10" in p:
+                entry["instrument_overhead"]["extra_signals"] = extra_signals_cost(p["log10"], p["plain10"])
         out[shape.name] = entry
     return out
 

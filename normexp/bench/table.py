@@ -5,7 +5,8 @@ from __future__ import annotations
 from .shapes import Shape
 
 NAMES = {"minimal": "minimal GPT (by hand)", "log10": "normexp log_every=10", "off": "normexp instruments off",
-         "log1": "normexp log_every=1", "compile": "normexp compile=true, log 10"}
+         "log1": "normexp log_every=1", "compile": "normexp compile=true, log 10",
+         "plain10": "log_every=10, extra sig. off"}
 
 
 def _label(s: Shape) -> str:
@@ -82,6 +83,12 @@ def table(shapes: list[Shape], results: dict, peak: float, threads: int, peak_si
             lines.append(f"  {s.name} {s.layers}×{s.d_model}  inside:  {inside}")
             lines.append(f"  {' ' * len(f'{s.name} {s.layers}×{s.d_model}')}  between: log_every=10 {rng(o['log_every_10'])}, "
                          f"log_every=1 {rng(o['log_every_1'])}  ({o['rounds']} rounds)")
+            extra = o.get("extra_signals")
+            if extra:
+                inside = ("n/a" if extra["inside"] is None else f"{pct(extra['inside']['log_every_10'])} "
+                          f"({extra['inside']['logging_step_extra_ms']:+.1f} ms a logging step)")
+                lines.append(f"  {' ' * len(f'{s.name} {s.layers}×{s.d_model}')}  of which log.extra_signals (issue 29) "
+                             f"at log_every=10: inside {inside}, between {rng(extra['between_log_every_10'])}")
     return "\n".join(lines)
 
 

@@ -1,11 +1,16 @@
-"""How a command that cannot go on says so: one line on stderr and a non-zero exit."""
+"""How a command that cannot go on says so: one line on stderr and a non-zero exit; and the
+one mapping of any exception to that line and its exit code (`describe_error`), used by the
+command line's top level and by each training job."""
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
 import typer
+
+from ..config.checks import ConfigError
 
 EXIT_BAD_INPUT = 2
 
@@ -16,3 +21,33 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
         raise
     typer.echo(f"normexp: error: {message}", err=True)
     raise SystemExit(code)
+
+
+# errno values that mean the machine, not normexp, stopped a write: (what, what to do)
+_ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC: ("no space left on the device", "free some space"),
+    errno.EDQUOT: ("the disk quota is exhausted", "free some space"),
+    errno.EROFS: ("the file system is read-only", "choose a writable folder"),
+    errno.EACCES: ("permission denied", "make it writable (chmod u+w) or choose another folder"),
+    errno.EPERM: ("operation not permitted", "make it writable (chmod u+w) or choose another folder"),
+    errno.ENAMETOOLONG: ("a name in the path is longer than the file system allows (255 bytes on most)",
+                         "choose a shorter folder or file name"),
+}
+
+
+def describe_error(e: BaseException) -> tuple[str, int]:
+    """The one line and exit code for an exception nothing more specific caught: the single
+    top-level mapping (cli.main and each training job use it). Exit 2 when the cause is
+    outside normexp (a full disk, a read-only folder, a name too long, memory), 1 when it is
+    normexp's own bug (the traceback then only with HYDRA_FULL_ERROR=1)."""
+    if isinstance(e, ConfigError):
+        return str(e), 2
+    if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
+        what, fix = _ENVIRONMENT_ERRNOS[e.errno]
+        where = f" writing {e.filename}" if e.filename else ""
+        return f"{what}{where}; {fix}", 2
+    if isinstance(e, MemoryError):
+        return "out of memory; lower batch_size, seq_len or d_model", 2
+    text = " ".join(f"{type(e).__name__}: {e}".split())[:500]
+    return (f"internal error (a bug in normexp; please report it): {text}; "
+            "HYDRA_FULL_ERROR=1 shows the traceback"), 1

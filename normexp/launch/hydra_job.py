@@ -69,9 +69,9 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
     if is_main() and (not existing or read_record(run_dir) is None):  # under torchrun rank 0 writes
         write_record(run_dir, cfg.data)
     from ..train.loop import train  # imports torch
-    from .threads_env import CHOICE
+    from .threads_env import current_choice
 
-    log.info("idle OpenMP threads: %s", CHOICE)  # chosen before torch loaded (threads_env.py)
+    log.info("idle OpenMP threads: %s", current_choice())  # chosen before torch loaded (threads_env.py)
     return train(cfg, run_dir, stop=stop, hooks=hooks, job=job_context(run_dir))
 
 
@@ -131,7 +131,7 @@ def hydra_task(cfg, hooks=None) -> dict | None:
         if not multirun:
             raise SystemExit(EXIT_BAD_INPUT)
     except Exception as e:  # noqa: BLE001 - a sweep must go on past one broken job
-        from ..config.checks import describe_error
+        from .exits import describe_error
 
         message, code = describe_error(e)
         _leave_resumable(run_dir, cfg, previous, message, code)

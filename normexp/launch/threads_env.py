@@ -37,7 +37,7 @@ USER_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 CHOSEN_BY = "NORMEXP_OMP_WAIT"     # marks a policy normexp chose (inherited, not the user's)
 BUSY_CORES = 0.5                   # others' use, in cores, from which spinning costs more than it saves
 SAMPLE_SECONDS = 0.1
-CHOICE = "not chosen: configure() did not run in this process"  # what configure() decided, for the run's log
+CHOICE = None  # what configure() decided in this process, for the run's log (see current_choice)
 
 
 def _cpu_times() -> tuple[int, int] | None:
@@ -88,3 +88,17 @@ def _choose(environ, busy_cores) -> str:
         environ[CHOSEN_BY] = f"{busy:.2f}"
         return f"passive (other processes kept {busy:.1f} cores busy at start)"
     return f"spinning, OpenMP's default (the machine was idle at start: {busy:.1f} cores busy)"
+
+
+def current_choice(environ=os.environ) -> str:
+    """What holds for this process's OpenMP threads, for the run's log: configure()'s decision
+    when it ran here, else what the environment this process was started with says (joblib's
+    and submitit's workers load torch before any normexp code of theirs runs, so they keep the
+    policy of the process that started them)."""
+    if CHOICE is not None:
+        return CHOICE
+    if environ.get(CHOSEN_BY):
+        return f"passive, inherited (the process that started this one saw {environ[CHOSEN_BY]} cores busy)"
+    if any(knob in environ for knob in USER_KNOBS):
+        return "as set by the user (" + ", ".join(f"{k}={environ[k]}" for k in USER_KNOBS if k in environ) + ")"
+    return "spinning, OpenMP's default (inherited: the process that started this one set nothing)"

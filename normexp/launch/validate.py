@@ -104,6 +104,7 @@ def _validate(cfg: DictConfig, explicit) -> None:
     if not is_number(learned) or not 0 <= learned < 1:
         raise ConfigError("outcome.learned_margin", learned, "must be a number from 0 to below 1 (0.05 = 5 % below the "
                           "unigram baseline)")
+    _loss_spike(cfg)
     _optimizer(cfg)
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")
@@ -130,7 +131,8 @@ def _validate(cfg: DictConfig, explicit) -> None:
         raise ConfigError("checkpoint_every", cfg.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
     _positive_int(cfg, "keep_checkpoints")
     _positive_int(cfg, "log.model_update_every")
-    for key in ("resume", "compile", "log.histograms", "log.model_update", "qk_norm", "scale_embeddings"):
+    for key in ("resume", "compile", "log.histograms", "log.model_update", "log.extra_signals", "qk_norm",
+                "scale_embeddings"):
         _boolean(cfg, key)
     every = cfg.log.profiles_every
     if every != "auto" and (not is_integer(every) or every < 0):
@@ -142,6 +144,20 @@ def _validate(cfg: DictConfig, explicit) -> None:
         raise ConfigError("threads", threads, 'must be "auto" or a positive integer')
     check_tokenizer(cfg.tokenizer)
     check_data(cfg.data)
+
+
+def _loss_spike(cfg) -> None:
+    """train.yaml's loss_spike: the Hampel rule's settings (normexp/train/spikes.py)."""
+    _positive_int(cfg, "loss_spike.window")
+    _positive_int(cfg, "loss_spike.min_points")
+    spike = cfg.loss_spike
+    if not is_number(spike.k) or spike.k <= 0:
+        raise ConfigError("loss_spike.k", spike.k, "must be a finite number > 0 (robust deviations above the median; 5 = default)")
+    if not is_number(spike.floor) or spike.floor < 0:
+        raise ConfigError("loss_spike.floor", spike.floor, "must be a finite number >= 0 (a fraction of the median, 0.01 = 1 %)")
+    if spike.min_points > spike.window:
+        raise ConfigError("loss_spike.min_points", spike.min_points,
+                          f"must be at most loss_spike.window={spike.window} (the rule looks at most that far back)")
 
 
 # groups whose settings the variant classes in model.py check (model.variant names the key)

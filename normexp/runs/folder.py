@@ -14,15 +14,10 @@ import json
 import os
 from pathlib import Path
 
-from .schema import FINISHED, HPARAMS, Status, LOSS_TRAJECTORY, OUTCOME_FIELDS, RUN_FIELDS, SETTINGS_FIELDS, STATUSES  # noqa: F401 - re-exported
+from .schema import (EXECUTION_FACTS, FINISHED, HPARAMS, LOSS_TRAJECTORY, OUTCOME_FIELDS, SETTINGS_FIELDS,  # noqa: F401
+                     STATUSES, Status, is_execution_setting)  # (some re-exported)
 from ..config.keys import dotted, override_key
 from ..data.files import atomic_write_bytes
-
-# Keys that say how to run, not what to compute: a resumed run may change them, the report
-# never calls them "varied", and run names leave them out (train.yaml's exclude_keys holds
-# them too, with the path keys; tests/test_cli.py checks the two agree).
-RUN_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints")
-
 
 def data_label(cfg) -> str:
     """A readable corpus name: the Hub config or path for Hub presets, else the group name."""
@@ -48,7 +43,8 @@ def summary_record(cfg, **facts) -> dict:
     record = {**dict.fromkeys(OUTCOME_FIELDS), "status": Status.RUNNING, "steps_completed": 0, "requeues": 0,
               "stall_margin": cfg.stall_margin,
               "learned_margin": cfg.outcome.learned_margin, LOSS_TRAJECTORY: {"train": [], "val": []},
-              **dict.fromkeys(RUN_FIELDS), **hyperparameters(cfg),
+              "loss_spikes": 0, "loss_spike_steps": [],
+              **dict.fromkeys(EXECUTION_FACTS), **hyperparameters(cfg),
               **{f: {} for f in SETTINGS_FIELDS.values()}}
     record.update(facts)
     return record
@@ -100,14 +96,9 @@ def flat_settings(node, prefix: str = "") -> dict:
     return {k: canonical_value(v) for k, v in dotted(node, prefix).items()}
 
 
-def is_run_setting(key: str) -> bool:
-    """A key of RUN_SETTINGS or below one (log.progress, ...): how to run, not what to compute."""
-    return any(key == k or key.startswith(k + ".") for k in RUN_SETTINGS)
-
-
 def result_settings(cfg) -> dict:
     """The settings that decide what a run computes, canonical (see canonical_value): the job
-    config flattened, RUN_SETTINGS and the hydra node left out. The one identity of a setting:
+    config flattened, EXECUTION_SETTINGS and the hydra node left out. The one identity of a setting:
     duplicate seeds in the report, a checkpoint against the run resuming it, and a resumed job
     against its folder's run all compare this form. `cfg`: a DictConfig or a plain dict."""
     from omegaconf import DictConfig, OmegaConf
@@ -118,7 +109,7 @@ def result_settings(cfg) -> dict:
         except Exception:  # noqa: BLE001 - interpolations that need Hydra's resolvers
             cfg = OmegaConf.to_container(cfg, resolve=False)
     return {k: v for k, v in flat_settings({k: v for k, v in cfg.items() if k != "hydra"}).items()
-            if not is_run_setting(k)}
+            if not is_execution_setting(k)}
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
@@ -438,7 +429,7 @@ def _check_one_value_twice(jobs: list[list[str]]) -> None:
         values = {}
         for o in parser.parse_overrides([o for o in job if not override_key(o).startswith("hydra")]):
             key = override_key(o.key_or_group)
-            if not is_run_setting(key):
+            if not is_execution_setting(key):
                 values[key] = (o.input_line, repr(canonical_value(o.value())))
         identity = tuple(sorted((k, v) for k, (_, v) in values.items()))
         if identity in seen:
@@ -448,7 +439,7 @@ def _check_one_value_twice(jobs: list[list[str]]) -> None:
                 # the jobs come from one grid, so their overrides line up axis by axis
                 key, was, now = next(((a.split("=", 1)[0], a.split("=", 1)[-1], b.split("=", 1)[-1])
                                       for a, b in zip(seen_jobs[identity], job) if a != b), (None, None, None))
-                if key is None or not is_run_setting(override_key(key)):
+                if key is None or not is_execution_setting(override_key(key)):
                     raise ConfigError("-m", " ".join(job), "this job comes twice in the sweep; give each value once")
                 raise ConfigError(key, f"{was},{now}",
                                   f"{key} does not change what a run computes, so these jobs are one run twice; "
@@ -481,7 +472,7 @@ def check_job_folders(cfg, jobs: list[list[str]]) -> None:
         first, second = (dict(o.split("=", 1) for o in j if "=" in o) for j in (seen[name], job))
         key = next((k for k in sorted(set(first) | set(second)) if first.get(k) != second.get(k)), "hydra.sweep.subdir")
         values = f"{first.get(key, '<unset>')},{second.get(key, '<unset>')}"
-        if is_run_setting(override_key(key)):
+        if is_execution_setting(override_key(key)):
             why = (f"{key} does not change what a run computes, so these jobs are one run twice, in one folder; "
                    "give it one value")
         else:

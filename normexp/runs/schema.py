@@ -2,10 +2,11 @@
 
     TensorBoard scalars   `train/loss`, `val/loss`, ...; per-layer families `<family>/layer_XX`
     HParams metrics       the `hparams/...` columns of TensorBoard's HParams table
-    summary.json          its fields: the outcome, where it ran, the hyperparameters
+    summary.json          its fields: the outcome, where and how it ran (EXECUTION_FACTS), the hyperparameters
+    config keys           EXECUTION_SETTINGS: how to run, not what is computed
 
-Training writes with these names, logbook.py lays them out in TensorBoard, runs.py and
-report.py read them back. A new per-layer instrument is its name and description in
+Training writes with these names, train/logbook.py lays them out in TensorBoard, runs/reading.py
+and analysis/report/ read them back. A new per-layer instrument is its name and description in
 `LAYER_FAMILIES` plus the code that computes it (instruments.py); the TensorBoard layout,
 `runs.scalars` and (with in_report) the report's depth-profile figure follow from here.
 """
@@ -20,6 +21,9 @@ from typing import NamedTuple
 TRAIN_LOSS = "train/loss"
 TRAIN_LR = "train/lr"
 TRAIN_GRAD_NORM = "train/grad_norm"              # global gradient norm, before clipping
+TRAIN_CROSS_ENTROPY = "train/cross_entropy"      # the cross-entropy alone, when z_loss > 0 adds c·z to train/loss
+TRAIN_LOSS_SPIKE = "train/loss_spike"            # 1 at a logging step the loss-spike rule flags, else 0
+TRAIN_LOSS_SPIKE_THRESHOLD = "train/loss_spike_threshold"  # the rule's threshold at that step (once it has a window)
 VAL_LOSS = "val/loss"
 VAL_LOSS_PER_BYTE = "val/loss_per_byte"          # only when a token is not one byte
 TOKENS_PER_SECOND = "perf/tokens_per_second"
@@ -45,7 +49,9 @@ GROUP_TAGS = {
     "update_ratio_final_norm": "update_ratio/final_norm",
     "model_update": MODEL_UPDATE,
     "output_log_z": "output/log_z",
+    "output_z_loss": "output/z_loss",
     "grad_norm_global": TRAIN_GRAD_NORM,
+    "cross_entropy": TRAIN_CROSS_ENTROPY,
 }
 
 
@@ -70,12 +76,31 @@ LAYER_FAMILIES = {
     "attn_logit_max": Family("largest attention logit |q·k|/√d_head, soft-capped when attn_softcap is set "
                              "(first rows of the batch)", in_report=True),
     "attn_entropy": Family("mean attention entropy over heads and queries (first rows of the batch)", in_report=True),
+    "query_norm": Family("mean ‖q‖ over heads and positions, as the dot product sees it (first rows of the batch)"),
+    "key_norm": Family("mean ‖k‖ over heads and positions, as the dot product sees it (first rows of the batch)"),
+    "adam_m_norm": Family("‖m‖ of AdamW's first moment over the block's parameters, after the step"),
+    "adam_v_norm": Family("‖v‖ of AdamW's second moment over the block's parameters, after the step"),
+}
+
+# Per-(block, head) families: logged as <family>/layer_XX/head_YY (head_tag)
+HEAD_FAMILIES = {
+    "attn_entropy_head": Family("attention entropy of each head, mean over queries (first rows of the batch)"),
 }
 
 
 def layer_tag(family: str, layer: int) -> str:
     """`act_std/layer_03`: a family's tag for one block."""
     return f"{family}/layer_{layer:02d}"
+
+
+def head_tag(family: str, layer: int, head: int) -> str:
+    """`attn_entropy_head/layer_03/head_01`: a per-head family's tag for one head of one block."""
+    return f"{layer_tag(family, layer)}/head_{head:02d}"
+
+
+def head_tag_pattern(family: str) -> str:
+    """A regular expression matching every head's tag of a per-head `family`."""
+    return rf"{family}/layer_\d+/head_\d+"
 
 
 def layer_index(tag: str) -> int:
@@ -162,13 +187,30 @@ OUTCOME_FIELDS = {
                      "unfinished", csv=True, number=False),
     "learned_margin": Field("the fraction below the baseline some loss must reach for a run that ended above it to "
                             "count as collapsed rather than never_learned"),
+    "loss_spikes": Field("how many logged train losses the loss-spike rule flagged (normexp.train.spikes); the "
+                         "steps are in loss_spike_steps"),
+    "loss_spike_steps": Field("the logging steps the loss-spike rule flagged, in order", number=False),
     "loss_trajectory": Field("{train: [[step, loss], ...] at logging steps, val: [[step, loss], ...] at evaluations}",
                              number=False),
 }
 LOSS_TRAJECTORY = "loss_trajectory"
 
-# Where and how it ran (written by training, read by `normexp report` to tell a killed run)
-RUN_FIELDS = ("device", "threads", "pid", "host")
+# How a run is executed, in two kinds, side by side:
+# - EXECUTION_FACTS: summary.json fields that record where and how it ran (written by training;
+#   `normexp report` reads pid and host to tell a killed run);
+# - EXECUTION_SETTINGS: config keys that choose how to run, not what is computed: a resumed run
+#   may change them, the report never calls them "varied", a setting's identity
+#   (folder.result_settings) and run names leave them out (train.yaml's exclude_keys holds them
+#   too, with the path keys; tests/runs/test_runfolder.py checks the two agree).
+EXECUTION_FACTS = ("device", "threads", "pid", "host")
+# log.extra_signals and loss_spike only add to what is logged: checkpoints written before they existed resume.
+EXECUTION_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints",
+                      "log.extra_signals", "loss_spike.window", "loss_spike.k", "loss_spike.floor", "loss_spike.min_points")
+
+
+def is_execution_setting(key: str) -> bool:
+    """A key of EXECUTION_SETTINGS or below one (log.progress, ...): how to run, not what to compute."""
+    return any(key == k or key.startswith(k + ".") for k in EXECUTION_SETTINGS)
 
 # The hyperparameters every summary records (and TensorBoard's HParams shows), most often
 # varied first; a variant's own settings follow from SETTINGS_FIELDS as placement.<key> / norm.<key>.

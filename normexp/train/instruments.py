@@ -41,7 +41,7 @@ def recording(model: GPT, only: tuple[str, ...] | None = None) -> Iterator[dict[
     with read_outputs(readouts) as trace:
         yield trace
 from ..runs.schema import (ACT_STD_FIRST, ACT_STD_LAST, ACT_STD_MAX, GRAD_NORM_FIRST, GRAD_NORM_LAST, GRAD_NORM_MAX,
-                    GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, layer_tag)
+                    GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, HEAD_FAMILIES, head_tag, layer_tag)
 
 
 def _std(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -60,14 +60,20 @@ def _std(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def attention_signals(qk: list[tuple[torch.Tensor, torch.Tensor]], softcap: float | None = None) -> dict[str, torch.Tensor]:
+def attention_signals(qk: list[tuple[torch.Tensor, torch.Tensor]], softcap: float | None = None,
+                      extra: bool = True) -> dict[str, torch.Tensor]:
     """Per block, from the queries and keys of the first rows of the batch (see
     SIGNAL_ROWS), as the dot product saw them (after QK-norm, if any), and the logits as the
     softmax saw them (soft-capped, c·tanh(z/c), when `softcap` is c, the run's attn_softcap):
     attn_logit_max, the largest |logit| over heads and causal positions, the logit being
     q·k/√d_head (attention-logit growth: Dehghani et al. 2023; Wortsman et al. 2023; under a
     cap it stays below c), and attn_entropy, the mean over heads and query positions of
-    −Σ_j A_tj log A_tj (entropy collapse: Zhai et al. 2023)."""
+    −Σ_j A_tj log A_tj (entropy collapse: Zhai et al. 2023).
+
+    With `extra` (log.extra_signals) also attn_entropy_head, the same entropy per head
+    (blocks × heads; attn_entropy is its mean over heads), and query_norm / key_norm, the
+    mean ‖q‖ and ‖k‖ over heads and positions: a growing max logit with flat norms is
+    alignment of q and k, with growing norms it is scale (what QK-norm removes)."""
     # every block at once: one batched matmul over a (blocks, rows, heads, T, d_head) stack
     # instead of ~12 small ops per block (52 → 16 ms at 1,000 blocks; the same values bit for bit)
     q, k = torch.stack([q for q, _ in qk]).float(), torch.stack([k for _, k in qk]).float()
@@ -78,8 +84,13 @@ def attention_signals(qk: list[tuple[torch.Tensor, torch.Tensor]], softcap: floa
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     maxima = scores.abs().masked_fill(~causal, 0).flatten(1).amax(1)
     logp = torch.log_softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
-    entropies = -(logp.exp() * logp.masked_fill(~causal, 0)).sum(-1).flatten(1).mean(1)
-    return {"attn_logit_max": maxima, "attn_entropy": entropies}
+    per_query = -(logp.exp() * logp.masked_fill(~causal, 0)).sum(-1)  # (blocks, rows, heads, T)
+    if not extra:
+        return {"attn_logit_max": maxima, "attn_entropy": per_query.flatten(1).mean(1)}
+    per_head = per_query.mean(dim=(1, 3))  # (blocks, heads): every head has rows·T queries
+    return {"attn_logit_max": maxima, "attn_entropy": per_head.mean(1), "attn_entropy_head": per_head,
+            "query_norm": torch.linalg.vector_norm(q, dim=-1).flatten(1).mean(1),
+            "key_norm": torch.linalg.vector_norm(k, dim=-1).flatten(1).mean(1)}
 
 
 class Instruments:
@@ -88,8 +99,9 @@ class Instruments:
     Parameter groups: `layer_XX` for each block, `embedding` (token + position tables,
     including the tied head) and `final_norm` where the placement has one."""
 
-    def __init__(self, model: GPT, model_update: bool = True, model_update_every: int = 1):
+    def __init__(self, model: GPT, model_update: bool = True, model_update_every: int = 1, extra_signals: bool = True):
         self.model = model
+        self.extra_signals = extra_signals  # log.extra_signals: see attention_signals, activations, adam_moments
         self.layers = len(model.blocks)
         self.group_names = [f"layer_{i:02d}" for i in range(self.layers)] + ["embedding", "final_norm"]
         params, groups = [], []
@@ -132,26 +144,46 @@ class Instruments:
         sums = torch.zeros(len(self.group_names), device=per_tensor.device).index_add_(0, self.group_index, per_tensor.pow(2))
         return sums.sqrt(), per_tensor
 
-    def collect(self, loss: torch.Tensor, trace: dict, rows: int | None = None) -> dict[str, torch.Tensor]:
+    def collect(self, loss: torch.Tensor, trace: dict, rows: int | None = None, targets: torch.Tensor | None = None,
+                z_loss: float = 0.0) -> dict[str, torch.Tensor]:
         """A logging step's scalars as device tensors (loss, activations of the first `rows`
-        rows, gradients); `read` turns them into numbers with one sync."""
-        return {"loss": distributed.mean(loss.detach().float()), **self.activations(trace, rows), **self.gradients()}
+        rows, gradients); `read` turns them into numbers with one sync. With `targets` (the
+        first `rows` rows' targets) and z_loss = c > 0 in the objective, also cross_entropy, the
+        loss without c·z (loss = cross_entropy + c·output_z_loss)."""
+        return {"loss": distributed.mean(loss.detach().float()), **self.activations(trace, rows, targets, z_loss),
+                **self.gradients()}
 
     # ---- activations (from the trace of a forward inside `recording`)
-    def activations(self, trace: dict, rows: int | None = None) -> dict[str, torch.Tensor]:
+    def activations(self, trace: dict, rows: int | None = None, targets: torch.Tensor | None = None,
+                    z_loss: float = 0.0) -> dict[str, torch.Tensor]:
         """Stats of the first `rows` batch rows (all by default): the rows after them are the
         reference batch when it rides along in the training forward (`fused_reference_rows`).
-        output_log_z: mean log Z of the output logits, the divergence signal of Wortsman et al. 2023."""
+        output_log_z: mean log Z of the output logits, the divergence signal of Wortsman et al. 2023.
+        With extra_signals, output_z_loss: mean (log Z)², the z-loss term itself (PaLM), whether
+        or not z_loss puts it in the objective; and with z_loss > 0 and `targets`,
+        cross_entropy = mean(log Z − logit of the target), the objective without c·z. Both
+        are means over the global batch (one all-reduce under torchrun), like the loss."""
         rows = slice(rows)  # slice(None): all rows
-        return {
+        logits = trace["logits"][0][rows].float()
+        log_z = torch.logsumexp(logits, dim=-1)
+        out = {
             "act_std": _std([t[rows] for t in trace["block"]]),
             "attn_out_std": _std([t[rows] for t in trace["attn_out"]]),
             "mlp_out_std": _std([t[rows] for t in trace["mlp_out"]]),
             "embedding_std": trace["embed"][0][rows].float().std(correction=0),
             **attention_signals([(q[rows], k[rows]) for q, k in zip(trace["queries"], trace["keys"])],
-                                self.model.cfg.attn_softcap),
-            "output_log_z": torch.logsumexp(trace["logits"][0][rows].float(), dim=-1).mean(),
+                                self.model.cfg.attn_softcap, self.extra_signals),
+            "output_log_z": log_z.mean(),
         }
+        if self.extra_signals:
+            means = [log_z.pow(2).mean()]
+            if z_loss and targets is not None:
+                means.append((log_z - logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)).mean())
+            means = distributed.mean(torch.stack(means))
+            out["output_z_loss"] = means[0]
+            if len(means) > 1:
+                out["cross_entropy"] = means[1]
+        return out
 
     # ---- gradients (after backward, before clipping and the optimizer step)
     def gradients(self) -> dict[str, torch.Tensor]:
@@ -178,9 +210,23 @@ class Instruments:
         self._before_norms = self._group_norms(self._before)[0]
 
     @torch.no_grad()
-    def after_step(self) -> dict[str, torch.Tensor]:
+    def adam_moments(self, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+        """adam_m_norm and adam_v_norm: per block, the L2 norm of AdamW's first moment m and of
+        its second moment v over the block's parameters, as the optimizer stores them (no bias
+        correction), after the step. Read from `optimizer.state[p]`, which torch.optim.AdamW
+        and FlatAdamW (views into its flat buffers) both keep per parameter; a parameter
+        without state yet counts 0. (Update-size and moment spikes come before loss spikes.)"""
+        zero = self.params[0].new_zeros(())
+        states = [optimizer.state.get(p) or {} for p in self.params]
+        m = self._group_norms([st.get("exp_avg", zero) for st in states])[0]
+        v = self._group_norms([st.get("exp_avg_sq", zero) for st in states])[0]
+        return {"adam_m_norm": m[: self.layers], "adam_v_norm": v[: self.layers]}
+
+    @torch.no_grad()
+    def after_step(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, torch.Tensor]:
         """update_ratio ‖Δθ‖/‖θ‖ per group, and update_rms: the RMS of the optimizer's update of
-        each block's matrices, √(Σ‖ΔW‖² / Σ numel) (update-size spikes precede loss spikes)."""
+        each block's matrices, √(Σ‖ΔW‖² / Σ numel) (update-size spikes precede loss spikes);
+        with extra_signals and the `optimizer` that took the step, its moments (adam_moments)."""
         torch._foreach_sub_(self._before, self.params)  # in place: θ_before − θ_after = −Δθ, same norm
         per_group, per_tensor = self._group_norms(self._before)
         ratio = per_group / self._before_norms.clamp_min(1e-30)
@@ -190,6 +236,8 @@ class Instruments:
                "update_rms": (matrix_sq / self.matrix_numel).sqrt()}
         if self.has_final_norm:
             out["update_ratio_final_norm"] = ratio[self.layers + 1]
+        if self.extra_signals and optimizer is not None:
+            out.update(self.adam_moments(optimizer))
         return out
 
     # ---- DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖ / ‖f(x;θ_0)‖ on a fixed reference batch
@@ -247,14 +295,21 @@ class Instruments:
 
     # ---- one sync for everything collected this step
     @staticmethod
-    def read(collected: dict[str, torch.Tensor]) -> dict[str, float | list[float]]:
+    def read(collected: dict[str, torch.Tensor]) -> dict[str, float | list[float] | list[list[float]]]:
+        """{key: number} for a 0-d tensor, a list for a vector (per block), a list of rows for
+        a matrix (per block and head)."""
         keys = list(collected)
         flat = [collected[k].reshape(-1).float() for k in keys]
         values = torch.cat(flat).tolist()
         out, pos = {}, 0
         for k, t in zip(keys, flat):
-            n = t.numel()
-            out[k] = values[pos] if collected[k].dim() == 0 else values[pos: pos + n]
+            n, shape = t.numel(), collected[k].shape
+            if collected[k].dim() == 0:
+                out[k] = values[pos]
+            elif collected[k].dim() == 1:
+                out[k] = values[pos: pos + n]
+            else:
+                out[k] = [values[pos + i * shape[1]: pos + (i + 1) * shape[1]] for i in range(shape[0])]
             pos += n
         return out
 
@@ -264,7 +319,11 @@ def scalar_tags(values: dict[str, float | list[float]]) -> dict[str, float]:
     values their GROUP_TAGS, and the first/last/max over depth go under `stability/`."""
     tags: dict[str, float] = {}
     for key, v in values.items():
-        if isinstance(v, list):
+        if key in HEAD_FAMILIES:  # rows of blocks, a value per head: <family>/layer_XX/head_YY
+            for i, row in enumerate(v):
+                for h, x in enumerate(row):
+                    tags[head_tag(key, i, h)] = x
+        elif isinstance(v, list):
             for i, x in enumerate(v):
                 tags[layer_tag(key, i)] = x
     for key, tag in GROUP_TAGS.items():

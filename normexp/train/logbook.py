@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..runs import schema as n
-from ..runs.schema import HPARAM_METRICS, HPARAMS, LAYER_FAMILIES
+from ..runs.schema import HEAD_FAMILIES, HPARAM_METRICS, HPARAMS, LAYER_FAMILIES
 
 log = logging.getLogger("normexp")
 
@@ -55,6 +55,11 @@ def custom_scalars_layout(layers: int):
                  ["Multiline", [n.layer_tag_pattern(family) if not subset else
                                 "|".join("^" + re.escape(n.layer_tag(family, i)) + "$" for i in shown)]]
                  for family, f in LAYER_FAMILIES.items()}
+    # per-head families: a line per head of the charted blocks
+    per_layer.update({f"{family}: {f.about}{subset}":
+                      ["Multiline", [n.head_tag_pattern(family) if not subset else
+                                     "|".join("^" + re.escape(n.layer_tag(family, i)) + r"/head_\d+$" for i in shown)]]
+                      for family, f in HEAD_FAMILIES.items()})
     layout = {
         # one line per run and tag: readable across a sweep of many runs
         "across a sweep": {
@@ -66,6 +71,9 @@ def custom_scalars_layout(layers: int):
         },
         "training": {
             "loss": ["Multiline", [n.TRAIN_LOSS, n.VAL_LOSS]],
+            "loss spikes: train loss, the rule's threshold": ["Multiline", [n.TRAIN_LOSS, n.TRAIN_LOSS_SPIKE_THRESHOLD]],
+            "loss spike flag (1 at a spike's first step)": ["Multiline", [n.TRAIN_LOSS_SPIKE]],
+            "loss = cross-entropy + z_loss × z-loss": ["Multiline", [n.TRAIN_LOSS, n.TRAIN_CROSS_ENTROPY]],
             "lr": ["Multiline", [n.TRAIN_LR]],
             "global grad norm": ["Multiline", [n.TRAIN_GRAD_NORM]],
         },
@@ -73,6 +81,7 @@ def custom_scalars_layout(layers: int):
             "activation std max": ["Multiline", [n.ACT_STD_MAX]],
             "gradient norm max, last/first": ["Multiline", [n.GRAD_NORM_MAX, n.GRAD_NORM_TOP_OVER_BOTTOM]],
             "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
+            "output log Z and z-loss (log Z)²": ["Multiline", [n.GROUP_TAGS["output_log_z"], n.GROUP_TAGS["output_z_loss"]]],
         },
         "per layer": per_layer,
     }

@@ -42,6 +42,7 @@ from ..runs import schema
 from ..runs import outcomes
 from ..runs.folder import beat_baseline, hparams_row, read_summary, result_settings, summary_record, write_summary
 from .schedules import lr_multiplier
+from .spikes import HampelSpikeRule
 from .signals import Interrupted, Preempted, StopSignals
 from ..config.checks import ConfigError
 from ..runs.schema import Status
@@ -352,7 +353,9 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, cfg)
         self.ddp_model = distributed.wrap(self.model, self.device)  # DDP under torchrun; `model` itself otherwise
         self.step_model = torch.compile(self.ddp_model) if cfg.compile else self.ddp_model
-        self.instruments = Instruments(self.model, cfg.log.model_update, cfg.log.model_update_every)
+        self.instruments = Instruments(self.model, cfg.log.model_update, cfg.log.model_update_every,
+                                       extra_signals=cfg.log.extra_signals)
+        self.spike_rule = HampelSpikeRule(**cfg.loss_spike)
         self.data_gen = generator(cfg.seed, "data")
         self.instruments.set_reference_batch(reference_batch(self.corpus.val, cfg).to(self.device), self.autocast)
 
@@ -413,7 +416,8 @@ class Trainer:
         values = reference_hidden = None
         if logging_step:
             reference_hidden = None if reference is None else trace["final"][0][len(x):]
-            values = instruments.read(instruments.collect(loss, trace, rows=len(x)))  # the step's one sync
+            values = instruments.read(instruments.collect(loss, trace, rows=len(x), targets=y,
+                                                          z_loss=cfg.z_loss))  # the step's one sync
             del trace
         if logging_step or self.guard.every_step:
             self.check_health(x, y, loss, values)
@@ -426,7 +430,7 @@ class Trainer:
         self.model.after_optimizer_step()
         self.step += 1
         if logging_step:
-            values.update(instruments.read({**instruments.after_step(), **model_update}))
+            values.update(instruments.read({**instruments.after_step(self.optimizer), **model_update}))
             self.log_step(values, lr, x)
 
     def set_lr(self, step: int) -> float:
@@ -489,8 +493,10 @@ class Trainer:
     def log_step(self, values: dict, lr: float, x: torch.Tensor) -> None:
         """A logging step's scalars, depth-profile image and optional histograms, at the step just taken."""
         s = self.step - 1
-        write_scalars(self.writer, {**scalar_tags(values), schema.TRAIN_LOSS: values["loss"], schema.TRAIN_LR: lr}, s)
-        self.summary[schema.LOSS_TRAJECTORY]["train"].append([s, values["loss"]])  # for outcomes.classify
+        trajectory = self.summary[schema.LOSS_TRAJECTORY]["train"]
+        trajectory.append([s, values["loss"]])  # for outcomes.classify and the loss-spike rule
+        tags = {**scalar_tags(values), schema.TRAIN_LOSS: values["loss"], schema.TRAIN_LR: lr, **self.check_spike(trajectory)}
+        write_scalars(self.writer, tags, s)
         every = profiles_every(self.cfg)
         t0 = time.perf_counter()
         if every and (s % every == 0 or s == self.cfg.steps - 1):
@@ -499,6 +505,23 @@ class Trainer:
             for i, t in enumerate(block_outputs(self.model, x)):
                 self.writer.add_histogram(schema.layer_tag(schema.ACT_HIST, i), t, s)
         self.meter.exclude(time.perf_counter() - t0)  # drawing is not training: kept out of tokens/s
+
+    def check_spike(self, trajectory: list) -> dict[str, float]:
+        """The loss-spike rule (spikes.py) on the logged train losses, the newest last: its
+        TensorBoard tags, and a spike's onset counted in the summary (loss_spikes, loss_spike_steps).
+        Only the last window + 2 points decide, so a logging step costs the same late in a run."""
+        onset, threshold = self.spike_rule.check([v for _, v in trajectory[-(self.spike_rule.window + 2):]])
+        tags = {schema.TRAIN_LOSS_SPIKE: float(onset)}
+        if threshold is not None:
+            tags[schema.TRAIN_LOSS_SPIKE_THRESHOLD] = threshold
+        if onset:
+            step, loss = trajectory[-1]
+            self.summary["loss_spikes"] = self.summary.get("loss_spikes", 0) + 1
+            self.summary.setdefault("loss_spike_steps", []).append(step)
+            log.warning("loss spike at step %d: train loss %.4f above the rule's threshold %.4f "
+                        "(loss_spike.k=%g robust deviations over the last %d logged losses)",
+                        step, loss, threshold, self.spike_rule.k, self.spike_rule.window)
+        return tags
 
     # ---------------------------------------------------------------- after a step
 

@@ -57,6 +57,20 @@ def test_a_monotone_boundary_is_bracketed_to_the_ratio(t):
     assert s.runs == 3 * len(s.outcomes) == sum(map(len, batches))
 
 
+def test_boundary_csv_is_the_setting_then_the_result_columns(tmp_path):
+    """boundary.csv's header: the setting's keys, then BoundaryResult's fields in order (the one
+    list the report splits the columns by); the row's values are the search's own."""
+    (s,), _ = search(threshold(0.01))
+    table, _ = boundary.write_tables([s], "lr", tmp_path)
+    header = table.read_text().splitlines()[0].split(",")
+    assert header == ["placement", *boundary.RESULT_COLUMNS]
+    assert boundary.RESULT_COLUMNS[:4] == ("key", "last_stable", "first_unstable", "ratio")
+    row = read_csv(table)[0]
+    low, high = s.bracket()
+    assert (row["key"], float(row["last_stable"]), float(row["first_unstable"])) == ("lr", low, high)
+    assert int(row["points_probed"]) == len(s.outcomes) and int(row["runs_used"]) == s.runs
+
+
 def test_the_worst_seed_sets_the_boundary():
     (s,), _ = search(lambda x, seed, i: "completed" if x <= (0.02 if seed != 2 else 0.004) else "diverged")
     low, high = s.bracket()

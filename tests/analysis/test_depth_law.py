@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from normexp.analysis import depth_law
-from normexp.analysis.report import depth_law_section
+from normexp.analysis.report.sections import depth_law_section
 
 COLUMNS = ["placement", "layers", "key", "last_stable", "first_unstable", "ratio", "verdict", "points_probed",
            "runs_used", "monotone", "seeds", "upper_edge", "upper_why", "lowest_learning", "highest_too_slow",

@@ -154,7 +154,8 @@ def test_one_varied_key_gives_a_bar_chart_and_out_elsewhere(sweep, tmp_path):
 
 
 def test_varied_keys_follow_the_overrides_and_drop_group_details():
-    from normexp.analysis.report import Run, varied_keys
+    from normexp.analysis.report.tables import varied_keys
+    from normexp.runs.reading import Run
 
     def run(norm, eps, layers, seed, overrides):
         cfg = {"norm.name": norm, "norm.eps": eps, "layers": layers, "seed": seed, "threads": seed, "lr": 1e-3}
@@ -163,6 +164,24 @@ def test_varied_keys_follow_the_overrides_and_drop_group_details():
     runs = [run("layer", 1e-5, 6, 0, ["layers=6", "norm=layer"]), run("rms", 1e-6, 12, 1, ["layers=12", "norm=rms"])]
     # norm.eps follows from norm.name; threads never counts; seed is a replicate, never a varied key
     assert varied_keys(runs) == ["layers", "norm.name"]
+
+
+def test_varied_keys_the_overrides_do_not_name_follow_the_hparams_order():
+    """Without overrides (an experiment file set them), varied keys come in runs/schema.py's
+    HPARAMS order, a group by its name key: the one "most often varied first" order."""
+    from normexp.analysis.report.tables import varied_keys
+    from normexp.runs.reading import Run
+    from normexp.runs.schema import HPARAMS
+
+    def run(i):
+        cfg = {"schedule.name": ["cosine", "linear"][i], "heads": [2, 4][i], "lr": [1e-3, 3e-3][i],
+               "placement.name": ["pre", "post"][i], "seq_len": [32, 64][i], "zeta": i}
+        return Run(Path("x"), "x", cfg, [], {})
+
+    by_hand = [k for k in HPARAMS if k in ("placement", "lr", "heads", "seq_len", "schedule")]
+    assert by_hand == ["placement", "lr", "heads", "seq_len", "schedule"]
+    # HPARAMS' keys first, in its order; a key it does not list (zeta) after them
+    assert varied_keys([run(0), run(1)]) == ["placement.name", "lr", "heads", "seq_len", "schedule.name", "zeta"]
 
 
 @pytest.mark.parametrize("make, message", [

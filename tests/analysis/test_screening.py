@@ -181,7 +181,7 @@ def test_two_finished_duplicates_keep_the_newest_whatever_the_order(tmp_path):
 def test_the_val_curve_of_a_cell_averages_its_replicates_only(tmp_path):
     """A finished seed 0 (val 3.0 then 2.0) and seed 1 (3.2, 2.4), and a killed seed-0 run
     (3.0, 1.0 at its last eval): once runs have finished, the curve is their mean alone."""
-    from normexp.analysis.report import plot_val_curves
+    from normexp.analysis.report.figures import plot_val_curves
     from normexp.runs.reading import Run
 
     def run(name, seed, summary, curve):

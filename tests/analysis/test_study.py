@@ -209,7 +209,7 @@ def fake_run(placement, lr, seed, status, final, initial=5.5, baseline=3.0):
 
 def test_max_stable_lr_needs_every_seed_and_diverged_counts_as_initial_loss():
     from normexp.analysis import study
-    from normexp.analysis.report import sort_key
+    from normexp.analysis.report.tables import sort_key
 
     runs = [fake_run("post", lr, seed, status, final) for lr, seed, status, final in [
         (1e-3, 0, "completed", 2.0), (1e-3, 1, "completed", 2.2),
@@ -230,7 +230,7 @@ def test_lr_sensitivity_clips_a_run_that_ended_above_its_initial_loss():
     """min(ℓ(η), ℓ₀): a run that ends worse than it started counts as ℓ₀ (5.5), not as 6.0.
     By hand: cell means 2.1 and (5.5 + 5.0)/2 = 5.25, best 2.1, sensitivity (0 + 3.15)/2."""
     from normexp.analysis import study
-    from normexp.analysis.report import sort_key
+    from normexp.analysis.report.tables import sort_key
 
     runs = [fake_run("pre", lr, seed, status, final) for lr, seed, status, final in [
         (1e-3, 0, "completed", 2.0), (1e-3, 1, "completed", 2.2),
@@ -251,7 +251,8 @@ def test_depth_table_and_figure_data(tmp_path):
     """Critical depth: the deepest stack at which every seed learned; the depth figure's CSV
     holds the cells it draws."""
     from normexp.analysis import study
-    from normexp.analysis.report import plot_sweep, sort_key
+    from normexp.analysis.report.figures import plot_sweep
+    from normexp.analysis.report.tables import sort_key
 
     runs = []
     for placement, outcomes in {"post": {6: ("completed", "completed"), 24: ("completed", "stalled"), 96: ("stalled",) * 2},
@@ -273,7 +274,8 @@ def test_early_model_update_against_depth_by_hand(tmp_path):
     """The depth section's model-update figure: per cell the mean over seeds of the first value
     after step 0 (step 0 is θ_0 itself, always 0), with its t-interval, written to its CSV."""
     from normexp.analysis import study
-    from normexp.analysis.report import plot_sweep, sort_key
+    from normexp.analysis.report.figures import plot_sweep
+    from normexp.analysis.report.tables import sort_key
 
     values = {("post", 6): (0.30, 0.50), ("post", 96): (2.0, 4.0), ("deepnorm", 6): (0.10, 0.20),
               ("deepnorm", 96): (0.05, 0.15)}
@@ -296,7 +298,7 @@ def test_early_model_update_against_depth_by_hand(tmp_path):
 
 
 def test_seed_and_a_key_only_newer_runs_have_are_not_varied():
-    from normexp.analysis.report import varied_keys
+    from normexp.analysis.report.tables import varied_keys
     from normexp.runs.reading import Run
 
     old = [Run(Path(f"o{s}"), "o", {"lr": 1e-3, "seed": s}, [], {}) for s in (0, 1)]

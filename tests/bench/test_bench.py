@@ -152,6 +152,22 @@ def test_summary_arithmetic_by_hand():
     assert costs["event_bytes_per_logging_step"] == 3000  # a round without a logging step is left out
 
 
+def test_the_extra_signals_cost_by_hand():
+    """log10: plain steps 0.5 s, logging steps (10, 20) 1.5 s; plain10 (log.extra_signals=false):
+    plain 0.5 s, logging 1.0 s. Inside: a logging step's extra 1.0 − 0.5 = 0.5 s = 500 ms, its
+    fraction 2.0 − 1.0 = 1.0, ÷ 10 = 0.1 at log_every=10. Between: (9·0.5 + 1.5)/10 = 0.6 s against
+    (9·0.5 + 1.0)/10 = 0.55 s a step: 0.6/0.55 − 1 = 1/11."""
+    shape = Shape("tiny", 2, 32, 32, 4, heads=2)
+    steady = lambda dt, slow, logged=(10, 20): [sum(slow if s in logged else dt for s in range(1, n + 1))  # noqa: E731
+                                                for n in range(23)]
+    entry = summary_of({"minimal": (None, steady(0.4, 0.4)), "log10": (10, steady(0.5, 1.5)),
+                        "off": (10**9, steady(0.5, 0.5)), "log1": (1, steady(1.5, 1.5, logged=range(23))),
+                        "plain10": (10, steady(0.5, 1.0))}, shape, peak=1.0, bytes_per_round=[3000])
+    extra = entry["instrument_overhead"]["extra_signals"]
+    assert extra["inside"] == pytest.approx({"logging_step_extra_ms": 500.0, "log_every_10": 0.1})
+    assert extra["between_log_every_10"] == pytest.approx((1 / 11, 1 / 11, 1 / 11))
+
+
 def test_event_bytes_are_counted_per_step_and_add_up_to_the_file(tmp_path):
     """Step 9 writes three scalars with tags as long as step 7's one: three times its bytes;
     all steps together (with the file's version record) are the whole file."""
@@ -225,12 +241,13 @@ def test_bench_runs_end_to_end_on_a_tiny_shape(tmp_path, cli_env):
     assert "6·N + 12·L·T·d" in proc.stdout and "TB/logging step" in proc.stdout
     report = json.loads(out.read_text())
     entry = report["shapes"]["tiny"]
-    assert set(entry["runs"]) == {"minimal", "log10", "off", "log1"}
+    assert set(entry["runs"]) == {"minimal", "log10", "off", "log1", "plain10"}
     assert all(row["steps_timed"] == 2 for row in entry["runs"].values())  # steps 3 and 4 of 0..5
     costs = entry["costs"]
     assert costs["build_s"]["normexp"] > 0 and costs["build_s"]["minimal"] > 0
     assert costs["logging_step"]["logged_s"] > 0 and costs["event_bytes_per_logging_step"] > 0
-    assert set(entry["instrument_overhead"]) >= {"log_every_10", "log_every_1"}
+    assert set(entry["instrument_overhead"]) >= {"log_every_10", "log_every_1", "extra_signals"}
+    assert "of which log.extra_signals" in proc.stdout
 
 
 def test_bad_bench_arguments_get_one_line_and_exit_2(cli_env):

@@ -118,7 +118,8 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corp
     code, _ = victim.finish()
     assert code == -signal.SIGKILL
     assert read_summary(killed_dir)["status"] == "running"  # no chance to say goodbye
-    from normexp.analysis.report import load_runs, make_report
+    from normexp.analysis.report import make_report
+    from normexp.runs.reading import read_runs as load_runs
 
     (run,) = load_runs(killed_dir)  # but its process is gone: report calls it killed
     assert run.summary["pid"] == victim.proc.pid and run.status == "killed"
@@ -148,7 +149,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corp
 
     # normexp report reads the resumed run like TensorBoard does, without TensorBoard's
     # "Purging expired events" warning (expected after a resume, so not shown)
-    from normexp.analysis.report import load_scalars
+    from normexp.runs.reading import load_scalars
 
     seen = []  # whatever TensorBoard's logger lets through while report reads the run
     catcher = logging.Handler()

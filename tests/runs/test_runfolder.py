@@ -15,6 +15,7 @@ import pytest
 from conftest import TINY, make_corpus, read_summary
 
 from normexp.runs import folder as runfolder
+from normexp.runs.schema import EXECUTION_SETTINGS
 from normexp.runs.folder import (CLAIM, FolderTaken, canonical_value, changed_data_file, claim_default_folder,
                                claim_folder, file_identity, find_runs, result_settings, run_artefacts)
 
@@ -160,12 +161,12 @@ def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
     check_job_folders(_sweep_cfg("hydra.sweep.subdir=${hydra.job.num}"), [["seed=0"], ["seed=1"], ["seed=0"]])
 
 
-def test_every_excluded_key_is_a_path_a_preset_or_a_run_setting():
+def test_every_excluded_key_is_a_path_a_preset_or_an_execution_setting():
     """What job folder names leave out must not change a run's result, or be refused as a
     sweep axis by check_job_folders (which refuses any collision, whatever the key)."""
     cfg = _sweep_cfg()
     excluded = set(cfg.hydra.job.config.override_dirname.exclude_keys)
-    assert excluded - set(runfolder.RUN_SETTINGS) == {"experiment", "data.files", "data.val_files"}
+    assert excluded - set(EXECUTION_SETTINGS) == {"experiment", "data.files", "data.val_files"}
 
 
 # ------------------------------------------------------------------ contents, not paths

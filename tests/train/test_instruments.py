@@ -12,7 +12,7 @@ from normexp.data.batches import get_batch
 from normexp.model import GPT, ModelConfig
 
 FAMILIES = ("act_std", "attn_out_std", "mlp_out_std", "grad_norm", "grad_norm_mlp_out", "update_ratio",
-            "update_rms", "attn_logit_max", "attn_entropy")
+            "update_rms", "attn_logit_max", "attn_entropy", "query_norm", "key_norm", "adam_m_norm", "adam_v_norm")
 
 
 @pytest.mark.slow
@@ -26,10 +26,13 @@ def test_every_tag_for_every_block_at_every_logged_step(tmp_path, corpus, cli_en
         for i in range(4):
             assert sorted(scalars[f"{family}/layer_{i:02d}"]) == logged, family
         assert f"{family}/layer_04" not in scalars
+    for i in range(4):
+        for head in range(2):  # TINY has 2 heads
+            assert sorted(scalars[f"attn_entropy_head/layer_{i:02d}/head_{head:02d}"]) == logged
     for tag in ("act_std/embedding", "grad_norm/embedding", "grad_norm/final_norm", "update_ratio/embedding",
                 "update_ratio/final_norm", "stability/act_std_max", "stability/grad_norm_max",
                 "stability/grad_norm_top_over_bottom", "stability/model_update", "train/loss", "output/log_z",
-                "train/grad_norm", "train/lr"):
+                "output/z_loss", "train/loss_spike", "train/grad_norm", "train/lr"):
         assert sorted(scalars[tag]) == logged, tag
     assert sorted(scalars["val/loss"]) == [10, 20, 30]
     assert sorted(scalars["perf/tokens_per_second"]) == [10, 20, 29]
@@ -119,10 +122,24 @@ def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, place
         valid = scores[..., causal]  # (rows, heads, T(T+1)/2)
         assert scalars[f"attn_logit_max/layer_{i:02d}"][0] == pytest.approx(valid.abs().max().item(), rel=1e-5)
         attention = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1)
-        entropy = -(attention * torch.log(attention.clamp_min(1e-300))).sum(-1).mean()
-        assert scalars[f"attn_entropy/layer_{i:02d}"][0] == pytest.approx(entropy.item(), rel=1e-5)
-    log_z = torch.log(torch.exp(logits.double()).sum(-1)).mean()
-    assert scalars["output/log_z"][0] == pytest.approx(log_z.item(), rel=1e-5)
+        per_query = -(attention * torch.log(attention.clamp_min(1e-300))).sum(-1)  # (rows, heads, T)
+        assert scalars[f"attn_entropy/layer_{i:02d}"][0] == pytest.approx(per_query.mean().item(), rel=1e-5)
+        for head in range(heads):
+            assert scalars[f"attn_entropy_head/layer_{i:02d}/head_{head:02d}"][0] == pytest.approx(
+                per_query[:, head].mean().item(), rel=1e-5)
+        assert scalars[f"query_norm/layer_{i:02d}"][0] == pytest.approx(q.norm(dim=-1).mean().item(), rel=1e-5)
+        assert scalars[f"key_norm/layer_{i:02d}"][0] == pytest.approx(k.norm(dim=-1).mean().item(), rel=1e-5)
+    log_z = torch.log(torch.exp(logits.double()).sum(-1))
+    assert scalars["output/log_z"][0] == pytest.approx(log_z.mean().item(), rel=1e-5)
+    assert scalars["output/z_loss"][0] == pytest.approx(log_z.pow(2).mean().item(), rel=1e-5)
+
+    # AdamW's moments after its first step (betas 0.9, 0.98): m = 0.1·g and v = 0.02·g², per block
+    for i, block in enumerate(model.blocks):
+        grads = [p.grad.double() for p in block.parameters()]
+        m = 0.1 * math.sqrt(sum(g.pow(2).sum().item() for g in grads))
+        v = 0.02 * math.sqrt(sum(g.pow(4).sum().item() for g in grads))
+        assert scalars[f"adam_m_norm/layer_{i:02d}"][0] == pytest.approx(m, rel=1e-5)
+        assert scalars[f"adam_v_norm/layer_{i:02d}"][0] == pytest.approx(v, rel=1e-5)
 
     # update_ratio: ‖θ_1 − θ_0‖/‖θ_0‖ per block, θ_1 from the run's checkpoint after step 1
     states = [torch.load(f, weights_only=False) for f in (run / "checkpoints").glob("*.pt")]

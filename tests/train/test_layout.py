@@ -25,7 +25,7 @@ def test_sweep_charts_come_first_and_per_layer_charts_start_closed():
     cats = layout(6).category
     assert [c.title for c in cats] == ["across a sweep", "training", "stability", "per layer"]
     assert [c.closed for c in cats] == [False, False, False, True]
-    assert len(cats[-1].chart) == len(names.LAYER_FAMILIES)
+    assert len(cats[-1].chart) == len(names.LAYER_FAMILIES) + len(names.HEAD_FAMILIES)
 
 
 def test_a_per_layer_chart_at_1000_blocks_draws_exactly_its_chosen_blocks():
@@ -39,6 +39,19 @@ def test_a_per_layer_chart_at_1000_blocks_draws_exactly_its_chosen_blocks():
         assert "of 1000" in chart.title
 
 
+def test_a_per_head_chart_at_1000_blocks_draws_every_head_of_its_chosen_blocks_only():
+    family = next(iter(names.HEAD_FAMILIES))
+    every_tag = [names.head_tag(family, i, h) for i in range(1000) for h in range(4)]
+    chart = next(c for c in layout(1000).category[-1].chart if c.title.startswith(f"{family}:"))
+    (pattern,) = chart.multiline.tag
+    drawn = [t for t in every_tag if re.search(pattern, t)]
+    assert drawn == [names.head_tag(family, i, h) for i in (0, 143, 285, 428, 571, 714, 856, 999) for h in range(4)]
+    shallow = next(c for c in layout(6).category[-1].chart if c.title.startswith(f"{family}:"))
+    (pattern,) = shallow.multiline.tag  # a 6-block run: one pattern for all of its heads
+    assert all(re.search(pattern, t) for t in every_tag[: 6 * 4])
+    assert not re.search(pattern, names.layer_tag("attn_entropy", 0))  # the per-block family is its own chart
+
+
 def test_a_shallow_run_charts_every_block_with_one_pattern():
     every_tag = [names.layer_tag("act_std", i) for i in range(6)] + ["act_std/embedding", "train/loss"]
     chart = layout(6).category[-1].chart[0]
@@ -49,7 +62,7 @@ def test_a_shallow_run_charts_every_block_with_one_pattern():
 def test_layer_profiles_run_in_block_order_beyond_100_blocks():
     from types import SimpleNamespace
 
-    from normexp.analysis.report import layer_profile
+    from normexp.analysis.report.figures import layer_profile
 
     # block i logs the value i at step 0; as text, layer_100 sorts before layer_11
     run = SimpleNamespace(scalars={names.layer_tag("act_std", i): [(0, float(i))] for i in range(120)})

@@ -7,7 +7,7 @@ import math
 import pytest
 from conftest import TINY, cli_environment, load_events, make_corpus, read_summary, run_cli
 
-from normexp.runs.schema import HPARAM_METRICS, LAYER_FAMILIES
+from normexp.runs.schema import HEAD_FAMILIES, HPARAM_METRICS, LAYER_FAMILIES
 from normexp.runs.folder import STATUSES
 
 pytestmark = pytest.mark.slow  # every test reads the runs of one module fixture (a sweep and two runs)
@@ -103,6 +103,9 @@ def test_every_per_layer_family_is_described_and_charted(runs):
     [layout] = [layout_pb2.Layout.FromString(v.tensor.string_val[0]) for e in events(run) for v in e.summary.value
                 if v.tag == custom_scalar.CONFIG_SUMMARY_TAG]
     [per_layer] = [c for c in layout.category if c.title == "per layer"]
-    assert sorted(chart.title for chart in per_layer.chart) == sorted(f"{name}: {f.about}" for name, f in LAYER_FAMILIES.items())
+    described = {**LAYER_FAMILIES, **HEAD_FAMILIES}
+    assert sorted(chart.title for chart in per_layer.chart) == sorted(f"{name}: {f.about}" for name, f in described.items())
+    heads = {m[1] for tag in load_events(run).Tags()["scalars"] if (m := re.fullmatch(r"(\w+)/layer_\d\d/head_\d\d", tag))}
+    assert heads == set(HEAD_FAMILIES)
     act_std = next(chart for chart in per_layer.chart if chart.title.startswith("act_std:"))
     assert list(act_std.multiline.tag) == [r"act_std/layer_\d+"]

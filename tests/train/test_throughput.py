@@ -170,3 +170,18 @@ def test_a_wait_policy_the_user_chose_is_kept(busy_core):
     assert "AT_TORCH_IMPORT=ACTIVE" in _child(code, "normexp.cli", OMP_WAIT_POLICY="ACTIVE").stdout
     # GOMP_SPINCOUNT overrides the policy in libgomp: with it set, no policy is added
     assert "AT_TORCH_IMPORT=<unset>" in _child(code, "normexp.cli", GOMP_SPINCOUNT="1000").stdout
+
+
+def test_a_worker_that_did_not_choose_reports_what_it_inherited(monkeypatch):
+    """joblib's and submitit's workers load torch before normexp's code runs in them: the run's
+    log says the policy they were started with, not "not chosen"."""
+    from normexp.launch import threads_env
+
+    monkeypatch.setattr(threads_env, "CHOICE", None)
+    parent: dict = {}
+    threads_env._choose(parent, 1.0)  # what the sweep's process chose on a busy machine
+    assert threads_env.current_choice(parent).startswith("passive, inherited")
+    assert threads_env.current_choice({}).startswith("spinning, OpenMP's default (inherited")
+    assert threads_env.current_choice({"OMP_WAIT_POLICY": "ACTIVE"}) == "as set by the user (OMP_WAIT_POLICY=ACTIVE)"
+    monkeypatch.setattr(threads_env, "CHOICE", "spinning, chosen here")
+    assert threads_env.current_choice(parent) == "spinning, chosen here"

@@ -1,0 +1,121 @@
+"""`normexp report PATH`: compare the runs under a folder — a table, runs.csv, report.md, figures.
+
+Everything is read back through the run-folder contract (normexp/runs/); nothing is
+re-computed by training:
+
+    summary.json            status and final numbers (written at start and at the end)
+    .hydra/config.yaml      the hyperparameters; the ones that differ between runs are
+    .hydra/overrides.yaml   the "varied keys", ordered as the user typed them in the sweep
+    events.out.tfevents.*   val/loss curves and the per-layer instruments
+
+A run still going has "running" in summary.json and no final numbers yet (a run that says
+"running" but whose process is gone from this host is shown as "killed"): its values come
+from its event file, as far as TensorBoard has flushed it (every 30 s). A run that failed
+before training has summary.json but no events; it is listed with its error.
+
+    tables.py     which keys vary and their order, the rows, text / markdown / CSV rendering
+    figures.py    the figures, each with its data beside it
+    sections.py   the overview, the notes and a study's sections (sensitivity, depth, boundary, depth law)
+    this file     make_report: read the runs, write everything, print the tables
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...runs.reading import read_runs
+from .. import study
+from .figures import draw_figures
+from .sections import (boundary_section, depth_law_section, depth_section, overview_line, run_notes, screening_notes,
+                       sensitivity_section, swept)
+from .tables import (cell_rows, display_name, left_out_of_statistics, markdown_table, sort_key, table_rows, text_table,
+                     varied_keys, write_csv)
+
+__all__ = ["ReportError", "make_report"]
+
+
+class ReportError(Exception):
+    """A user-facing problem; str(e) is one line naming the problem and the fix."""
+
+
+def _check_paths(root: Path, out: Path | None) -> Path:
+    """The output folder, after checking the input folder exists and the output is writable."""
+    if not root.exists():
+        raise ReportError(f"{root}: no such folder; give a sweep folder, e.g. runs/multirun/<date>/<time>")
+    if not root.is_dir():
+        raise ReportError(f"{root} is a file; give the folder that holds the run folders")
+    out_dir = Path(out) if out is not None else root
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_check = out_dir / ".normexp-report-write-test"
+        write_check.write_text("")
+        write_check.unlink()
+    except OSError as e:
+        raise ReportError(f"cannot write to {out_dir} ({e.strerror}); choose another folder with --out") from None
+    return out_dir
+
+
+def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
+    """Build the tables (one row per run; one per setting, seeds pooled), runs.csv,
+    settings.csv, report.md and the figures, each figure with a .csv of the data it draws;
+    with lr swept, sensitivity.csv and lr_sensitivity.png; with layers swept, depth.csv and
+    depth_sweep.png. Returns what was written."""
+    root = Path(path)
+    out_dir = _check_paths(root, out)
+    runs = read_runs(root)
+    if not runs:
+        raise ReportError(f"{root}: no run folders found (a run folder holds .hydra/config.yaml); "
+                          "give a folder written by `normexp train`")
+    keys = varied_keys(runs)
+    run_keys = keys + [k for k in study.REPLICATE_KEYS if len({repr(r.config.get(k)) for r in runs}) > 1]
+    runs.sort(key=lambda r: ([sort_key(r.config.get(k)) for k in run_keys], r.rel))
+    for i, r in enumerate(runs, 1):
+        r.index = i
+    left_out = left_out_of_statistics(runs, keys)
+    left_out_short = {r.index: short for r, short, _ in left_out}
+    head, rows = table_rows(runs, run_keys, left_out_short)
+    cell_head, cell_body = cell_rows(runs, keys)
+    study.cell_table(runs, keys, sort_key).rename(columns=display_name).to_csv(out_dir / "settings.csv", index=False)
+    overview = overview_line(runs, keys, root)
+    figures, notes = draw_figures(runs, keys, out_dir)
+    notes += screening_notes(left_out) + run_notes(runs)
+    if len(keys) > 2:
+        notes.append(f"the final-loss grid shows {display_name(keys[0])} × {display_name(keys[1])} and "
+                     f"pools {', '.join(map(display_name, keys[2:]))}")
+    sections, extra = [], []
+    searched = sorted(root.rglob("boundary.csv"))
+    if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
+        sections += boundary_section(searched, out_dir, echo)
+        extra += ["boundary_search.png"]
+        law = depth_law_section(searched, out_dir, echo)
+        if law:
+            sections += law
+            extra += ["depth_law_slopes.csv", "depth_law.png"]
+    if swept(runs, keys, "lr") and not searched:
+        sections += sensitivity_section(runs, keys, out_dir)
+        extra += ["sensitivity.csv", "lr_sensitivity.png"]
+    if swept(runs, keys, "layers") and not searched:
+        sections += depth_section(runs, keys, out_dir)
+        extra += ["depth.csv", "depth_sweep.png"]
+    csv_path, md_path = out_dir / "runs.csv", out_dir / "report.md"
+    write_csv(csv_path, runs, run_keys, left_out_short)
+    md = [f"# normexp report: `{root}`", "", overview, "", "## Settings (seeds pooled)", "",
+          "Mean final validation loss over seeds, a diverged run counted as its initial loss; 95 % t-interval "
+          "over seeds (none for n = 1); below baseline: how far the mean sits below the unigram baseline. "
+          "n: the runs in the mean, finished ones only and one per seed; left out: the others and why (Notes).", "",
+          markdown_table(cell_head, cell_body), "", *sections, "## Runs", "", markdown_table(head, rows), ""]
+    if notes:
+        md += ["## Notes", "", *(f"- {n}" for n in notes), ""]
+    md += ["## Figures", ""]
+    for title, name in figures:
+        md += [f"### {title}", "", f"![{title}]({name})", ""]
+    md_path.write_text("\n".join(md))
+    echo(overview)
+    echo(text_table(head, rows))
+    echo("\nper setting (seeds pooled):\n" + text_table(cell_head, cell_body))
+    for n in notes:
+        echo(f"note: {n}")
+    written = [csv_path, md_path, *(out_dir / name for _, name in figures), *(out_dir / n for n in extra)]
+    echo("wrote " + ", ".join(str(p) for p in written))
+    return {"runs": runs, "keys": keys, "figures": [out_dir / n for _, n in figures], "notes": notes,
+            "csv": csv_path, "markdown": md_path, "left_out": left_out}

@@ -1,0 +1,382 @@
+"""The report's figures, each a PNG with the data it draws in a .csv beside it: validation
+curves, the final-loss grid, per-layer profiles, a value against a swept key, the boundary
+searches; `draw_figures` makes the standard ones."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from ...runs.reading import Run
+from ...runs.schema import LAYER_FAMILIES, VAL_LOSS, Status, layer_index, layer_tag_pattern
+from .. import study
+from .tables import display_name, fmt_param, sort_key
+
+
+def pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_figure(fig, path: Path, data) -> None:
+    """The PNG, and beside it (same stem, .csv) the data it draws: a list of dicts or a DataFrame."""
+    import pandas as pd
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+    (data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)).to_csv(path.with_suffix(".csv"), index=False)
+
+
+def _label(r: Run, keys: list[str]) -> str:
+    return ", ".join(f"{display_name(k)}={fmt_param(r.config.get(k))}" for k in keys) or f"run #{r.index}"
+
+
+def _curve_points(members: list[Run]) -> list[tuple[int, float, float, float, int]]:
+    """(step, mean, low, high, n) of val/loss over a cell's seeds; after a run diverged it
+    counts as its initial loss ℓ₀ (as in the loss statistics), never dropped."""
+    curves = [(dict(r.scalars.get(VAL_LOSS, [])), r) for r in members]
+    steps = sorted({st for c, _ in curves for st in c})
+    out = []
+    for st in steps:
+        values = []
+        for c, r in curves:
+            if st in c and math.isfinite(c[st]):
+                values.append(c[st])
+            elif r.status == Status.DIVERGED and (not c or st >= max(c)):  # at and after its divergence
+                values.append(r.summary.get("initial_loss"))
+        mean, low, high = study.t_interval(values)
+        if math.isfinite(mean):
+            out.append((st, mean, low, high, sum(v is not None for v in values)))
+    return out
+
+
+def _outcome_note(members: list[Run]) -> str:
+    """" (n=3, 1 diverged, 2 stalled)": the cell's size and how many did not learn."""
+    st = [r.status for r in members]
+    parts = [f"n={len(members)}"] + [f"{st.count(k)} {k}" for k in (Status.DIVERGED, Status.STALLED, Status.FAILED, Status.RUNNING, Status.KILLED)
+                                     if st.count(k)]
+    return " (" + ", ".join(parts) + ")"
+
+
+def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
+    """Validation loss against step: one panel per value of the first varied key, one line per
+    cell (runs that differ only in seed) labelled by the other varied keys: the mean over
+    seeds with its 95 % t-interval shaded: the cell's replicates (study.screen) once one has
+    finished, every run (dashed) before. The drawn data go to the .csv beside the PNG.
+    Returns a note if there is nothing to draw."""
+    with_val = [r for r in runs if r.scalars.get(VAL_LOSS)]
+    if not with_val:
+        return "no run has logged val/loss yet: the validation-loss figure is skipped"
+    plt = pyplot()
+    panel_key, line_keys = (keys[0], keys[1:]) if keys else (None, [])
+    panels = sorted({r.config.get(panel_key) for r in with_val}, key=sort_key) if panel_key else [None]
+    groups = sorted(study.cells(with_val, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]])
+    # once a run of a cell has finished, its curve averages the replicates the statistics use
+    groups = [(cell, study.screen(members).kept or members) for cell, members in groups]
+    labels = list(dict.fromkeys(_label(ms[0], line_keys) for _, ms in groups))
+    colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
+    cols = min(len(panels), 4)
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharey=True)
+    data = []
+    for ax, value in zip(axes.flat, panels):
+        for cell, members in groups:
+            if panel_key and cell[0] != value:
+                continue
+            points = _curve_points(members)
+            steps, means, lows, highs, ns = map(list, zip(*points))
+            lab = _label(members[0], line_keys)
+            unfinished = any(r.unfinished for r in members)
+            ax.plot(steps, means, color=colors[lab], ls="--" if unfinished else "-", marker=".",
+                    label=lab + _outcome_note(members))
+            ax.fill_between(steps, lows, highs, color=colors[lab], alpha=0.2)
+            data += [{**dict(zip(map(display_name, keys), cell)), "step": p[0], "mean": p[1], "low": p[2], "high": p[3],
+                      "n": p[4]} for p in points]
+            for r in members:
+                finite = [(st, v) for st, v in r.scalars[VAL_LOSS] if math.isfinite(v)]
+                if r.status == Status.DIVERGED and finite:  # the cross sits at the divergence step
+                    at = r.summary.get("diverged_at_step")
+                    ax.plot(at if at is not None else finite[-1][0], finite[-1][1], marker="x", color="red", ms=9, mew=2)
+        ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else "validation loss", fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("validation loss")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle("Validation loss: mean over seeds, 95 % t-interval shaded (red x: diverged; dashed: still running)",
+                 fontsize=10)
+    save_figure(fig, path, data)
+    return None
+
+
+def _cell_text(members: list[Run]) -> tuple[float, str]:
+    """Mean final val loss over the cell's seeds (a diverged run as its initial loss) with its
+    95 % t-interval, n, and the runs that did not learn."""
+    c = study.cell_stats(members)
+    text = [] if not math.isfinite(c["mean"]) else [f"{c['mean']:.3f}"]
+    if text and math.isfinite(c["low"]):
+        text[0] += f" ±{(c['high'] - c['low']) / 2:.3f}"
+    if text and c["n"] > 1:
+        text.append(f"n={c['n']}")
+    notes = [f"div@{r.summary.get('diverged_at_step')}" if c["n"] == 1 else f"{c['n_diverged']} div"
+             for r in members if r.status == Status.DIVERGED][:1]
+    notes += [f"{c['n_stalled']} stalled"] * bool(c["n_stalled"]) + ["failed"] * bool(c["n_failed"])
+    notes += [f"{c['n_left_out']} left out"] * bool(c["n_left_out"])
+    return c["mean"], "\n".join(text + notes)
+
+
+def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str | None, str | None]:
+    """A heatmap of final validation loss over the first two varied keys (a bar chart with
+    one varied key): each cell the mean over its runs (seeds, and any further varied keys),
+    a diverged run counted as its initial loss, ± the half-width of the 95 % t-interval, n,
+    and how many diverged, stalled or failed; the drawn numbers go to final_val_loss.csv. Returns
+    (kind, note): kind is "heatmap" or "bar chart", or None with a note when skipped."""
+    if not keys:
+        return None, "no hyperparameter varies across the runs: the final-loss grid is skipped"
+    plt = pyplot()
+    import numpy as np
+
+    row_key, col_key = keys[0], (keys[1] if len(keys) > 1 else None)
+    row_vals = sorted({r.config.get(row_key) for r in runs}, key=sort_key)
+    col_vals = sorted({r.config.get(col_key) for r in runs}, key=sort_key) if col_key else [None]
+    grid = np.full((len(row_vals), len(col_vals)), np.nan)
+    texts = [["" for _ in col_vals] for _ in row_vals]
+    for i, rv in enumerate(row_vals):
+        for j, cv in enumerate(col_vals):
+            members = [r for r in runs if r.config.get(row_key) == rv and (col_key is None or r.config.get(col_key) == cv)]
+            if members:
+                grid[i, j], texts[i][j] = _cell_text(members)
+    others = [display_name(k) for k in keys[2:]]
+    subtitle = f"\n(pooled over {', '.join(others)} and seeds)" if others else ""
+    if col_key is None:
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(row_vals) + 2), 3.6))
+        heights = np.nan_to_num(grid[:, 0], nan=0.0)
+        bars = ax.bar(range(len(row_vals)), heights, color="C0")
+        for b, v, t in zip(bars, grid[:, 0], [t[0] for t in texts]):
+            if not math.isfinite(v):
+                b.set_hatch("//")
+            ax.annotate(t or "no value", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(row_vals)), [fmt_param(v) for v in row_vals])
+        ax.set_xlabel(display_name(row_key))
+        ax.set_ylabel("final validation loss")
+        ax.set_title("Final validation loss, mean ± 95 % t-interval (hatched: failed)" + subtitle, fontsize=10)
+        kind = "bar chart"
+    else:
+        fig, ax = plt.subplots(figsize=(1.5 * len(col_vals) + 3, 0.9 * len(row_vals) + 2.2))
+        masked = np.ma.masked_invalid(grid)
+        im = ax.imshow(masked, cmap="viridis_r", aspect="auto")
+        fig.colorbar(im, ax=ax, label="final validation loss")
+        for i in range(len(row_vals)):
+            for j in range(len(col_vals)):
+                bad = not math.isfinite(grid[i, j])
+                if bad and texts[i][j]:  # only diverged / failed runs: hatched grey cell
+                    ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85", edgecolor="red", hatch="xx", lw=1.5))
+                elif "div" in texts[i][j] or "failed" in texts[i][j]:  # some runs of the cell: red frame
+                    ax.add_patch(plt.Rectangle((j - 0.48, i - 0.48), 0.96, 0.96, fill=False, edgecolor="red", lw=2.5))
+                # viridis_r: low loss is light yellow (black text), high loss dark (white text)
+                light = not bad and (grid[i, j] - np.nanmin(grid)) <= 0.5 * (np.nanmax(grid) - np.nanmin(grid))
+                ax.text(j, i, texts[i][j] or "–", ha="center", va="center", fontsize=8,
+                        color="red" if bad else ("black" if light else "white"),
+                        bbox=dict(facecolor="white", edgecolor="none", pad=1.5) if bad and texts[i][j] else None)
+        ax.set_xticks(range(len(col_vals)), [fmt_param(v) for v in col_vals])
+        ax.set_yticks(range(len(row_vals)), [fmt_param(v) for v in row_vals])
+        ax.set_xlabel(display_name(col_key))
+        ax.set_ylabel(display_name(row_key))
+        ax.set_title("Final val loss: mean ± 95 % t-interval half-width over seeds\n(diverged = initial loss; red frame: some diverged/failed)" + subtitle, fontsize=10)
+        kind = "heatmap"
+    table = study.cell_table(runs, [k for k in (row_key, col_key) if k], sort_key)
+    save_figure(fig, path, table.rename(columns=display_name))
+    return kind, None
+
+
+def layer_profile(r: Run, family: str) -> dict[int, list[float]]:
+    """{step: [value of layer_00, layer_01, ...]} for the steps where every layer is logged."""
+    tags = sorted((t for t in r.scalars if re.fullmatch(layer_tag_pattern(family), t)), key=layer_index)
+    if not tags:
+        return {}
+    per_tag = [dict(r.scalars[t]) for t in tags]
+    steps = set(per_tag[0]).intersection(*per_tag[1:])
+    return {s: [d[s] for d in per_tag] for s in sorted(steps)}
+
+
+def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Path) -> str | None:
+    """`family`/layer_XX against layer index at step 0 and at each run's last logged step.
+    Colour = placement (or run, if placement does not vary). At step 0 runs whose values are
+    identical (same init and batch; warmup and lr act only after it) share one line."""
+    import numpy as np
+
+    profiles = {r.index: layer_profile(r, family) for r in runs}
+    drawn = [r for r in runs if profiles[r.index]]
+    if not drawn:
+        return f"no run has logged {family}/layer_XX yet: the {family} figure is skipped"
+    plt = pyplot()
+    color_key = "placement.name" if "placement.name" in keys else None
+    color_vals = sorted({r.config.get(color_key) for r in drawn}, key=sort_key) if color_key else [r.index for r in drawn]
+    color = {v: f"C{i % 10}" for i, v in enumerate(color_vals)}
+    colour_of = lambda r: color[r.config.get(color_key) if color_key else r.index]  # noqa: E731
+    styles = ["-", "--", ":", "-."]
+    rest = [k for k in keys if k != color_key]
+    combos = list(dict.fromkeys(tuple(repr(r.config.get(k)) for k in rest) for r in drawn))
+    style_of = lambda r: styles[combos.index(tuple(repr(r.config.get(k)) for k in rest)) % len(styles)]  # noqa: E731
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
+    clean = lambda v: np.where(np.isfinite(v), v, np.nan)  # noqa: E731
+    dots = lambda v: "o" if len(v) <= 64 else None  # noqa: E731 - a dot per block while they can be told apart
+    # step 0: group identical profiles
+    groups: list[tuple[np.ndarray, list[Run]]] = []
+    for r in drawn:
+        if 0 not in profiles[r.index]:
+            continue
+        v = np.array(profiles[r.index][0], dtype=float)
+        for g in groups:
+            if g[0].shape == v.shape and np.allclose(g[0], v, rtol=1e-6, atol=0, equal_nan=True):
+                g[1].append(r)
+                break
+        else:
+            groups.append((v, [r]))
+    for v, members in groups:
+        common = [k for k in keys if len({repr(m.config.get(k)) for m in members}) == 1]
+        label = _label(members[0], common) + (f" ({len(members)} runs)" if len(members) > 1 else "")
+        axes[0].plot(np.arange(len(v)), clean(v), marker=dots(v), ms=3, color=colour_of(members[0]),
+                     ls="-" if len(members) > 1 else style_of(members[0]), label=label)
+    axes[0].set_title("step 0 (initialisation, first batch)", fontsize=10)
+    for r in drawn:
+        last = max(profiles[r.index])
+        v = np.array(profiles[r.index][last], dtype=float)
+        tail = f" @{last}" + (f" {r.status}" if r.unfinished or r.status == Status.DIVERGED else "")
+        axes[1].plot(np.arange(len(v)), clean(v), marker=dots(v), ms=3, color=colour_of(r), ls=style_of(r),
+                     label=_label(r, keys) + tail)
+    axes[1].set_title("last logged step of each run", fontsize=10)
+    for ax in axes:
+        ax.set_yscale("log")
+        ax.set_xlabel("layer index")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel(family)
+    fig.suptitle(f"{family}/layer_XX: {LAYER_FAMILIES[family].about}", fontsize=10)
+    save_figure(fig, path, _profile_rows(drawn, profiles, keys))
+    return None
+
+
+def _profile_rows(drawn: list[Run], profiles: dict, keys: list[str]) -> list[dict]:
+    """The per-layer values the layer-profile figure draws: step 0 and each run's last step."""
+    rows = []
+    for r in drawn:
+        steps = sorted({s for s in (0, max(profiles[r.index])) if s in profiles[r.index]})
+        for st in steps:
+            rows += [{"run": r.index, "path": r.rel, **{display_name(k): r.config.get(k) for k in keys},
+                      "seed": r.config.get("seed"), "step": st, "layer": i, "value": v}
+                     for i, v in enumerate(profiles[r.index][st])]
+    return rows
+
+
+SWEEP_TITLE = ("Final validation loss vs {x}: mean over seeds, 95 % t-interval\n(diverged = initial loss; "
+               "red x: some diverged, grey square: some stalled; dashed: unigram baseline)")
+
+
+def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path, cell_table=study.cell_table,
+               ylabel: str = "final validation loss", title: str = SWEEP_TITLE, log_y: bool = False) -> None:
+    """A per-cell value against `x_key` (lr: log axis; layers: log axis too), one panel per
+    value of the first other varied key, one line per value of the remaining keys: mean over
+    seeds with 95 % t-interval error bars; red x: a cell with diverged runs, grey square: with
+    stalled runs; dashed: the unigram baseline. By default the final validation loss
+    (diverged = initial loss); `cell_table` gives another value (study.model_update_table).
+    The cells drawn go to the .csv beside the PNG."""
+    plt = pyplot()
+    others = [k for k in keys if k != x_key]
+    panel_key, line_keys = (others[0], others[1:]) if others else (None, [])
+    table = cell_table(runs, [*others, x_key], sort_key)
+    panels = list(dict.fromkeys(table[panel_key])) if panel_key else [None]
+    cols = min(len(panels), 4)
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False, sharey=True)
+    for ax, value in zip(axes.flat, panels):
+        sub = table if panel_key is None else table[table[panel_key] == value]
+        lines = sub.groupby(line_keys, sort=False) if line_keys else [((), sub)]
+        for i, (line, cell) in enumerate(lines):
+            line = line if isinstance(line, tuple) else (line,)
+            label = ", ".join(f"{display_name(k)}={fmt_param(v)}" for k, v in zip(line_keys, line)) or "mean"
+            yerr = [(cell["mean"] - cell["low"]).fillna(0), (cell["high"] - cell["mean"]).fillna(0)]
+            ax.errorbar(cell[x_key], cell["mean"], yerr=yerr, marker="o", ms=4, capsize=3, color=f"C{i % 10}",
+                        label=f"{label} (n={int(cell['n'].max())})")
+            div, stall = cell[cell["n_diverged"] > 0], cell[cell["n_stalled"] > 0]
+            ax.plot(div[x_key], div["mean"], ls="none", marker="x", color="red", ms=9, mew=2)
+            ax.plot(stall[x_key], stall["mean"], ls="none", marker="s", mfc="none", mec="0.4", ms=10)
+        baseline = sub["baseline_loss"].mean()
+        if math.isfinite(baseline):
+            ax.axhline(baseline, ls="--", color="0.3", lw=1, label=f"unigram baseline {baseline:.3f}")
+        ax.set_xscale("log")
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else "", fontsize=10)
+        ax.set_xlabel("learning rate" if x_key == "lr" else display_name(x_key))
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(title.format(x=display_name(x_key)), fontsize=9)
+    save_figure(fig, path, table.rename(columns=display_name))
+
+
+def draw_figures(runs: list[Run], keys: list[str], out_dir: Path) -> tuple[list, list[str]]:
+    """The standard figures (each with its .csv): [(title, file name)] and notes on skipped ones."""
+    figures, notes = [], []
+    note = plot_val_curves(runs, keys, out_dir / "val_loss.png")
+    if note:
+        notes.append(note)
+    else:
+        figures.append(("Validation loss", "val_loss.png"))
+    kind, note = plot_final_grid(runs, keys, out_dir / "final_val_loss.png")
+    if note:
+        notes.append(note)
+    else:
+        figures.append((f"Final validation loss ({kind})", "final_val_loss.png"))
+    for family in (name for name, f in LAYER_FAMILIES.items() if f.in_report):
+        note = plot_layer_profiles(runs, keys, family, out_dir / f"{family}_layers.png")
+        if note:
+            notes.append(note)
+        else:
+            figures.append((f"Per-layer {family} at step 0 and at the end", f"{family}_layers.png"))
+    return figures, notes
+
+
+def plot_boundary_search(table, points, key: str, setting_cols: list[str], label, path: Path) -> None:
+    """The boundary searches, one row per setting (`table`: boundary.csv's rows; `points`:
+    boundary_points.csv's): every probed value as a green dot (every seed learned), a red x (some
+    seed collapsed or diverged) or a blue triangle (some never learned, none unstable), the
+    bracket shaded between last stable and first unstable; the points go to the .csv beside it."""
+    import pandas as pd
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(table) + 1.4))
+    for y, row in enumerate(table.to_dict("records")):
+        mine = points
+        for c in setting_cols:
+            mine = mine[mine[c].astype(str) == str(row[c])]
+        at = mine.groupby(key)["learned"].apply(lambda v: bool((v == "yes").all()))
+        slow = (mine.groupby(key)["outcome"].apply(lambda v: not v.isin(["collapsed", "diverged"]).any())
+                if "outcome" in mine.columns else at & False)  # no seed unstable: too slow, not unstable
+        ax.plot([x for x, ok in at.items() if ok], [y] * int(at.sum()), "o", color="tab:green", ms=5)
+        bad = [x for x, ok in at.items() if not ok and not slow[x]]
+        ax.plot(bad, [y] * len(bad), "x", color="tab:red", ms=7, mew=2)
+        too_slow = [x for x, ok in at.items() if not ok and slow[x]]
+        ax.plot(too_slow, [y] * len(too_slow), "v", color="tab:blue", ms=6)
+        if pd.notna(row["last_stable"]) and pd.notna(row["first_unstable"]):
+            ax.fill_betweenx([y - 0.3, y + 0.3], row["last_stable"], row["first_unstable"], color="0.6", alpha=0.5)
+    ax.set_yticks(range(len(table)), [label(r) for r in table.to_dict("records")], fontsize=7)
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_xlabel("learning rate" if key == "lr" else key)
+    ax.grid(alpha=0.3, which="both", axis="x")
+    ax.set_title(f"Boundary search over {key}: green dot = every seed learned, red x = some seed collapsed or "
+                 "diverged,\nblue triangle = some seed never learned, none unstable; grey = the bracket", fontsize=8)
+    save_figure(fig, path, points)

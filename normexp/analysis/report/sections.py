@@ -1,0 +1,198 @@
+"""The report's sections and notes: the overview line, notes on runs left out or unfinished,
+and the sections a study adds (LR sensitivity, critical depth, boundary searches, depth law),
+each its report.md lines, with its table and figure written beside."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ...runs.reading import Run
+from ...runs.schema import Status
+from .. import study
+from ..boundary import RESULT_COLUMNS
+from .figures import plot_boundary_search, plot_sweep, save_figure
+from .tables import display_name, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
+
+
+def overview_line(runs: list[Run], keys: list[str], root: Path) -> str:
+    counts = {}
+    for r in runs:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    seeds = sorted({r.config.get("seed") for r in runs}, key=sort_key)
+    return (f"{len(runs)} run{'s' * (len(runs) != 1)} under {root}: "
+            + ", ".join(f"{n} {s}" for s, n in counts.items())
+            + (f"; varied: {', '.join(map(display_name, keys))}" if keys else "; no hyperparameter varies")
+            + f"; seeds (replicates): {len(seeds)}")
+
+
+def screening_notes(left_out: list[tuple[Run, str, str]]) -> list[str]:
+    """The rule, and a line per run left out of the statistics."""
+    if not left_out:
+        return []
+    notes = [f"{len(left_out)} run{'s' * (len(left_out) != 1)} left out of the loss statistics (means, intervals, "
+             "LR sensitivity): only finished runs (completed, stalled, diverged) are replicates, one per seed, and of "
+             "several finished runs of one setting and seed the newest is kept; max stable lr and critical depth "
+             "use the same replicates, where a run that diverged without an initial loss still counts as not learned"]
+    notes += [f"run #{r.index} left out: {why} ({r.rel})" for r, _, why in left_out]
+    return notes
+
+
+def run_notes(runs: list[Run]) -> list[str]:
+    """A line for each run that did not finish cleanly: failed, killed, still running."""
+    notes = []
+    for r in runs:
+        if r.status == Status.FAILED:
+            notes.append(f"run #{r.index} failed: {r.summary.get('error') or 'no error recorded'} ({r.rel})")
+        elif r.status == Status.KILLED:
+            # absolute: the hint is pasted from wherever the user is, not from the report's folder
+            resume = (f"`normexp train ... resume=true hydra.run.dir={r.path.resolve()}` continues it from its last "
+                      "checkpoint" if any(r.path.glob("checkpoints/step_*.pt")) else
+                      "it saved no checkpoint, so it can only be run again from step 0")
+            notes.append(f"run #{r.index} was killed (its process {r.summary.get('pid')} is gone) before it could "
+                         f"write a final status: its values are read from its event file; {resume}")
+        elif r.status == Status.REQUEUED:
+            notes.append(f"run #{r.index} was stopped by SLURM (time limit or preemption) after a checkpoint at step "
+                         f"{r.summary.get('steps_completed')} and requeued ({r.summary.get('requeues')} time(s)): it "
+                         f"resumes from there when SLURM starts it again ({r.rel})")
+        elif r.status in (Status.RUNNING, Status.UNKNOWN):
+            what = "is still running" if r.status == Status.RUNNING else "has no summary.json yet"
+            notes.append(f"run #{r.index} {what}: its values are read from its event file, "
+                         f"as far as flushed ({r.rel})")
+    return notes
+
+
+MIN_SWEEP_POINTS = 3  # an lr (or depth) curve needs at least this many swept values
+
+
+def swept(runs: list[Run], keys: list[str], key: str) -> bool:
+    return key in keys and len({r.config.get(key) for r in runs if r.config.get(key) is not None}) >= MIN_SWEEP_POINTS
+
+
+def sensitivity_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
+    """sensitivity.csv, lr_sensitivity.png and the report.md lines about them."""
+    table = study.sensitivity_table(runs, keys, sort_key)
+    table.rename(columns=display_name).to_csv(out_dir / "sensitivity.csv", index=False)
+    plot_sweep(runs, keys, "lr", out_dir / "lr_sensitivity.png")
+    setting = [k for k in keys if k != "lr"]
+    head = [*map(display_name, setting), "LR sensitivity", "95 % bootstrap interval", "max stable lr", "seeds", "lrs",
+            "left out"]
+    rows = [[*(fmt_param(r[k]) for k in setting), fmt(r["lr_sensitivity"]),
+             "-" if not math.isfinite(r["lr_sensitivity_low"]) else f"{r['lr_sensitivity_low']:.4f} … {r['lr_sensitivity_high']:.4f}",
+             "none" if r["max_stable_lr"] is None or r["max_stable_lr"] != r["max_stable_lr"] else fmt_param(r["max_stable_lr"]),
+             str(r["n_seeds"]), str(r["n_lrs"]), left_out_cell(r)] for r in table.to_dict("records")]
+    return ["## Learning-rate sensitivity", "",
+            "LR sensitivity = mean over the swept lr grid of min(ℓ(η), ℓ₀) − ℓ* (Wortsman et al. 2023 §3): ℓ(η) the "
+            "mean final validation loss over seeds at η (a diverged run counts as its initial loss ℓ₀), ℓ* the best "
+            "of these over the grid; lower is more robust. Interval: percentile bootstrap over seeds (seeds resampled "
+            f"within each lr cell, {study.BOOTSTRAP_SAMPLES} resamples, fixed RNG seed). max stable lr: the largest lr "
+            "at which every seed learned (completed at least stall_margin below the unigram baseline). "
+            "Data: `sensitivity.csv`, `lr_sensitivity.csv`.", "",
+            markdown_table(head, rows), "", "![final validation loss vs lr](lr_sensitivity.png)", ""]
+
+
+def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
+    """depth.csv, depth.png and the report.md lines about them: the deepest stack that learns."""
+    table = study.depth_table(runs, keys, sort_key)
+    table.rename(columns=display_name).to_csv(out_dir / "depth.csv", index=False)
+    plot_sweep(runs, keys, "layers", out_dir / "depth_sweep.png")
+    setting = [k for k in keys if k != "layers"]
+    head = [*map(display_name, setting), "deepest stack that learns", "depths tried", "seeds", "left out"]
+    rows = [[*(fmt_param(r[k]) for k in setting),
+             "none" if r["deepest_learning_layers"] is None or str(r["deepest_learning_layers"]) in ("<NA>", "nan")
+             else str(int(r["deepest_learning_layers"])), r["depths"], str(r["n_seeds"]), left_out_cell(r)]
+            for r in table.to_dict("records")]
+    lines = ["## Critical depth", "", "The deepest stack at which every seed learned (completed at least stall_margin "
+             "below the unigram baseline). Data: `depth.csv`; the figure's cells: `depth_sweep.csv`.", "",
+             markdown_table(head, rows), "", "![final validation loss vs depth](depth_sweep.png)", ""]
+    if any(study.early_model_update(r) for r in runs):
+        plot_sweep(runs, keys, "layers", out_dir / "depth_model_update.png", cell_table=study.model_update_table,
+                   ylabel="early model update", log_y=True,
+                   title="DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖ / ‖f(x;θ_0)‖ at the first step it was measured "
+                         "after 0, vs {x}\n(mean over seeds, 95 % t-interval; red x: some diverged, grey square: some "
+                         "stalled; the step: depth_model_update.csv)")
+        lines += ["How far the first updates move the model's output (Wang et al. 2022, Fig. 3): "
+                  "‖f(x;θ_t) − f(x;θ_0)‖/‖f(x;θ_0)‖ on the fixed reference batch at the first step after 0 where it was "
+                  "measured. Data: `depth_model_update.csv`.", "",
+                  "![early model update vs depth](depth_model_update.png)", ""]
+    return lines
+
+
+def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
+    """The boundary sweeper's results (boundary.csv and boundary_points.csv of each search under
+    the folder): a table, and boundary_search.png (figures.plot_boundary_search)."""
+    import pandas as pd
+
+    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
+    points = pd.concat([pd.read_csv(t.with_name("boundary_points.csv")) for t in tables], ignore_index=True)
+    key = str(table["key"].iloc[0])
+    setting_cols = [c for c in table.columns if c not in RESULT_COLUMNS]
+    label = lambda row: ", ".join(f"{c}={fmt_param(row[c])}" for c in setting_cols) or "all runs"  # noqa: E731
+    plot_boundary_search(table, points, key, setting_cols, label, out_dir / "boundary_search.png")
+    head = [*setting_cols, "last stable", "first unstable", "ratio", "points", "runs", "monotone", "seeds"]
+    two_edges = "upper_edge" in table.columns  # boundary.csv from before the outcome classes has one edge
+    if two_edges:
+        head += ["upper edge (why)", "lower edge: too slow .. learns"]
+    rows = [[*(fmt_param(r[c]) for c in setting_cols), _or_word(r["last_stable"], "none"),
+             _or_word(r["first_unstable"], "none (upper bound held)"), _or_word(r["ratio"], "-", "{:.2f}"),
+             str(r["points_probed"]), str(r["runs_used"]), str(r["monotone"]), str(r["seeds"]),
+             *([_edge_cell(r["upper_edge"], r["upper_why"]),
+                _lower_cell(r["highest_too_slow"], r["lowest_learning"], r["lower_why"])] if two_edges else [])]
+            for r in table.to_dict("records")]
+    echo(f"\nboundary of {key} (last stable .. first unstable, every seed learned below):\n" + text_table(head, rows))
+    return [f"## Boundary of {key}", "", f"The largest {key} at which every seed learned (last stable) and the "
+            "smallest above it at which some seed did not (first unstable), found by the boundary sweeper's bisection; "
+            "monotone = no stable point lies above the first unstable one. Upper edge: what bounded the search from "
+            "above (unstable: some seed collapsed or diverged there; stalled: its seeds never learned at a higher "
+            "value than one that learned; upper bound: it learned up to the search's upper bound; nothing learned: nothing "
+            "learned and nothing was unstable — no stability limit). Lower edge: the largest value below the window "
+            "where runs were too slow, and the smallest that learned. Data: `boundary.csv`, "
+            "`boundary_points.csv` (every probed point and seed).", "", markdown_table(head, rows), "",
+            f"![boundary of {key}](boundary_search.png)", ""]
+
+
+def depth_law_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
+    """With lr searched at several depths (`layers` a setting key): the depth law (normexp/
+    depth_law.py), depth_law.png (its points: depth_law.csv) and depth_law_slopes.csv (the slope table); [] otherwise."""
+    import pandas as pd
+
+    from .. import depth_law
+
+    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
+    if str(table["key"].iloc[0]) != "lr" or "layers" not in table.columns or table["layers"].nunique() < 2:
+        return []
+    line_cols = [c for c in table.columns if c not in RESULT_COLUMNS and c != "layers"]
+    results = depth_law.laws(table, line_cols)
+    head, rows = depth_law.table_rows(results, line_cols)
+    pd.DataFrame([dict(zip(head, r)) for r in rows]).to_csv(out_dir / "depth_law_slopes.csv", index=False)
+    depth_law.draw(results, line_cols, out_dir / "depth_law.png", save_figure)
+    echo("\ndepth law (max stable lr vs depth, log-log fit; 95 % bootstrap over the brackets and depths):\n"
+         + text_table(head, rows))
+    return ["## Depth law", "", "The largest stable lr at each depth (the bracket last stable .. first unstable, "
+            "kept only where the search found an upper edge above the learning window: a seed collapsed or "
+            "diverged, or never learned above an lr that learned) against depth, log-log; slope of the "
+            "least-squares line through the brackets' geometric middles, its 95 % interval a percentile bootstrap "
+            "over the brackets (each limit drawn log-uniformly inside its bracket) and the depths (resampled), 2,000 "
+            "resamples; the limit at the shallowest depth and the line's value at 1,000 blocks. Depths without a "
+            "limit (nothing learned; upper bound: learned up to the search's bound) are listed, never "
+            "fitted. Data: `depth_law_slopes.csv` (this table), `depth_law.csv` (the figure's points).", "", markdown_table(head, rows), "",
+            "![depth law](depth_law.png)", ""]
+
+
+def _edge_cell(edge, why) -> str:
+    """"unstable (diverged 1)": what bounded the search from above and the seeds' outcomes there."""
+    edge = "" if edge != edge or edge is None else str(edge)
+    why = "" if why != why or why is None else str(why)
+    return f"{edge} ({why})" if why else edge or "-"
+
+
+def _lower_cell(slow, start, why) -> str:
+    if start is None or start != start:
+        return "-"
+    if slow is None or slow != slow:
+        return f"learns from the lower bound {start:g}"
+    return f"{slow:g} .. {start:g}" + (f" ({why})" if why == why and why else "")
+
+
+def _or_word(value, word: str, pattern: str = "{:g}") -> str:
+    return word if value is None or value != value else pattern.format(value)
