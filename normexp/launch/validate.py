@@ -131,7 +131,8 @@ def _validate(cfg: DictConfig, explicit) -> None:
         raise ConfigError("checkpoint_every", cfg.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
     _positive_int(cfg, "keep_checkpoints")
     _positive_int(cfg, "log.model_update_every")
-    for key in ("resume", "compile", "log.histograms", "log.model_update", "log.extra_signals", "qk_norm"):
+    for key in ("resume", "compile", "log.histograms", "log.model_update", "log.extra_signals", "qk_norm",
+                "scale_embeddings"):
         _boolean(cfg, key)
     every = cfg.log.profiles_every
     if every != "auto" and (not is_integer(every) or every < 0):

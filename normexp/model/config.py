@@ -26,3 +26,4 @@ class ModelConfig:
     qk_norm: bool = train_default("qk_norm")            # normalize queries and keys per head with the run's norm type
     attn_softcap: float | None = train_default("attn_softcap")   # c in c·tanh(z/c) on the attention logits; None = off (Gemma 2)
     logit_softcap: float | None = train_default("logit_softcap")  # the same on the output logits, before the loss
+    scale_embeddings: bool = train_default("scale_embeddings")   # √d on the embedded input (GPT.embed says why here)

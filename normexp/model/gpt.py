@@ -95,8 +95,9 @@ class GPT(nn.Module):
                   causal, cross_attention, make_qk_norm)
             for i in range(cfg.layers))
         self.final_norm = self.blocks[-1].mlp.make_final(make_norm)  # a Norm, the identity, or ResiDual's output
+        self.logit_scale = self.blocks[-1].mlp.make_logit_scale(cfg.vocab_size)  # None, or nGPT's s_z
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
-        self.embed_scale = math.sqrt(cfg.d_model)
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         self.scale_positions = self.init_scheme.scale_positions  # what √d multiplies: tok + pos, or tok alone
         self._init_weights()
 
@@ -108,9 +109,10 @@ class GPT(nn.Module):
         matrices. A placement that profiles (Admin) is set afterwards by `calibrate`."""
         self.init_scheme.embedding(self.tok_emb.weight)
         self.init_scheme.embedding(self.pos_emb.weight)
-        for block in self.blocks:
+        for index, block in enumerate(self.blocks):
             for wrapper in block.sublayers():
-                wrapper.sublayer.init_weights(wrapper.init_gain, self.init_scheme)
+                wrapper.sublayer.init_weights(wrapper.init_gain, self.init_scheme, index)
+        self.after_optimizer_step()  # what the placement keeps after every step holds from the start (nGPT)
 
     @torch.no_grad()
     def calibrate(self, idx: torch.Tensor) -> bool:
@@ -137,6 +139,15 @@ class GPT(nn.Module):
             m.load_state_dict(state)
         return True
 
+    def after_optimizer_step(self) -> None:
+        """The placement's hook after each optimizer step (`Placement.after_optimizer_step`)."""
+        self.blocks[0].attn.after_optimizer_step(self)
+
+    def param_groups(self, lr: float, eps: float) -> list[dict]:
+        """The optimizer's parameter groups, as the placement says (`Placement.param_groups`):
+        one group at lr and ε, or depth_mup's depth-scaled lr and ε for the blocks."""
+        return self.blocks[0].attn.param_groups(self, lr, eps)
+
     def settings(self) -> dict:
         """The norm's and the placement's settings as built ("auto" resolved), read from the
         modules themselves: {"norm": {...}, "placement": {...}}."""
@@ -146,7 +157,15 @@ class GPT(nn.Module):
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         """The stream entering block 0: (tok + pos)·√d, or tok·√d + pos where the init scheme's
-        `scale_positions` is false (fairseq's and torchscale's order)."""
+        `scale_positions` is false (fairseq's and torchscale's order); with `scale_embeddings`
+        false, tok + pos unscaled (GPT-2, OLMo).
+
+        The √d is a model setting (train.yaml's `scale_embeddings`), not a norm's or an init's:
+        it multiplies the stream entering block 0 at every step, so it belongs to the forward
+        pass of the model, not to one norm type (rms_gemma may be combined with it or not, and
+        Vaswani et al. use it with LayerNorm) nor to the weights' starting draw (an init only
+        says where the weights begin; `scale_positions` stays with the inits because the
+        torchscale init copies its reference code's forward as a whole)."""
         tok, pos = self.tok_emb(idx), self.pos_emb(self.positions[: idx.shape[1]])
         if self.scale_positions:
             return (tok + pos) * self.embed_scale
@@ -169,6 +188,8 @@ class GPT(nn.Module):
         Chowdhery et al. 2022; Wortsman et al. 2023), Z = Σ_v e^logit_v; loss None without targets."""
         h = self.hidden(idx, memory)
         logits = h @ self.tok_emb.weight.t()
+        if self.logit_scale is not None:
+            logits = self.logit_scale(logits)
         if self.cfg.logit_softcap:  # None or 0: off
             logits = softcap(logits, self.cfg.logit_softcap)
         loss = None

@@ -11,10 +11,12 @@ from ..config.checks import require
 from ..config.registry import register
 
 # INITS[name](d_model, layers, **settings), settings (keyword-only, no defaults) from configs/init/<name>.yaml
-# through config/registry.py's `variant`: `embedding(w)`, `matrix(w, gain, role)` and `bias(b, w, gain, role)`
-# draw the initial weights. `role` names the matrix: query, key, value, attn_out, mlp_in, mlp_out
-# (attn_out and mlp_out are the residual outputs, whose output joins the stream). `gain` is the
-# placement's init_gain (DeepNorm's β) on value, attn_out and both MLP matrices, 1 on query and key.
+# through config/registry.py's `variant`: `embedding(w)`, `matrix(w, gain, role, block)` and
+# `bias(b, w, gain, role, block)` draw the initial weights. `role` names the matrix: query, key,
+# value, attn_out, mlp_in, mlp_out (attn_out and mlp_out are the residual outputs, whose output
+# joins the stream); `block` is the 0-based index of the block it belongs to (mitchell's std
+# depends on it). `gain` is the placement's init_gain (DeepNorm's β) on value, attn_out and both
+# MLP matrices, 1 on query and key.
 
 INITS: dict[str, type] = {}
 RESIDUAL_OUTPUTS = ("attn_out", "mlp_out")
@@ -38,10 +40,10 @@ class XavierInit:
     def embedding(self, w: torch.Tensor) -> None:
         nn.init.normal_(w, std=self.d_model ** -0.5)
 
-    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query", block: int = 0) -> None:
         nn.init.xavier_normal_(w, gain=gain)
 
-    def bias(self, b: torch.Tensor, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
+    def bias(self, b: torch.Tensor, w: torch.Tensor, gain: float = 1.0, role: str = "query", block: int = 0) -> None:
         nn.init.zeros_(b)
 
 
@@ -54,7 +56,7 @@ class GPT2Init(XavierInit):
     def embedding(self, w: torch.Tensor) -> None:
         nn.init.normal_(w, std=0.02)
 
-    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query", block: int = 0) -> None:
         nn.init.normal_(w, std=gain * 0.02 / (math.sqrt(2 * self.layers) if role in RESIDUAL_OUTPUTS else 1.0))
 
 
@@ -63,7 +65,7 @@ class SmallInit(XavierInit):
     """SmallInit (Nguyen & Salazar 2019, "Transformers without Tears"): every matrix
     N(0, 2/(5d)), i.e. std √(2/(5d)), times the placement's gain; embeddings as xavier's."""
 
-    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query", block: int = 0) -> None:
         nn.init.normal_(w, std=gain * math.sqrt(2 / (5 * self.d_model)))
 
 
@@ -82,10 +84,24 @@ class TorchscaleInit(XavierInit):
     biases: under DeepNorm, torchscale divides those of value, attention output and both MLP
     matrices by (8N)^¼, i.e. multiplies by β."""
 
-    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query", block: int = 0) -> None:
         nn.init.kaiming_uniform_(w, a=math.sqrt(5))  # nn.Linear's default: U(±1/√fan_in)
         w.mul_(gain)
 
-    def bias(self, b: torch.Tensor, w: torch.Tensor, gain: float = 1.0, role: str = "query") -> None:
+    def bias(self, b: torch.Tensor, w: torch.Tensor, gain: float = 1.0, role: str = "query", block: int = 0) -> None:
         bound = gain / math.sqrt(w.shape[1])
         nn.init.uniform_(b, -bound, bound)
+
+
+@register(INITS, "mitchell")
+class MitchellInit(XavierInit):
+    """OLMo's "mitchell" init (Groeneveld et al. 2024, "OLMo"; allenai/OLMo's `InitFnType.mitchell`):
+    every matrix N(0, 1/d_in), the residual output projections (attention output, W₂) with the
+    std shrinking with the block's depth, 1/√(2·d_in·(ℓ+1)), ℓ the 0-based block index (d_in =
+    d for the attention output, 4d for W₂); each draw truncated at ±3σ, biases 0. The
+    placement's gain multiplies the std (and the cut). Embeddings as xavier's, N(0, 1/d)."""
+
+    def matrix(self, w: torch.Tensor, gain: float = 1.0, role: str = "query", block: int = 0) -> None:
+        fan_in = w.shape[1]
+        std = gain / math.sqrt(2 * fan_in * (block + 1) if role in RESIDUAL_OUTPUTS else fan_in)
+        nn.init.trunc_normal_(w, mean=0.0, std=std, a=-3 * std, b=3 * std)

@@ -19,23 +19,26 @@ def softcap(z: torch.Tensor, cap: float) -> torch.Tensor:
     return cap * torch.tanh(z / cap)
 
 
-# Each sublayer's `init_weights(gain, init)`: matrices, then biases, drawn by the init scheme
-# (`_draw`); `gain` scales the value, output and MLP matrices (the placement's init_gain),
-# queries and keys keep 1.
+# Each sublayer's `init_weights(gain, init, block)`: matrices, then biases, drawn by the init
+# scheme (`_draw`); `gain` scales the value, output and MLP matrices (the placement's
+# init_gain), queries and keys keep 1; `block` is the sublayer's block index (0-based).
 
 
-def _draw(init: XavierInit, parts) -> None:
+def _draw(init: XavierInit, parts, block: int) -> None:
     """parts: (weight, bias, gain, role) each; every matrix first, then every bias, so an
     init with zero biases draws exactly what it drew before biases had a say."""
     for w, _, gain, role in parts:
-        init.matrix(w, gain, role)
+        init.matrix(w, gain, role, block)
     for w, b, gain, role in parts:
-        init.bias(b, w, gain, role)
+        init.bias(b, w, gain, role, block)
 
 
 # The slots a sublayer may declare, places inside F where a placement puts norms of its own
 INNER_NORM = "inner_norm"  # one norm right before the output projection, width `inner_width` (Sub-LN)
 QKV_NORM = "qkv_norm"      # three norms, on q, k and v over the full width (HybridNorm), an nn.ModuleList
+Q_NORM, K_NORM = "q_norm", "k_norm"  # one module each on the queries and keys per head, (B, heads, T, d_head):
+                                     # the run's QK-norm, or nGPT's scaled unit vectors
+ACT_SCALE = "act_scale"    # one module on the MLP's hidden pre-activation, before GELU (nGPT's s_v·√d)
 
 
 class Sublayer(nn.Module):
@@ -62,9 +65,10 @@ class CausalSelfAttention(Sublayer):
     """Multi-head self-attention with one fused QKV projection; causal unless built with
     causal=False (the encoder of `normexp probe --encoder-decoder`). Slots: HybridNorm's norms
     on q, k and v over the full width (QKV_NORM), Sub-LN's norm on the heads' output before
-    `proj` (INNER_NORM)."""
+    `proj` (INNER_NORM), a module each on the queries and keys per head (Q_NORM, K_NORM: the
+    run's `qk_norm`, or nGPT's scaled unit vectors)."""
 
-    norm_slots = frozenset({QKV_NORM, INNER_NORM})
+    norm_slots = frozenset({QKV_NORM, INNER_NORM, Q_NORM, K_NORM})
 
     def __init__(self, cfg: ModelConfig, causal: bool = True, make_qk_norm=None):
         super().__init__(cfg.d_model)
@@ -126,11 +130,11 @@ class CausalSelfAttention(Sublayer):
         return {"queries": Readout(self.qkv, lambda out: self.split_heads(out)[0]),
                 "keys": Readout(self.qkv, lambda out: self.split_heads(out)[1])}
 
-    def init_weights(self, gain: float, init: XavierInit) -> None:
+    def init_weights(self, gain: float, init: XavierInit, block: int = 0) -> None:
         d = self.qkv.in_features
         (q, k, v), (bq, bk, bv) = self.qkv.weight.data.split(d), self.qkv.bias.data.split(d)  # views: each d×d on its own
         _draw(init, ((q, bq, 1.0, "query"), (k, bk, 1.0, "key"), (v, bv, gain, "value"),
-                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")))
+                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")), block)
 
 
 class CrossAttention(Sublayer):
@@ -152,18 +156,18 @@ class CrossAttention(Sublayer):
         y = F.scaled_dot_product_attention(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
-    def init_weights(self, gain: float, init: XavierInit) -> None:
+    def init_weights(self, gain: float, init: XavierInit, block: int = 0) -> None:
         d = self.q.in_features
         (k, v), (bk, bv) = self.kv.weight.data.split(d), self.kv.bias.data.split(d)
         _draw(init, ((self.q.weight.data, self.q.bias.data, 1.0, "query"), (k, bk, 1.0, "key"), (v, bv, gain, "value"),
-                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")))
+                     (self.proj.weight.data, self.proj.bias.data, gain, "attn_out")), block)
 
 
 class MLP(Sublayer):
-    """Position-wise feed-forward: fc_out(GELU(fc_in(x))). Slot: Sub-LN's norm between GELU and
-    fc_out (INNER_NORM, width mlp_ratio·d)."""
+    """Position-wise feed-forward: fc_out(GELU(fc_in(x))). Slots: Sub-LN's norm between GELU and
+    fc_out (INNER_NORM, width mlp_ratio·d); nGPT's scale on fc_in's output (ACT_SCALE)."""
 
-    norm_slots = frozenset({INNER_NORM})
+    norm_slots = frozenset({INNER_NORM, ACT_SCALE})
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg.d_model)
@@ -172,11 +176,14 @@ class MLP(Sublayer):
         self.inner_width = cfg.mlp_ratio * cfg.d_model
 
     def forward(self, x):
-        h = F.gelu(self.fc_in(x))
+        h = self.fc_in(x)
+        if self.act_scale is not None:
+            h = self.act_scale(h)
+        h = F.gelu(h)
         if self.inner_norm is not None:
             h = self.inner_norm(h)
         return self.fc_out(h)
 
-    def init_weights(self, gain: float, init: XavierInit) -> None:
+    def init_weights(self, gain: float, init: XavierInit, block: int = 0) -> None:
         _draw(init, ((self.fc_in.weight.data, self.fc_in.bias.data, gain, "mlp_in"),
-                     (self.fc_out.weight.data, self.fc_out.bias.data, gain, "mlp_out")))
+                     (self.fc_out.weight.data, self.fc_out.bias.data, gain, "mlp_out")), block)

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..config.checks import is_positive_float32, require
+from ..config.checks import is_float32, is_positive_float32, require
 from ..config.registry import register
 
 NORMS: dict[str, type[nn.Module]] = {}
@@ -57,6 +57,30 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return y.type_as(x) * self.weight
+
+    def resolved(self) -> dict:
+        return {"eps": self.eps}
+
+
+@register(NORMS, "rms_gemma")
+class GemmaRMSNorm(nn.Module):
+    """Gemma's RMSNorm (Gemma Team 2024, "Gemma: Open Models Based on Gemini Research and
+    Technology"; google-deepmind/gemma): y = x·rsqrt(mean(x²)+ε)·(1 + w), the learned weight
+    stored as an offset w from 1 and initialised at 0, so the norm starts as the plain RMSNorm
+    and weight decay pulls the scale towards 1, not 0. Computed in float32 (the (1 + w) factor
+    too) and cast back, as Gemma does; ε = 1e-6 there. Gemma's other half, the √d scale on
+    the token embeddings, is the model's `scale_embeddings` (on by default)."""
+
+    def __init__(self, d: int, *, eps: float):
+        super().__init__()
+        require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        x32 = x.float()
+        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * (1.0 + self.weight.float())).type_as(x)
 
     def resolved(self) -> dict:
         return {"eps": self.eps}
@@ -102,6 +126,31 @@ class DynamicTanh(nn.Module):
 
     def resolved(self) -> dict:
         return {"init_alpha": self.init_alpha}
+
+
+@register(NORMS, "derf")
+class DynamicErf(nn.Module):
+    """Derf (Chen et al. 2025, "Stronger Normalization-Free Transformers", arXiv 2512.10938):
+    y = γ·erf(α·x + s) + β, a point-wise, DyT-like replacement for the norm: one learnable
+    scalar α (initialised to init_alpha, 0.5) and one learnable scalar shift s (from
+    init_shift, 0), as DyT's α is one scalar, and per-feature γ (from 1) and β (from 0).
+    No statistics over the token: each element is mapped on its own."""
+
+    def __init__(self, d: int, *, init_alpha: float, init_shift: float):
+        super().__init__()
+        require(is_positive_float32(init_alpha), "norm.init_alpha", init_alpha, "must be a number > 0")
+        require(is_float32(init_shift), "norm.init_shift", init_shift, "must be a finite number (the paper starts s at 0)")
+        self.init_alpha, self.init_shift = init_alpha, init_shift
+        self.alpha = nn.Parameter(torch.tensor(float(init_alpha)))
+        self.shift = nn.Parameter(torch.tensor(float(init_shift)))
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return torch.erf(self.alpha * x + self.shift) * self.weight + self.bias
+
+    def resolved(self) -> dict:
+        return {"init_alpha": self.init_alpha, "init_shift": self.init_shift}
 
 
 @register(NORMS, "scale")

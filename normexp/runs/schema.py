@@ -216,7 +216,7 @@ def is_execution_setting(key: str) -> bool:
 # varied first; a variant's own settings follow from SETTINGS_FIELDS as placement.<key> / norm.<key>.
 HPARAMS = ("placement", "norm", "layers", "warmup", "lr", "seed", "d_model", "heads", "steps", "batch_size",
            "seq_len", "schedule", "grad_clip", "data", "tokenizer", "init", "qk_norm", "z_loss", "attn_softcap",
-           "logit_softcap")
+           "logit_softcap", "scale_embeddings")
 SETTINGS_FIELDS = {"placement": "placement_settings", "norm": "norm_settings"}
 
 NUMERIC_FIELDS = tuple(k for k, f in OUTCOME_FIELDS.items() if f.number)

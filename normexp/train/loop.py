@@ -121,7 +121,7 @@ def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
                        heads=cfg.heads, mlp_ratio=cfg.mlp_ratio, norm=OmegaConf.to_container(cfg.norm),
                        placement=OmegaConf.to_container(cfg.placement), init=OmegaConf.to_container(cfg.init),
                        qk_norm=cfg.qk_norm, attn_softcap=cfg.attn_softcap or None,  # 0 and null: off
-                       logit_softcap=cfg.logit_softcap or None)
+                       logit_softcap=cfg.logit_softcap or None, scale_embeddings=cfg.scale_embeddings)
 
 
 def set_threads(cfg: DictConfig, launcher: Mapping | None = None) -> int:
@@ -285,12 +285,20 @@ def decays(name: str, p: torch.nn.Parameter) -> bool:
 
 
 def make_optimizer(model: GPT, cfg: DictConfig) -> torch.optim.AdamW:
-    """AdamW, weight decay as `decays` says; fused, on one flat buffer per group (FlatAdamW:
-    the same numbers as torch's per-tensor fused step, in one kernel call per group) where the
-    build has the fused kernel, else foreach. Checkpoints keep torch.optim.AdamW's format."""
-    named = list(model.named_parameters())
-    groups = [{"params": [p for n, p in named if decays(n, p)], "weight_decay": cfg.optim.weight_decay},
-              {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}]
+    """AdamW over the placement's parameter groups (`GPT.param_groups`: one group, or
+    depth_mup's depth-scaled lr and ε for the blocks), each split into the parameters that
+    decay and those that do not (`decays`); empty groups left out. Fused, on one flat buffer
+    per group (FlatAdamW: the same numbers as torch's per-tensor fused step, in one kernel call
+    per group, each group's own lr, ε and weight decay) where the build has the fused kernel,
+    else foreach. Checkpoints keep torch.optim.AdamW's format."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups = []
+    for group in model.param_groups(cfg.lr, cfg.optim.eps):
+        params, hyper = group["params"], {k: v for k, v in group.items() if k != "params"}
+        for decay, weight_decay in ((True, cfg.optim.weight_decay), (False, 0.0)):
+            chosen = [p for p in params if decays(names[id(p)], p) == decay]
+            if chosen:  # a placement's own weight_decay (nGPT: none) wins
+                groups.append({"params": chosen, "weight_decay": weight_decay, **hyper})
     kwargs = dict(lr=cfg.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
     try:
         return FlatAdamW(groups, **kwargs)
@@ -419,6 +427,7 @@ class Trainer:
             model_update = instruments.model_update_size(self.autocast, reference_hidden) if measure_update else {}
             instruments.before_step()
         self.optimizer.step()
+        self.model.after_optimizer_step()
         self.step += 1
         if logging_step:
             values.update(instruments.read({**instruments.after_step(self.optimizer), **model_update}))
@@ -427,7 +436,9 @@ class Trainer:
     def set_lr(self, step: int) -> float:
         lr = self.cfg.lr * lr_multiplier(step, self.cfg.steps, min(self.cfg.warmup, self.cfg.steps), self.cfg.schedule)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            # each group keeps the placement's lr scale (depth_mup's); a checkpoint saved before
+            # groups had one resumes at scale 1, which is what it trained with
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         return lr
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -61,7 +61,8 @@ EXPECTED = placement_expectations()  # each placement's own test file (tests/mod
 PLACEMENTS = list(EXPECTED)
 # the settings each model records, by hand for layers=2 (a placement's: in its own test file)
 NORM_SETTINGS = {"layer": {"eps": 1e-5}, "rms": {"eps": 1e-5}, "batch": {"eps": 1e-5, "momentum": 0.1},
-                 "dyt": {"init_alpha": 0.5}, "scale": {"eps": 1e-5}, "none": {}}
+                 "dyt": {"init_alpha": 0.5}, "scale": {"eps": 1e-5}, "none": {}, "rms_gemma": {"eps": 1e-6},
+                 "derf": {"init_alpha": 0.5, "init_shift": 0.0}}
 PLACEMENT_SETTINGS = {name: module.SETTINGS for name, module in EXPECTED.items()}
 
 

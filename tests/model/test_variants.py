@@ -15,7 +15,7 @@ from normexp.config.compose import compose_config
 from normexp.train.instruments import Instruments, attention_signals, recording
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 from normexp.config.registry import build
-from normexp.model.layers import INNER_NORM, MLP, QKV_NORM, CausalSelfAttention, CrossAttention
+from normexp.model.layers import ACT_SCALE, CausalSelfAttention, CrossAttention, INNER_NORM, K_NORM, MLP, QKV_NORM, Q_NORM
 from normexp.config.checks import ConfigError
 
 EPS = 1e-5
@@ -96,7 +96,8 @@ def test_placements_fill_only_the_slots_a_sublayer_declares():
     takes the FFN form; filling an undeclared slot is refused."""
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=D, heads=2)
-    assert CausalSelfAttention(cfg).norm_slots == {INNER_NORM, QKV_NORM} and MLP(cfg).norm_slots == {INNER_NORM}
+    assert CausalSelfAttention(cfg).norm_slots == {INNER_NORM, QKV_NORM, Q_NORM, K_NORM}
+    assert MLP(cfg).norm_slots == {INNER_NORM, ACT_SCALE}
     cross = CrossAttention(cfg)
     assert cross.norm_slots == frozenset()
     layer = PLACEMENTS["subln"](cross, make_ln, index=0, depth=6)
@@ -104,7 +105,7 @@ def test_placements_fill_only_the_slots_a_sublayer_declares():
     x, memory = torch.randn(2, 5, D), torch.randn(2, 3, D)
     torch.testing.assert_close(layer(x, memory)[0], x + cross(ln(x, layer.norm), memory), atol=1e-5, rtol=1e-5)
     mlp = MLP(cfg)
-    assert not PLACEMENTS["hybrid"](mlp, make_ln, index=0, depth=4).attention_form and mlp.inner_norm is None
+    assert not PLACEMENTS["hybrid"](mlp, make_ln, index=0, depth=4, qkv_norm="full").attention_form and mlp.inner_norm is None
     with pytest.raises(ValueError, match="CrossAttention has no slot 'inner_norm'"):
         cross.fill_slot(INNER_NORM, make_ln())
 
@@ -183,7 +184,7 @@ def test_hybrid_attention_normalizes_q_k_v_and_has_no_input_norm():
     """Y = X + W_O·softmax(LN(Q)·LN(K)ᵀ/√d_h)·LN(V), Q, K, V each normalized over the full width."""
     torch.manual_seed(0)
     attn = randomize_biases(CausalSelfAttention(ModelConfig(d_model=D, heads=2)))
-    layer = PLACEMENTS["hybrid"](attn, make_ln, index=0, depth=4)
+    layer = PLACEMENTS["hybrid"](attn, make_ln, index=0, depth=4, qkv_norm="full")
     assert len(attn.qkv_norm) == 3 and not hasattr(layer, "norm")
     for norm in attn.qkv_norm:
         randomize(norm)
@@ -199,7 +200,7 @@ def test_hybrid_mlp_is_post_norm_with_the_normalized_residual():
     """X' = LN(Y) + FFN(LN(Y))."""
     torch.manual_seed(0)
     f = StandIn()
-    layer = PLACEMENTS["hybrid"](f, make_ln, index=0, depth=4)
+    layer = PLACEMENTS["hybrid"](f, make_ln, index=0, depth=4, qkv_norm="full")
     x = torch.randn(2, 5, D) * 3
     h = ln(x, layer.norm)
     y, out = layer(x)
@@ -214,7 +215,7 @@ def test_hybrid_mlp_is_post_norm_with_the_normalized_residual():
 def test_gated_residual_is_the_gtrxl_gru_gate():
     torch.manual_seed(0)
     f = StandIn()
-    layer = PLACEMENTS["gated"](f, make_ln, index=0, depth=4, gate_bias=1.5)
+    layer = PLACEMENTS["gated"](f, make_ln, index=0, depth=4, gate_bias=1.5, attention_relu=False)
     assert torch.equal(layer.bias.detach(), torch.full((D,), 1.5))
     with torch.no_grad():
         layer.bias.add_(torch.randn(D) * 0.1)
@@ -236,13 +237,56 @@ def test_gated_residual_starts_near_the_identity():
     """b_g = 2: z ≈ σ(−2) ≈ 0.12 on average, so the block mostly passes x through."""
     torch.manual_seed(0)
     layer = build(PLACEMENTS, "placement", "gated", StandIn(), make_ln, index=0, depth=4)  # gate_bias: the yaml's
-    assert layer.resolved() == {"gate_bias": 2.0}
+    assert layer.resolved() == {"gate_bias": 2.0, "attention_relu": False}
     x = torch.randn(8, 16, D)
     y = layer.sublayer(layer.norm(x))
     z = torch.sigmoid(layer.from_y(y).chunk(3, -1)[1] + layer.from_x(x).chunk(2, -1)[1] - 2.0)
     assert 0.05 < z.mean().item() < 0.3
     new, _ = layer(x)
     assert (new - x).norm() < 0.5 * x.norm()
+
+
+def test_gated_attention_relu_is_the_authors_relu_on_the_attention_output_only():
+    """attention_relu=true: y = ReLU(Attn(LN(x))) enters the gate (DI-engine's GTrXL); the MLP's
+    y stays as it is."""
+    torch.manual_seed(0)
+    attn = randomize_biases(CausalSelfAttention(ModelConfig(d_model=D, heads=2)))
+    layer = PLACEMENTS["gated"](attn, make_ln, index=0, depth=4, gate_bias=2.0, attention_relu=True)
+    x = torch.randn(2, 5, D) * 2
+    y = torch.relu(attn(ln(x, layer.norm)))
+    assert (y == 0).any() and (y > 0).any()  # the ReLU bites
+    W_r, W_z, W_g = layer.from_y.weight.split(D)
+    U_r, U_z = layer.from_x.weight.split(D)
+    r = torch.sigmoid(y @ W_r.t() + x @ U_r.t())
+    z = torch.sigmoid(y @ W_z.t() + x @ U_z.t() - layer.bias)
+    h = torch.tanh(y @ W_g.t() + (r * x) @ layer.from_reset.weight.t())
+    torch.testing.assert_close(layer(x)[0], (1 - z) * x + z * h, atol=1e-5, rtol=1e-5)
+    f = StandIn()  # not attention: no ReLU, even with the setting on
+    mlp_like = PLACEMENTS["gated"](f, make_ln, index=0, depth=4, gate_bias=2.0, attention_relu=True)
+    plain = PLACEMENTS["gated"](f, make_ln, index=0, depth=4, gate_bias=2.0, attention_relu=False)
+    plain.load_state_dict(mlp_like.state_dict())
+    torch.testing.assert_close(mlp_like(x)[0], plain(x)[0])
+
+
+def test_hybrid_per_head_normalizes_each_heads_features_on_their_own():
+    """qkv_norm=per_head (the authors' code): Q, K, V split into heads, each head's d_head
+    features normalized with one d_head-wide LN shared by the heads, then attention."""
+    torch.manual_seed(0)
+    attn = randomize_biases(CausalSelfAttention(ModelConfig(d_model=D, heads=2)))
+    layer = PLACEMENTS["hybrid"](attn, lambda width=D: randomize(NORMS["layer"](width, eps=EPS)), index=0, depth=4,
+                                 qkv_norm="per_head")
+    norms = [m.norm for m in attn.qkv_norm]
+    assert all(n.weight.shape == (D // 2,) for n in norms)
+    x = torch.randn(2, 6, D) * 3
+    q, k, v = (ln(heads(t, 2), norm) for t, norm in zip(projections(attn, x), norms))  # over d_head
+    out = attend(q, k, v) @ attn.proj.weight.t() + attn.proj.bias
+    y, got = layer(x)
+    torch.testing.assert_close(got, out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(y, x + out, atol=1e-5, rtol=1e-5)
+    # and it differs from the full-width form on the same weights
+    full = PLACEMENTS["hybrid"](attn, make_ln, index=0, depth=4, qkv_norm="full")
+    assert not torch.allclose(full(x)[0], y, atol=1e-3)
+
 
 
 # -------------------------------------------------------------------------- ScaleNorm

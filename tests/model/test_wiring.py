@@ -54,7 +54,7 @@ def test_shape_keys_reach_the_modules():
 
 
 NORM_CLASSES = {"layer": "LayerNorm", "rms": "RMSNorm", "batch": "BatchNorm", "dyt": "DynamicTanh", "none": "NoNorm",
-                "scale": "ScaleNorm"}
+                "scale": "ScaleNorm", "rms_gemma": "GemmaRMSNorm", "derf": "DynamicErf"}
 
 
 @pytest.mark.parametrize("option, cls", sorted(NORM_CLASSES.items()))
@@ -238,7 +238,9 @@ def test_settings_read_from_the_built_model():
         (["placement=layerscale", "placement.init_scale=0.5"], {"eps": 1e-5}, {"init_scale": 0.5}),
         (["placement=deepnorm", "layers=2"], {"eps": 1e-5}, {"alpha": math.sqrt(2), "beta": 0.5}),  # 4^¼, 16^-¼
         (["placement=subln", "layers=6"], {"eps": 1e-5}, {"gain": 1.5763587}),  # √(ln 12) = √2.4849066
-        (["placement=gated", "placement.gate_bias=1.0", "norm=scale"], {"eps": 1e-5}, {"gate_bias": 1.0}),
+        (["placement=gated", "placement.gate_bias=1.0", "norm=scale"], {"eps": 1e-5}, {"gate_bias": 1.0, "attention_relu": False}),
+        (["placement=gated", "placement.attention_relu=true"], {"eps": 1e-5}, {"gate_bias": 2.0, "attention_relu": True}),
+        (["placement=hybrid", "placement.qkv_norm=per_head"], {"eps": 1e-5}, {"qkv_norm": "per_head"}),
     ]
     for overrides, norm, placement in cases:
         settings = build(*overrides).settings()

@@ -32,11 +32,18 @@ def test_the_fixture_has_every_registered_norm_and_placement(numerics_fixture):
                          "`python scripts/numerics_fixture.py --record-missing` (the recorded runs stay as they are)")
 
 
+# runs recorded later whose measured spread between CPU code paths exceeds 20 ulps (× SAFETY
+# 10 = 200): their allowance, in ulps, each with its measurement in the docstring below
+MEASURED_WIDER = {"layer/reordered": 600}
+
+
 def test_the_tolerances_keep_the_test_sharp(numerics_fixture):
     """The tolerances may not blunt the test. Every run with a norm is checked at all 20 steps,
     within 100 float32 ulps of its loss for the first 30 runs (a rounding difference of
     another CPU is ≤ 3 ulps there) and within 200 for the runs recorded later (scale/gated
-    measured 140). The unnormalized runs, whose rounding differences grow, are checked at
+    measured 140; layer/reordered, issue 29, measured 510: its LayerNorm on each sublayer's
+    output rescales F's rounding differences, 17 ulps between code paths from step 1 and 51
+    by step 19, so it is allowed 600). The unnormalized runs, whose rounding differences grow, are checked at
     least at steps 0 and 1 among the first 30; of those recorded later, none/admin (loss
     1.95e4 at step 0) and none/subln (511) differ between CPU code paths by more than the
     cap (0.01) from step 0, so they are not checked at all: only an unnormalized run recorded
@@ -52,7 +59,7 @@ def test_the_tolerances_keep_the_test_sharp(numerics_fixture):
         assert all(t >= numerics_fixture.FLOOR_ULPS * numerics_fixture.ulp32(loss) for t, loss in zip(checked, losses))
         if not run.startswith("none/"):
             assert len(checked) == numerics_fixture.STEPS, run
-            most = 200 if run in later else 100
+            most = MEASURED_WIDER.get(run, 200) if run in later else 100
             assert all(t <= most * numerics_fixture.ulp32(loss) for t, loss in zip(tols, losses)), run
         elif run not in later:
             assert len(checked) >= 2, run

@@ -8,8 +8,9 @@ from normexp.model import GPT, ModelConfig
 
 # (norms per block, whether the model adds a final norm)
 SHAPE = (2, True)
-# its resolved settings at 2 blocks (summary.json's placement_settings): gated residual: GTrXL's gate bias 2
-SETTINGS = {"gate_bias": 2.0}
+# its resolved settings at 2 blocks (summary.json's placement_settings): gated residual: GTrXL's gate bias 2,
+# no ReLU on the attention output (the authors' code has one: attention_relu=true)
+SETTINGS = {"gate_bias": 2.0, "attention_relu": False}
 
 
 def test_gated_resolves_its_settings_by_hand():

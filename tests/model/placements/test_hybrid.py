@@ -8,8 +8,9 @@ from normexp.model import GPT, ModelConfig
 
 # (norms per block, whether the model adds a final norm); q, k, v norms + the MLP's
 SHAPE = (4, True)
-# its resolved settings at 2 blocks (summary.json's placement_settings): no settings of its own
-SETTINGS = {}
+# its resolved settings at 2 blocks (summary.json's placement_settings): Q, K, V normalized over the
+# full width (the authors' code: per_head)
+SETTINGS = {"qkv_norm": "full"}
 
 
 def test_hybrid_resolves_its_settings_by_hand():
