@@ -36,6 +36,8 @@ PRESET_VALUES = {
                     "checkpoint_every": 0},
     "stabilizers_more": {"schedule.name": "cosine", "steps": 200, "layers": 12, "d_model": 64, "warmup": 0,
                          "seq_len": 64, "batch_size": 16, "checkpoint_every": 0},
+    "stabilizers_2025": {"schedule.name": "cosine", "steps": 200, "layers": 12, "d_model": 64, "warmup": 0,
+                         "seq_len": 64, "batch_size": 16, "checkpoint_every": 0},
     "lr_boundary": {"schedule.name": "cosine", "steps": 200, "layers": 6, "d_model": 64, "seq_len": 64,
                     "checkpoint_every": 0},
     "depth_boundary": {"schedule.name": "constant", "steps": 200, "lr": 1e-3, "warmup": 100, "d_model": 64,
