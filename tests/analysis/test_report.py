@@ -193,3 +193,33 @@ def test_bad_path_is_one_line_and_exit_2(tmp_path, cli_env, make, message):
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_key_only_some_settings_have_still_draws_every_setting(tmp_path, monkeypatch):
+    """depth_mup's placement.exponent beside placements without one: the lr figure draws a line
+    for every placement (pandas' groupby drops missing keys unless told), labelled without the
+    key the setting lacks; the tables write the missing value as '-'."""
+    import matplotlib.axes
+
+    from normexp.analysis.report.figures import plot_sweep
+    from normexp.analysis.report.tables import fmt_param
+    from normexp.runs.reading import Run
+
+    def run(placement, lr, seed, loss, exponent=None):
+        cfg = {"placement.name": placement, "lr": lr, "seed": seed}
+        if exponent is not None:
+            cfg["placement.exponent"] = exponent
+        summary = {"status": "completed", "final_val_loss": loss, "initial_loss": 5.5, "baseline_loss": 3.3}
+        return Run(Path(f"r{placement}{lr}{seed}"), "x", cfg, [], summary)
+
+    runs = [run("depth_mup", lr, s, 2.5 + lr + s / 100, exponent=0.5) for lr in (1e-3, 1e-2) for s in (0, 1)]
+    runs += [run("lns", lr, s, 2.6 + lr + s / 100) for lr in (1e-3, 1e-2) for s in (0, 1)]
+    drawn = []
+    real_errorbar = matplotlib.axes.Axes.errorbar
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar",
+                        lambda ax, x, y, **kw: drawn.append((ax.get_title(), kw["label"], list(y))) or real_errorbar(ax, x, y, **kw))
+    plot_sweep(runs, ["placement.name", "placement.exponent", "lr"], "lr", tmp_path / "lr.png")
+    by_label = {label: ys for _, label, ys in drawn}
+    assert by_label["placement.exponent=0.5 (n=2)"] == pytest.approx([2.505 + 1e-3, 2.505 + 1e-2])
+    assert by_label["mean (n=2)"] == pytest.approx([2.605 + 1e-3, 2.605 + 1e-2])  # lns: drawn, no "=nan"
+    assert fmt_param(float("nan")) == "-" and fmt_param(0.5) == "0.5"

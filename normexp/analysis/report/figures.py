@@ -281,6 +281,16 @@ SWEEP_TITLE = ("Final validation loss vs {x}: mean over seeds, 95 % t-interval\n
                "red x: some diverged, grey square: some stalled; dashed: unigram baseline)")
 
 
+def is_missing(value) -> bool:
+    """A key this setting does not have: None, or NaN where a table mixes settings."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def same_value(column, value):
+    """column == value, where a missing value matches the missing ones (NaN != NaN)."""
+    return column.isna() if is_missing(value) else column == value
+
+
 def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path, cell_table=study.cell_table,
                ylabel: str = "final validation loss", title: str = SWEEP_TITLE, log_y: bool = False) -> None:
     """A per-cell value against `x_key` (lr: log axis; layers: log axis too), one panel per
@@ -298,11 +308,14 @@ def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path, cell_ta
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False, sharey=True)
     for ax, value in zip(axes.flat, panels):
-        sub = table if panel_key is None else table[table[panel_key] == value]
-        lines = sub.groupby(line_keys, sort=False) if line_keys else [((), sub)]
+        sub = table if panel_key is None else table[same_value(table[panel_key], value)]
+        # dropna=False: a key only some settings have (depth_mup's placement.exponent beside
+        # placements without one) is empty for the others, and their lines must still be drawn
+        lines = sub.groupby(line_keys, sort=False, dropna=False) if line_keys else [((), sub)]
         for i, (line, cell) in enumerate(lines):
             line = line if isinstance(line, tuple) else (line,)
-            label = ", ".join(f"{display_name(k)}={fmt_param(v)}" for k, v in zip(line_keys, line)) or "mean"
+            label = ", ".join(f"{display_name(k)}={fmt_param(v)}" for k, v in zip(line_keys, line)
+                              if not is_missing(v)) or "mean"
             yerr = [(cell["mean"] - cell["low"]).fillna(0), (cell["high"] - cell["mean"]).fillna(0)]
             ax.errorbar(cell[x_key], cell["mean"], yerr=yerr, marker="o", ms=4, capsize=3, color=f"C{i % 10}",
                         label=f"{label} (n={int(cell['n'].max())})")

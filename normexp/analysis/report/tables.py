@@ -98,7 +98,7 @@ def fmt(value, digits: int = 4) -> str:
 
 def fmt_param(value) -> str:
     """A hyperparameter value as the user would type it: 0.01, 3e-05, 200."""
-    if value is None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: a key this setting lacks
         return "-"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
