@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from model_helpers import D, StandIn
 from normexp.config.compose import compose_config
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 from normexp.train.loop import Trainer, make_optimizer, model_config
 
-D = 16
 
 # (norms per block, whether the model adds a final norm): Pre-LN's
 SHAPE = (2, True)
@@ -30,18 +30,6 @@ SETTINGS = {"exponent": 0.5, "base_depth": 6, "branch_scale": math.sqrt(3), "lr_
 def test_depth_mup_resolves_its_settings_by_hand():
     model = GPT(ModelConfig(layers=2, d_model=16, heads=2, seq_len=8, placement="depth_mup"))
     assert model.settings()["placement"] == pytest.approx(SETTINGS)
-
-
-class StandIn(torch.nn.Module):
-    """F(x) = tanh(x @ W), W fixed and random."""
-
-    def __init__(self):
-        super().__init__()
-        self.d_model = D
-        self.w = torch.randn(D, D, generator=torch.Generator().manual_seed(7)) / D ** 0.5
-
-    def forward(self, x):
-        return torch.tanh(x @ self.w)
 
 
 # (layers L, base depth L₀, exponent α, branch multiplier (L/L₀)^-α by hand)

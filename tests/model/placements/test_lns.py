@@ -7,26 +7,9 @@ import math
 import pytest
 import torch
 
+from model_helpers import D, StandIn, by_hand_norm
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 
-D = 16
-
-
-class StandIn(torch.nn.Module):
-    """A stand-in sublayer F(x) = tanh(x @ W), W fixed and random."""
-
-    def __init__(self):
-        super().__init__()
-        self.d_model = D
-        self.w = torch.randn(D, D, generator=torch.Generator().manual_seed(7)) / D ** 0.5
-
-    def forward(self, x):
-        return torch.tanh(x @ self.w)
-
-
-def by_hand_norm(x):
-    """LayerNorm with γ = 1, β = 0, written out (biased variance)."""
-    return (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
 
 # (norms per block, whether the model adds a final norm): Pre-LN's
 SHAPE = (2, True)

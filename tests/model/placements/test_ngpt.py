@@ -12,12 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from model_helpers import D, StandIn
 from normexp.config.compose import compose_config
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 from normexp.model.layers import MLP, CausalSelfAttention
 from normexp.train.loop import make_optimizer, model_config
 
-D = 16
 
 # (norms per block, whether the model adds a final norm): no norm layers at all
 SHAPE = (0, False)
@@ -33,20 +33,6 @@ def test_ngpt_resolves_its_settings_by_hand():
 def n(x, dim=-1):
     """L2-normalize, written out."""
     return x / torch.sqrt((x * x).sum(dim, keepdim=True))
-
-
-class StandIn(torch.nn.Module):
-    """F(x) = tanh(x @ W), W fixed and random; no slots."""
-
-    norm_slots = frozenset()
-
-    def __init__(self):
-        super().__init__()
-        self.d_model = D
-        self.w = torch.randn(D, D, generator=torch.Generator().manual_seed(7)) / D ** 0.5
-
-    def forward(self, x):
-        return torch.tanh(x @ self.w)
 
 
 def make_ln(width=D):
