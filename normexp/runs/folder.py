@@ -277,7 +277,7 @@ def run_artefacts(run_dir: Path) -> list[str]:
     return found
 
 
-def _claim_alive(claim: dict) -> bool:
+def claim_alive(claim: dict) -> bool:
     """The claiming process is known to be alive: on this host, and its pid exists (and is not us)."""
     import socket
 
@@ -332,7 +332,7 @@ def holds_own_claim(folder: Path) -> bool:
     return bool(claim) and claim.get("token") == _OWN_CLAIMS.get(str(Path(folder).resolve()))
 
 
-def _holder(claim: dict | None) -> str:
+def claim_holder(claim: dict | None) -> str:
     if not claim:
         return ""
     return f" (claimed by pid {claim.get('pid')} on {claim.get('host')} at {claim.get('since')})"
@@ -355,12 +355,12 @@ def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> Non
     if held == [CLAIM] and _claim_dead(claim):  # its process ended before it wrote anything (Ctrl-C at start-up)
         held = []
     fix = f"choose another folder ({key}=PATH)"
-    if held and claim and _claim_alive(claim) and (summary or {}).get("status", Status.RUNNING) == Status.RUNNING:
-        raise FolderTaken(f"{key}={run_dir}: a run is training into it now{_holder(claim)}; wait for it to end "
+    if held and claim and claim_alive(claim) and (summary or {}).get("status", Status.RUNNING) == Status.RUNNING:
+        raise FolderTaken(f"{key}={run_dir}: a run is training into it now{claim_holder(claim)}; wait for it to end "
                           f"(then resume=true continues it), or {fix}")
     if held and not resume:
         if held == [CLAIM]:  # a claim alone: a run starting now, or one whose host cannot be asked
-            raise FolderTaken(f"{key}={run_dir}: another run claimed it{_holder(claim)}; {fix} (or, if that "
+            raise FolderTaken(f"{key}={run_dir}: another run claimed it{claim_holder(claim)}; {fix} (or, if that "
                               f"process is gone, remove {run_dir / CLAIM})")
         what = f"status {summary.get('status')}" if summary else "no summary.json, but " + ", ".join(held)
         raise FolderTaken(f"{key}={run_dir}: already holds a run ({what}); pass resume=true to "
@@ -373,7 +373,7 @@ def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> Non
             raise FolderTaken(f"{key}={run_dir}: another process claimed it just now; {fix}") from None
         aside.unlink(missing_ok=True)
     if not _create_claim(run_dir):
-        raise FolderTaken(f"{key}={run_dir}: another process claimed it just now{_holder(read_claim(run_dir))}; {fix}")
+        raise FolderTaken(f"{key}={run_dir}: another process claimed it just now{claim_holder(read_claim(run_dir))}; {fix}")
 
 
 def claim_default_folder(folder: Path, key: str) -> Path:
@@ -397,7 +397,7 @@ def claim_sweep_folder(folder: Path) -> None:
     each job claims its own folder, see claim_folder)."""
     folder = Path(folder)
     if not _create_claim(folder):
-        raise FolderTaken(f"hydra.sweep.dir={folder}: another sweep writes into it{_holder(read_claim(folder))}; "
+        raise FolderTaken(f"hydra.sweep.dir={folder}: another sweep writes into it{claim_holder(read_claim(folder))}; "
                           "pass resume=true to add this sweep's jobs to it (finished jobs are skipped), or choose "
                           "another folder (hydra.sweep.dir=PATH)")
 

@@ -289,6 +289,36 @@ def test_two_runs_started_in_the_same_second_keep_both_results(tmp_path, cli_env
     assert {p: p.read_bytes() for p in shared.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.parametrize("written", [["normexp_run.json"], ["normexp_run.json", "summary.json"]])
+def test_a_folder_another_process_is_starting_in_is_refused_by_its_claim(tmp_path, cli_env, written):
+    """What a run writes in its first seconds (its record, then a summary saying running) must
+    not decide the message a second run into the same folder gets: the live claim does. Seen
+    under load as "holds a run's files ... but no summary.json" in the same-second test above."""
+    import socket
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (shared / CLAIM).write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(),
+                                                "since": "2026-11-25 10:00:00", "token": "other"}))
+        for name in written:
+            (shared / name).write_text(json.dumps({"status": "running"}))
+        before = {p: p.read_bytes() for p in shared.rglob("*") if p.is_file()}
+        corpus = make_corpus(tmp_path / "c.txt", 20_000)
+        proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *BASE, f"data.files=[{corpus}]",
+                               f"hydra.run.dir={shared}"], env=cli_env, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"normexp: error: hydra.run.dir={shared}: a run is training into it now "
+                               f"(claimed by pid {holder.pid} on {socket.gethostname()}")
+    assert lines[0].endswith("or choose another folder (hydra.run.dir=PATH)")
+    assert {p: p.read_bytes() for p in shared.rglob("*") if p.is_file()} == before
+
+
 @pytest.mark.slow
 def test_two_sweeps_into_one_folder_keep_both_results(tmp_path, cli_env):
     corpus = make_corpus(tmp_path / "c.txt", 20_000)
