@@ -114,9 +114,11 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
     run_dir = Path(str(cfg.hydra.run.dir))
     check_creatable("hydra.run.dir", run_dir)
     claim = read_claim(run_dir)
-    if claim and claim_alive(claim) and os.environ.get("RANK", "0") == "0":  # torchrun's other ranks follow rank 0's claim
-        # another process is starting or training in it now: what it has written so far (a record
-        # without a summary, a summary saying running) is half a run, so its claim decides
+    if "hydra.run.dir" in explicit and claim and claim_alive(claim) and os.environ.get("RANK", "0") == "0":
+        # another process is starting or training in the folder the user named: what it has written
+        # so far (a record without a summary, a summary saying running) is half a run, so its claim
+        # decides. A default (time-stamped) folder is not refused: the launch picks a free name.
+        # torchrun's other ranks follow rank 0's claim.
         raise ConfigError("hydra.run.dir", run_dir, f"a run is training into it now{claim_holder(claim)}; wait for it "
                           "to end (then resume=true continues it), or choose another folder (hydra.run.dir=PATH)")
     previous = read_summary(run_dir)
