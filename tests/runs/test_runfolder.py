@@ -257,9 +257,6 @@ def _same_second(commands, env, cwd):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="known race, open: on an idle machine the second of two runs started in one "
-                   "second into the default (time-stamped) folder is refused ('a run is training into it now') "
-                   "instead of getting a folder of its own; seen at 58193cf and later, passes under load")
 def test_two_runs_started_in_the_same_second_keep_both_results(tmp_path, cli_env):
     corpus = make_corpus(tmp_path / "c.txt", 20_000)
     data = f"data.files=[{corpus}]"
