@@ -16,8 +16,9 @@ file (configs/norm/<name>.yaml, ...) where the config leaves them out (config/re
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 import torch.nn as nn
@@ -99,6 +100,7 @@ class GPT(nn.Module):
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         self.scale_positions = self.init_scheme.scale_positions  # what √d multiplies: tok + pos, or tok alone
+        self.compiled_blocks: list | None = None  # compile_blocks(): what `hidden` runs instead of the blocks
         self._init_weights()
 
     def _init_weights(self):
@@ -139,6 +141,25 @@ class GPT(nn.Module):
             m.load_state_dict(state)
         return True
 
+    def compile_blocks(self) -> None:
+        """compile=true: a regional compile, each block through `torch.compile` on its own. The
+        blocks share their code, so dynamo traces it once and every block reuses the graph with
+        its own weights as inputs (a whole-model compile would unroll all `layers` blocks into
+        one graph: minutes at 1,000). The blocks stay the eager modules they were: parameter
+        names, checkpoints and the instruments' hooks are unchanged, and a forward inside
+        `eager()` (the instruments' recording ones) does not use the compiled code. Inductor's
+        fused kernels round differently from eager, so losses agree to float tolerance, not bit for bit."""
+        self.compiled_blocks = [torch.compile(block) for block in self.blocks]
+
+    @contextlib.contextmanager
+    def eager(self) -> Iterator[None]:
+        """Within the block, forwards run the uncompiled blocks (forward hooks see every module)."""
+        compiled, self.compiled_blocks = self.compiled_blocks, None
+        try:
+            yield
+        finally:
+            self.compiled_blocks = compiled
+
     def after_optimizer_step(self) -> None:
         """The placement's hook after each optimizer step (`Placement.after_optimizer_step`)."""
         self.blocks[0].attn.after_optimizer_step(self)
@@ -175,7 +196,7 @@ class GPT(nn.Module):
         """The final hidden state (B, T, d). `memory`: the encoder output, for cross-attention."""
         x = self.embed(idx)
         x = self.blocks[0].attn.enter(x)  # the stream: x itself, or ResiDual's pair
-        for block in self.blocks:
+        for block in self.compiled_blocks or self.blocks:
             x = block(x, memory)
         return self.final_norm(x)
 

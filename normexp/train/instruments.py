@@ -28,7 +28,7 @@ SIGNAL_ROWS = 1
 @contextlib.contextmanager
 def recording(model: GPT, only: tuple[str, ...] | None = None) -> Iterator[dict[str, list[torch.Tensor]]]:
     """Within the block, each forward of `model` (directly, or through DDP or another
-    wrapper) fills the trace {name: [tensor per place]} with what `model.readouts()` names
+    wrapper; eager, even under compile=true) fills the trace {name: [tensor per place]} with what `model.readouts()` names
     (only those named in `only`, if given), detached; the queries and keys of the first SIGNAL_ROWS rows
     only. On leaving the block the hooks are removed: the model runs as if never watched."""
     readouts = model.readouts()
@@ -38,7 +38,7 @@ def recording(model: GPT, only: tuple[str, ...] | None = None) -> Iterator[dict[
         if name in readouts:
             readouts[name] = [dataclasses.replace(r, pick=lambda out, pick=r.pick: pick(out)[:SIGNAL_ROWS])
                               for r in readouts[name]]
-    with read_outputs(readouts) as trace:
+    with model.eager(), read_outputs(readouts) as trace:  # hooks on compiled blocks would recompile them
         yield trace
 from ..runs.schema import (ACT_STD_FIRST, ACT_STD_LAST, ACT_STD_MAX, GRAD_NORM_FIRST, GRAD_NORM_LAST, GRAD_NORM_MAX,
                     GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, HEAD_FAMILIES, head_tag, layer_tag)
@@ -97,7 +97,8 @@ class Instruments:
     """Collects the per-layer scalars of one step into {tag: tensor}; `read` syncs once.
 
     Parameter groups: `layer_XX` for each block, `embedding` (token + position tables,
-    including the tied head) and `final_norm` where the placement has one."""
+    the tied head, and any other parameter of the head: nGPT's logit scale) and `final_norm`
+    where the placement has one."""
 
     def __init__(self, model: GPT, model_update: bool = True, model_update_every: int = 1, extra_signals: bool = True):
         self.model = model
@@ -115,6 +116,11 @@ class Instruments:
         for p in model.final_norm.parameters():
             params.append(p)
             groups.append(self.layers + 1)
+        seen = {id(p) for p in params}
+        for p in model.parameters():  # outside the blocks, the tables and the final norm: the head's (nGPT's s_z)
+            if id(p) not in seen:
+                params.append(p)
+                groups.append(self.layers)
         self.has_final_norm = any(g == self.layers + 1 for g in groups)
         self.params = params
         self.group_index = torch.tensor(groups, device=params[0].device)
@@ -246,7 +252,7 @@ class Instruments:
         modes = [m.training for m in self.batch_norms]
         for m in self.batch_norms:  # running statistics, and no running-stat updates from the reference batch
             m.training = False
-        with autocast():
+        with autocast(), self.model.eager():  # a measurement: eager, and a batch shape the compiled blocks never see
             h = self.model.hidden(self.reference_idx).float()
         for m, mode in zip(self.batch_norms, modes):
             m.training = mode
