@@ -53,17 +53,20 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
 
-    def forward(self, x):
+    def normalized(self, x: torch.Tensor) -> torch.Tensor:
+        """x·rsqrt(mean(x²)+ε), in float32."""
         x32 = x.float()
-        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return y.type_as(x) * self.weight
+        return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x):
+        return self.normalized(x).type_as(x) * self.weight
 
     def resolved(self) -> dict:
         return {"eps": self.eps}
 
 
 @register(NORMS, "rms_gemma")
-class GemmaRMSNorm(nn.Module):
+class GemmaRMSNorm(RMSNorm):
     """Gemma's RMSNorm (Gemma Team 2024, "Gemma: Open Models Based on Gemini Research and
     Technology"; google-deepmind/gemma): y = x·rsqrt(mean(x²)+ε)·(1 + w), the learned weight
     stored as an offset w from 1 and initialised at 0, so the norm starts as the plain RMSNorm
@@ -72,18 +75,11 @@ class GemmaRMSNorm(nn.Module):
     the token embeddings, is the model's `scale_embeddings` (on by default)."""
 
     def __init__(self, d: int, *, eps: float):
-        super().__init__()
-        require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
-        self.eps = eps
-        self.weight = nn.Parameter(torch.zeros(d))
+        super().__init__(d, eps=eps)
+        self.weight = nn.Parameter(torch.zeros(d))  # the offset w from 1
 
     def forward(self, x):
-        x32 = x.float()
-        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (y * (1.0 + self.weight.float())).type_as(x)
-
-    def resolved(self) -> dict:
-        return {"eps": self.eps}
+        return (self.normalized(x) * (1.0 + self.weight.float())).type_as(x)
 
 
 @register(NORMS, "batch")

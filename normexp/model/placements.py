@@ -678,6 +678,7 @@ class NormalizedTransformer(Placement):
             sublayer.fill_slot(K_NORM, UnitQK(sublayer.heads, d_head, d))
         if ACT_SCALE in sublayer.norm_slots:  # the MLP
             sublayer.fill_slot(ACT_SCALE, HiddenScale(sublayer.inner_width, d))
+        self.unit_matrices: list | None = None  # (matrix, the dim it is unit along); after_optimizer_step fills it
 
     def forward(self, h, *context):
         target = unit(self.sublayer(h, *context))
@@ -687,21 +688,19 @@ class NormalizedTransformer(Placement):
     def enter(self, x):
         return unit(x)
 
-    def make_final(self, make_norm) -> nn.Module:
-        return nn.Identity()
-
     def make_logit_scale(self, vocab_size: int) -> nn.Module:
         return LogitScale(vocab_size, self.sublayer.d_model)
 
     @torch.no_grad()
     def after_optimizer_step(self, model: nn.Module) -> None:
-        outputs = {id(w) for ws in model.residual_output_weights().values() for w in ws}
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.copy_(unit(p, dim=0 if id(p) in outputs else 1))
+        if self.unit_matrices is None:  # found once: the Parameter objects outlive every step (FlatAdamW keeps them)
+            outputs = {id(w) for ws in model.residual_output_weights().values() for w in ws}
+            self.unit_matrices = [(p, 0 if id(p) in outputs else 1) for p in model.parameters() if p.dim() == 2]
+        for p, dim in self.unit_matrices:
+            p.copy_(unit(p, dim=dim))
 
     def param_groups(self, model: nn.Module, lr: float, eps: float) -> list[dict]:
-        return [{"params": list(model.parameters()), "lr": lr, "lr_scale": 1.0, "eps": eps, "weight_decay": 0.0}]
+        return [{**group, "weight_decay": 0.0} for group in super().param_groups(model, lr, eps)]
 
     def resolved(self) -> dict:
         return {"alpha_init": self.alpha_init}

@@ -338,6 +338,12 @@ def claim_holder(claim: dict | None) -> str:
     return f" (claimed by pid {claim.get('pid')} on {claim.get('host')} at {claim.get('since')})"
 
 
+def training_now(claim: dict | None, key: str = "hydra.run.dir") -> str:
+    """Why a folder whose claim a live process holds is refused, and the fix."""
+    return (f"a run is training into it now{claim_holder(claim)}; wait for it to end (then resume=true "
+            f"continues it), or choose another folder ({key}=PATH)")
+
+
 def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> None:
     """Make this process the one run training into `run_dir`, or raise FolderTaken.
 
@@ -356,8 +362,7 @@ def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> Non
         held = []
     fix = f"choose another folder ({key}=PATH)"
     if held and claim and claim_alive(claim) and (summary or {}).get("status", Status.RUNNING) == Status.RUNNING:
-        raise FolderTaken(f"{key}={run_dir}: a run is training into it now{claim_holder(claim)}; wait for it to end "
-                          f"(then resume=true continues it), or {fix}")
+        raise FolderTaken(f"{key}={run_dir}: {training_now(claim, key)}")
     if held and not resume:
         if held == [CLAIM]:  # a claim alone: a run starting now, or one whose host cannot be asked
             raise FolderTaken(f"{key}={run_dir}: another run claimed it{claim_holder(claim)}; {fix} (or, if that "

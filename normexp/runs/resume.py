@@ -98,7 +98,7 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
 
     An existing run is never overwritten: without resume=true a folder holding a run is
     refused; with resume=true the settings must match the run's own."""
-    from .folder import CLAIM, claim_alive, claim_holder, find_runs, read_claim, read_summary, run_artefacts, trained_nothing
+    from .folder import CLAIM, claim_alive, find_runs, read_claim, read_summary, run_artefacts, trained_nothing, training_now
 
     job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     resume = job.get("resume") is True
@@ -119,8 +119,7 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
         # so far (a record without a summary, a summary saying running) is half a run, so its claim
         # decides. A default (time-stamped) folder is not refused: the launch picks a free name.
         # torchrun's other ranks follow rank 0's claim.
-        raise ConfigError("hydra.run.dir", run_dir, f"a run is training into it now{claim_holder(claim)}; wait for it "
-                          "to end (then resume=true continues it), or choose another folder (hydra.run.dir=PATH)")
+        raise ConfigError("hydra.run.dir", run_dir, training_now(claim))
     previous = read_summary(run_dir)
     if previous is None and (run_dir / "summary.json").exists():
         raise ConfigError("hydra.run.dir", run_dir, "holds an unreadable summary.json; choose another folder")

@@ -39,10 +39,10 @@ GAUSSIAN_MAD = 1.4826  # σ / MAD for Gaussian noise: makes 1.4826·MAD estimate
 class HampelSpikeRule:
     """See the module docstring; `window`, `k`, `floor`, `min_points` are train.yaml's loss_spike.*"""
 
-    window: int = 10
-    k: float = 5.0
-    floor: float = 0.01
-    min_points: int = 5
+    window: int
+    k: float
+    floor: float
+    min_points: int
 
     def threshold(self, previous: Sequence[float]) -> float | None:
         """The loss above which the next logged loss is above the rule, given the logged losses

@@ -11,7 +11,7 @@ from pathlib import Path
 from ...runs.reading import Run
 from ...runs.schema import LAYER_FAMILIES, VAL_LOSS, Status, layer_index, layer_tag_pattern
 from .. import study
-from .tables import display_name, fmt_param, sort_key
+from .tables import display_name, fmt_param, is_missing, sort_key
 
 
 def pyplot():
@@ -279,11 +279,6 @@ def _profile_rows(drawn: list[Run], profiles: dict, keys: list[str]) -> list[dic
 
 SWEEP_TITLE = ("Final validation loss vs {x}: mean over seeds, 95 % t-interval\n(diverged = initial loss; "
                "red x: some diverged, grey square: some stalled; dashed: unigram baseline)")
-
-
-def is_missing(value) -> bool:
-    """A key this setting does not have: None, or NaN where a table mixes settings."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def same_value(column, value):

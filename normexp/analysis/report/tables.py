@@ -96,9 +96,14 @@ def fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
+def is_missing(value) -> bool:
+    """A key this setting does not have: None, or NaN where a table mixes settings."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def fmt_param(value) -> str:
     """A hyperparameter value as the user would type it: 0.01, 3e-05, 200."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: a key this setting lacks
+    if is_missing(value):
         return "-"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
