@@ -67,7 +67,7 @@ def test_the_instruments_forward_runs_the_eager_blocks_under_compile():
 def test_a_compiled_run_logs_every_step_and_ends_as_the_eager_run(tmp_path, corpus, cli_env):
     runs = {}
     for mode in ("false", "true"):
-        run_cli(["train", *TINY, f"data.files=[{corpus}]", "steps=6", "log_every=2", "eval_every=3",
+        run_cli(["train", *TINY, "data=text", f"data.files=[{corpus}]", "steps=6", "log_every=2", "eval_every=3",
                  f"compile={mode}", f"hydra.run.dir={tmp_path / mode}"], cli_env)
         runs[mode] = read_summary(tmp_path / mode)
     assert runs["true"]["status"] in RAN_TO_THE_END
