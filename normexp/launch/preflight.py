@@ -30,6 +30,9 @@ def _check_flags(args: list[str]) -> None:
         if not a.startswith("-") or a == "-":
             continue
         flag, _, value = a.partition("=")
+        if flag == "--experimental-rerun":  # Hydra unpickles that file: whoever wrote it runs code here
+            fail("--experimental-rerun loads a pickle, which can run any code, so normexp refuses it; to run a "
+                 "job again, pass its overrides (listed in its folder's .hydra/overrides.yaml)")
         if flag not in _HYDRA_FLAGS:
             fail(f"unknown option {flag}; overrides are key=value (no dashes), flags are -m/--multirun, "
                  "--cfg job, --info, --help (see `normexp train --help`)")

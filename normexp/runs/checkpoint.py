@@ -6,6 +6,18 @@ matches), fsynced, and then renamed over the final name; the folder is fsynced a
 rename. A process killed at any moment therefore leaves either the complete new checkpoint
 or none at all, and the previous checkpoints untouched. Old checkpoints are deleted only
 after the new one is in place.
+
+Loading never runs code. A checkpoint is a pickle, and run folders are shared (a results
+folder, a cluster's scratch space), so `torch.load(weights_only=True)` reads it: tensors,
+numbers, strings and containers only. What normexp stores is kept to those (the numpy RNG
+state as a tensor, statuses as their text); checkpoints written before that (format 1) also
+hold numpy arrays and the Status enum, which `_LEGACY_GLOBALS` allows by name. A file that
+names any other global is refused before it is unpickled (`unsafe_globals`).
+
+Format 2 also fixed the optimizer's step count: format-1 checkpoints after a run's first
+save kept the Adam step of that first save (FlatAdamW.state_dict, issue 38).
+`reconcile_optimizer_steps` repairs those from the checkpoint's own step and refuses a
+format-2 checkpoint whose count disagrees with it.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ import os
 import random
 import shlex
 import time
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +44,27 @@ log = logging.getLogger("normexp")
 # checkpoint, or only the one of STEP), so a test can kill the process mid-write.
 STALL_ENV = "NORMEXP_TEST_CHECKPOINT_STALL"
 
+# 1: before issue 38 (numpy arrays and enums inside, a frozen Adam step count possible);
+# 2: plain values only, the optimizer's step count equal to the training step.
+FORMAT = 2
+
+
+def _legacy_globals() -> list:
+    """The non-tensor types a format-1 checkpoint holds: numpy's array reconstruction (the
+    numpy RNG state) and the Status enum (in its summary). Nothing else is ever allowed."""
+    try:
+        from numpy._core.multiarray import _reconstruct  # numpy 2
+    except ImportError:  # numpy 1
+        from numpy.core.multiarray import _reconstruct
+
+    from .schema import Status
+
+    return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), Status]
+
+
+def _global_name(obj) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
 
 def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
@@ -42,15 +76,21 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def capture_rng() -> dict:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every generator's state, in types a weights-only load reads (numpy's keys as a tensor)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), int(pos),
+                                                      int(has_gauss), float(cached)),
+             "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def restore_rng(state: dict) -> None:
+    """capture_rng's state, or a format-1 checkpoint's (numpy's keys as an ndarray)."""
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    kind, keys, *rest = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), *rest))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -83,6 +123,9 @@ def save(run_dir: Path, state: dict, keep: int = 2) -> Path:
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{state['step']:08d}.pt"
+    # plain values beside the tensors, so that load_latest reads it weights-only
+    state = {key: value if key in ("model", "optimizer") else _plain(value) for key, value in state.items()}
+    state["format"] = FORMAT
     buffer = io.BytesIO()
     torch.save(state, buffer)
     _write_atomically(path, buffer.getbuffer(), stall=_test_stall_seconds(state["step"]))
@@ -93,19 +136,80 @@ def save(run_dir: Path, state: dict, keep: int = 2) -> Path:
     return path
 
 
+def _plain(value):
+    """`value` with enums as their values and numpy scalars as Python numbers (containers kept)."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return type(value)((k, _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def unsafe_globals(path: Path) -> list[str]:
+    """The globals a checkpoint's pickle names beyond what a weights-only load allows and
+    normexp stores (read from its opcodes: nothing in it runs)."""
+    allowed = {_global_name(g) for g in _legacy_globals()}
+    return [g for g in torch.serialization.get_unsafe_globals_in_checkpoint(path) if g not in allowed]
+
+
+def refuse_unsafe(path: Path, names: list[str]) -> None:
+    from ..config.checks import ConfigError
+
+    raise ConfigError("resume", "true", f"{path} is not a checkpoint normexp wrote: loading it would call "
+                      f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}, so it was not loaded; "
+                      "remove it (resume then continues from the checkpoint before it)")
+
+
 def load_latest(run_dir: Path, map_location=None) -> dict | None:
-    """The newest checkpoint that loads; a damaged newest one falls back to the one before."""
+    """The newest checkpoint that loads; a damaged newest one falls back to the one before.
+    A checkpoint that would run code (a pickle naming globals normexp never stores) is refused
+    with a ConfigError, never loaded and never skipped in silence."""
     for path in reversed(list_checkpoints(run_dir)):
         try:
-            # our own files: they hold numpy/python RNG states, which weights_only refuses
-            state = torch.load(path, map_location=map_location, weights_only=False)
+            names = unsafe_globals(path)
         except Exception as e:  # noqa: BLE001 - a truncated or corrupt file
             log.warning("checkpoint %s does not load (%s); trying an older one", path.name, e)
+            continue
+        if names:
+            refuse_unsafe(path, names)
+        try:
+            with torch.serialization.safe_globals(_legacy_globals()):
+                state = torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as e:  # noqa: BLE001 - a truncated or corrupt file
+            log.warning("checkpoint %s does not load (%s); trying an older one", path.name,
+                        " ".join(str(e).split())[:200])
             continue
         if isinstance(state, dict) and "step" in state and "model" in state:
             return state
         log.warning("checkpoint %s is not a normexp checkpoint; trying an older one", path.name)
     return None
+
+
+def reconcile_optimizer_steps(state: dict, name: str, run_dir: Path) -> str | None:
+    """Check that the optimizer's step count (Adam's bias correction) is the checkpoint's
+    training step: one optimizer update per step. A format-1 checkpoint may hold the count of
+    its run's first save (issue 38): repaired in place, and the returned line says so. A
+    format-2 checkpoint that disagrees is refused (ConfigError): training on it would not
+    continue the run."""
+    from ..config.checks import ConfigError
+
+    step = state["step"]
+    per_param = [s for s in (state.get("optimizer") or {}).get("state", {}).values() if "step" in s]
+    counts = {float(s["step"]) for s in per_param}
+    if not counts or max(counts) == step:  # (no state: saved before the first update)
+        return None
+    if state.get("format", 1) < 2 and len(counts) == 1:
+        for s in per_param:
+            s["step"] = torch.full_like(s["step"], step)
+        return (f"{name} was written with a frozen Adam step count ({min(counts):g} instead of {step}, a bug of "
+                f"checkpoints before format {FORMAT}): resuming with the count repaired to {step}")
+    raise ConfigError("resume", "true", f"{name} in {run_dir} holds an optimizer that took {max(counts):g} "
+                      f"steps, but the run {step}: it would not continue this run; remove it (resume then "
+                      "continues from the checkpoint before it) or train in a new folder")
 
 
 def check_settings(state: dict, settings: dict, path: str, run_dir: Path) -> None:

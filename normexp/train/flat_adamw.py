@@ -113,8 +113,10 @@ class FlatAdamW(torch.optim.AdamW):
         """torch.optim.AdamW's format; each parameter's step its own tensor (torch's per-tensor step
         increments every step tensor it is given, so shared ones would count several times)."""
         sd = super().state_dict()
-        for state in sd["state"].values():
-            state["step"] = state["step"].clone()
+        # torch's dict holds this optimizer's own per-parameter state dicts, not copies: replacing
+        # "step" in them would cut the views off the live flat step, and every later checkpoint
+        # would keep the count of the first (issue 38). New dicts, same tensors, a cloned step.
+        sd["state"] = {key: {**state, "step": state["step"].clone()} for key, state in sd["state"].items()}
         return sd
 
     def load_state_dict(self, state_dict) -> None:

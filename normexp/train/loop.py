@@ -390,7 +390,10 @@ class Trainer:
                               "(damaged or not normexp's); move them away to train again from step 0, "
                               "or train in a new folder")
         if state is not None:  # a checkpoint of other settings (copied in) is refused, not loaded
-            ckpt.check_settings(state, self.settings, f"step_{state['step']:08d}.pt", self.run_dir)
+            name = f"step_{state['step']:08d}.pt"
+            ckpt.check_settings(state, self.settings, name, self.run_dir)
+            if repaired := ckpt.reconcile_optimizer_steps(state, name, self.run_dir):
+                log.warning("%s", repaired)
         if state is None:
             # the pre-flight refused a folder without a run, so this run stopped before its first checkpoint
             log.warning("resume=true but %s holds no checkpoint yet (status %s): training starts again from step 0",

@@ -85,7 +85,7 @@ def test_sweep_runs_as_a_job_array_fails_a_bad_job_alone_and_reports(tmp_path, c
 
 # long enough to be signalled mid-run (~20-40 s on one core), logging every 100 steps
 LONG = [*TINY, "batch_size=8", "seq_len=64", "steps=1500", "warmup=100", "log_every=100", "eval_every=500",
-        "checkpoint_every=0", "placement=post"]
+        "checkpoint_every=100", "placement=post"]
 
 
 def wait_for(predicate, what: str, timeout: float, proc: subprocess.Popen):
@@ -145,12 +145,9 @@ def test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted
     stop_step = stopped["steps_completed"]
     assert f"preempted by SIGUSR2 at step {stop_step}" in train_log and f"resumed from step {stop_step}" in train_log
 
-    # the resumed run's curves equal the uninterrupted run's, step for step
+    # the resumed run's curves equal the uninterrupted run's bit for bit (one thread, one machine),
+    # though it stopped after three periodic checkpoints (steps 100-300) and resumed from the fourth
     got, want = scalar_events(run), scalar_events(reference)
     for tag in ("train/loss", "val/loss", "train/grad_norm"):
-        points = want[tag]
-        assert [s for s, _ in got[tag]] == [s for s, _ in points], tag
-        for (step, have), (_, expected) in zip(got[tag], points):
-            assert have == pytest.approx(expected, abs=1e-6), f"{tag} at step {step} (stopped at {stop_step})"
-    assert summary["final_val_loss"] == pytest.approx(read_summary(reference)["final_val_loss"],
-                                                      abs=1e-6)
+        assert got[tag] == want[tag], f"{tag} (stopped at {stop_step})"
+    assert summary["final_val_loss"] == read_summary(reference)["final_val_loss"]

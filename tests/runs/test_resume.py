@@ -164,6 +164,129 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corp
     assert not [r for r in seen if "Purging" in r.getMessage()]
 
 
+def as_format_1(path: Path, frozen_step: float) -> None:
+    """Rewrite a checkpoint as normexp wrote it before issue 38: no format key, numpy's RNG
+    keys as an ndarray, the status as the enum, and the Adam step count of an earlier save."""
+    import numpy as np
+
+    from normexp.runs.schema import Status
+
+    state = torch.load(path, weights_only=False)
+    del state["format"]
+    kind, keys, *rest = state["rng"]["numpy"]
+    state["rng"]["numpy"] = (kind, keys.numpy().astype(np.uint32), *rest)
+    state["summary"]["status"] = Status(state["summary"]["status"])
+    for s in state["optimizer"]["state"].values():
+        s["step"] = torch.tensor(frozen_step)
+    torch.save(state, path)
+
+
+def assert_bit_for_bit(reference_dir: Path, run_dir: Path) -> None:
+    """Every logged scalar but wall-clock throughput, and the final losses, exactly equal."""
+    expected, got = scalar_events(reference_dir), scalar_events(run_dir)
+    assert set(got) == set(expected)
+    for tag, points in expected.items():
+        if not tag.startswith("perf/"):
+            assert got[tag] == points, f"{run_dir.name}: {tag} differs from the uninterrupted run"
+    summary, reference = read_summary(run_dir), read_summary(reference_dir)
+    for key in ("final_val_loss", "best_val_loss", "final_train_loss", "steps_completed"):
+        assert summary[key] == reference[key], f"{run_dir.name}: {key}"
+
+
+@pytest.mark.slow
+def test_resume_after_three_checkpoints_is_bit_exact_after_ctrl_c_sigterm_and_kill_9(tmp_path, corpus, cli_env):
+    """Interrupted after its 3rd checkpoint (steps 10, 20, 30), each run resumes to exactly the
+    uninterrupted run's losses (CPU, one thread). So does a kill -9 whose newest checkpoint is
+    rewritten as an old normexp wrote it, with the frozen Adam step count of the first save:
+    its count is repaired from the checkpoint's step, and the log says so in one line."""
+    steps, every = 80, "checkpoint_every=10"
+    reference_dir = tmp_path / "reference"
+    jobs = {"reference": Job(train_cmd(corpus, reference_dir, every, steps=steps), cli_env)}
+    signals = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL,
+               "format1": signal.SIGKILL}
+    for name in signals:
+        jobs[name] = Job(train_cmd(corpus, tmp_path / name, every, steps=steps), cli_env)
+    for name, signum in signals.items():
+        jobs[name].wait_for("step 35 ")
+        jobs[name].proc.send_signal(signum)
+    for name, job in jobs.items():
+        code, stderr = job.finish()
+        assert code == {"reference": 0, "SIGINT": 130, "SIGTERM": 143}.get(name, -signal.SIGKILL), stderr[-2000:]
+    for name in signals:
+        run_dir = tmp_path / name
+        state = ckpt.load_latest(run_dir)
+        assert 30 <= state["step"] < steps  # the 3rd periodic checkpoint or the signal's, after it
+        counts = {float(s["step"]) for s in state["optimizer"]["state"].values()}
+        assert counts == {float(state["step"])}, f"{name}: the optimizer's step count in the checkpoint"
+        if name == "format1":
+            as_format_1(ckpt.list_checkpoints(run_dir)[-1], frozen_step=10.0)
+        resumed = run_cli(train_cmd(corpus, run_dir, every, "resume=true", steps=steps), cli_env)
+        assert f"resumed from step {state['step']}" in resumed.stderr
+        repaired = [ln for ln in resumed.stderr.splitlines() if "frozen Adam step count" in ln]
+        if name == "format1":
+            assert len(repaired) == 1 and f"(10 instead of {state['step']}" in repaired[0], resumed.stderr[-2000:]
+        else:
+            assert not repaired
+        assert_bit_for_bit(reference_dir, run_dir)
+
+
+class CodeInPickle:
+    """Unpickling this calls os.system: what a planted checkpoint could do."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def plant_payload(run_dir: Path, marker: Path) -> Path:
+    path = ckpt.checkpoint_dir(run_dir) / "step_99999999.pt"
+    torch.save({"step": 99999999, "model": {"w": torch.zeros(1)}, "payload": CodeInPickle(marker)}, path)
+    return path
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_unopened(tmp_path):
+    """load_latest reads the pickle's opcodes first: a global normexp never stores (os.system)
+    is refused in one line naming the file, before anything is unpickled, instead of being
+    skipped for the checkpoint before it."""
+    from normexp.config.checks import ConfigError
+
+    run_dir, marker = tmp_path / "run", tmp_path / "marker"
+    ckpt.save(run_dir, tiny_state(10))
+    planted = plant_payload(run_dir, marker)
+    with pytest.raises(ConfigError) as refused:
+        ckpt.load_latest(run_dir)
+    message = str(refused.value)
+    assert "\n" not in message and str(planted) in message and "system" in message and "remove it" in message
+    assert not marker.exists()
+    planted.unlink()
+    assert ckpt.load_latest(run_dir)["step"] == 10  # the file normexp wrote still loads
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_planted_checkpoint_without_running_it(tmp_path, corpus, cli_env):
+    run_dir, marker = tmp_path / "run", tmp_path / "marker"
+    job = Job(train_cmd(corpus, run_dir, "checkpoint_every=0", steps=100_000), cli_env)
+    job.wait_for("step 5 ")
+    job.proc.send_signal(signal.SIGINT)
+    assert job.finish()[0] == 130
+    (own,) = ckpt.list_checkpoints(run_dir)
+    planted = plant_payload(run_dir, marker)
+    before = folder_state(run_dir)
+    resumed = run_cli(train_cmd(corpus, run_dir, "checkpoint_every=0", "resume=true", steps=100_000), cli_env,
+                      check=False)
+    assert resumed.returncode == 2, resumed.stderr[-2000:]
+    assert not marker.exists(), "the planted checkpoint ran its code"
+    assert "Traceback" not in resumed.stderr
+    (line,) = [ln for ln in resumed.stderr.splitlines() if "error:" in ln]  # after the run's start-up lines
+    assert str(planted) in line and "not a checkpoint normexp wrote" in line
+    assert own.exists() and read_summary(run_dir)["status"] == "interrupted"
+    def results(state):  # what the run computed (its log, claim and .hydra are the launch's)
+        return {k: v for k, v in state.items() if not k.startswith((".hydra", ".normexp_claim", "train.log"))}
+    assert results(folder_state(run_dir)) == results(before)
+
+
 @pytest.mark.slow
 def test_kill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path, corpus, cli_env):
     run_dir = tmp_path / "run"
@@ -226,6 +349,36 @@ def test_resume_of_a_finished_run_writes_nothing(shared, cli_env, corpus):
 
 def tiny_state(step: int) -> dict:
     return {"step": step, "model": {"w": torch.full((3,), float(step))}, "rng": ckpt.capture_rng()}
+
+
+def optimizer_state(count: float) -> dict:
+    return {"state": {0: {"step": torch.tensor(count), "exp_avg": torch.zeros(2), "exp_avg_sq": torch.zeros(2)},
+                      1: {"step": torch.tensor(count), "exp_avg": torch.zeros(3), "exp_avg_sq": torch.zeros(3)}},
+            "param_groups": []}
+
+
+def test_an_optimizer_step_count_off_the_training_step_is_refused_or_repaired(tmp_path):
+    """Adam's step count is the number of updates, one per training step: equal, it passes; a
+    checkpoint of this format that disagrees is refused in one line; one of format 1 (before
+    the count was fixed) with one count for all parameters is repaired to the step."""
+    from normexp.config.checks import ConfigError
+
+    ckpt.save(tmp_path, {**tiny_state(30), "optimizer": optimizer_state(30.0)})
+    state = ckpt.load_latest(tmp_path)
+    assert state["format"] == ckpt.FORMAT and ckpt.reconcile_optimizer_steps(state, "s", tmp_path) is None
+
+    wrong = {**state, "optimizer": optimizer_state(10.0)}
+    with pytest.raises(ConfigError) as refused:
+        ckpt.reconcile_optimizer_steps(wrong, "step_00000030.pt", tmp_path)
+    assert "took 10 steps, but the run 30" in str(refused.value) and "\n" not in str(refused.value)
+
+    old = {k: v for k, v in wrong.items() if k != "format"}
+    line = ckpt.reconcile_optimizer_steps(old, "step_00000030.pt", tmp_path)
+    assert "frozen Adam step count (10 instead of 30" in line
+    assert [float(s["step"]) for s in old["optimizer"]["state"].values()] == [30.0, 30.0]
+
+    saved_before_the_first_update = {**state, "optimizer": {"state": {}, "param_groups": []}}
+    assert ckpt.reconcile_optimizer_steps(saved_before_the_first_update, "s", tmp_path) is None
 
 
 def test_save_keeps_the_newest_k_and_clears_a_killed_writes_temp_file(tmp_path):

@@ -246,3 +246,32 @@ def test_flat_adamw_keeps_per_tensor_steps_for_sizes_off_the_vector_width():
         flat.step()
     for (n, p), q in zip(a.named_parameters(), b.parameters()):
         assert torch.equal(p, q), n
+
+
+def test_flat_adamw_state_dict_counts_every_step_however_often_it_is_saved():
+    """Each state_dict() holds the number of updates taken so far, for every parameter, also
+    after earlier state_dict() calls (issue 38: the first call cut the per-parameter step off
+    the live flat one, so every later checkpoint kept the first one's count)."""
+    from normexp.train.flat_adamw import FlatAdamW
+
+    a, b = _twin_models(["layers=2", "d_model=32", "heads=2", "seq_len=16"])
+    flat = FlatAdamW(_groups(b), **KWARGS)
+    plain = torch.optim.AdamW(_groups(a), **KWARGS, fused=True)
+    assert not flat.per_tensor
+    for taken in range(1, 8):
+        _same_random_grads(a, b)
+        flat.step()
+        plain.step()
+        if taken in (2, 3, 7):  # three checkpoints, as a run with checkpoint_every writes them
+            counts = {float(s["step"]) for s in flat.state_dict()["state"].values()}
+            assert counts == {float(taken)}
+    # and the saved state continues the run as torch's AdamW does: load it into a fresh one
+    c = GPT(model_config(compose_config(["layers=2", "d_model=32", "heads=2", "seq_len=16"]), 256))
+    c.load_state_dict(b.state_dict())
+    resumed = FlatAdamW(_groups(c), **KWARGS)
+    resumed.load_state_dict(flat.state_dict())
+    _same_random_grads(a, c)
+    plain.step()
+    resumed.step()
+    for (n, p), q in zip(a.named_parameters(), c.parameters()):
+        assert torch.equal(p, q), n

@@ -28,7 +28,8 @@ def planted_states() -> dict:
 
 
 def same_states(a: dict, b: dict) -> bool:
-    numpy_equal = all(np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y
+    # numpy's keys: an ndarray (np.random.get_state, checkpoints of format 1) or a tensor (format 2)
+    numpy_equal = all(np.array_equal(np.asarray(x), np.asarray(y)) if hasattr(x, "shape") else x == y
                       for x, y in zip(a["numpy"], b["numpy"]))
     return torch.equal(a["torch"], b["torch"]) and numpy_equal and a["python"] == b["python"]
 
