@@ -256,11 +256,16 @@ class ThroughputMeter:
         return self.tokens_per_second if report else None
 
 
-def load_data(cfg: DictConfig):
-    """The corpus, with both splits long enough for one sequence and its target."""
+def load_data(cfg: DictConfig, run_dir: Path | None = None):
+    """The corpus, with both splits long enough for one sequence and its target. The data files
+    must hold what the run's record (written as the run began) names: a file replaced since is
+    refused, not trained on (load_corpus's expect_files)."""
     from ..data.batches import load_corpus
+    from ..runs.folder import read_record
 
-    corpus = load_corpus(cfg.data, cfg.tokenizer, progress=cfg.log.progress != "off")
+    record = read_record(run_dir) if run_dir is not None else None
+    corpus = load_corpus(cfg.data, cfg.tokenizer, progress=cfg.log.progress != "off",
+                         expect_files=(record or {}).get("data_files"))
     for split, tokens in (("train", corpus.train), ("val", corpus.val)):
         if len(tokens) < cfg.seq_len + 2:
             raise ConfigError("seq_len", cfg.seq_len, f"the {split} split has only {len(tokens)} tokens; "
@@ -341,7 +346,7 @@ class Trainer:
         if cfg.warmup > cfg.steps:
             log.warning("warmup=%d is longer than steps=%d: warming up over all %d steps", cfg.warmup, cfg.steps, cfg.steps)
         self.summary = summary_record(cfg, device=str(self.device), threads=threads)
-        self.corpus = load_data(cfg)
+        self.corpus = load_data(cfg, run_dir)
         self.summary.update(baseline_loss=self.corpus.baseline_loss)
         self._build_model()
         self.step, self.best_val, self.last_train_loss = 0, math.inf, None
