@@ -549,3 +549,15 @@ def test_a_run_whose_file_is_replaced_after_its_record_trains_on_nothing_else(tm
     (meta,) = _entries(tmp_path / "cache").values()
     want = hashlib.sha256(other).hexdigest()
     assert read_record(run)["data_files"][0]["sha256"] == meta["identity"]["corpus"]["files"][0]["sha256"] == want
+
+
+def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path):
+    """JSON allows U+2028, U+2029 and U+0085 unescaped inside strings, and JSON Lines ends a
+    record at "\\n" only: such a record is one document, not "not JSON". "\\r\\n" ends still work."""
+    texts = ["first\u2028line", "next\u0085line", "para\u2029graph", "plain"]
+    lines = [json.dumps({"text": t}, ensure_ascii=False) for t in texts]
+    assert all(json.loads(line)["text"] == t for line, t in zip(lines, texts))  # valid JSON, each
+    a = write(tmp_path / "a.jsonl", "\n".join(lines[:3]) + "\r\n" + lines[3] + "\n")
+    corpus = load_corpus(jsonl_cfg(a, val_fraction=0.5), BYTE, progress=False)
+    got = bytes(np.concatenate([corpus.train, corpus.val]).astype(np.uint8)).decode("utf-8")
+    assert got == "".join(t + "\n" for t in texts)
