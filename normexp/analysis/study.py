@@ -7,7 +7,7 @@ has no final number yet, a failed one has none at all, a malformed summary.json 
 trusted: each is left out, with its reason. Two finished runs of one setting with the same
 seed are one replicate, not two: the newest (by its summary.json's time) is kept. Per cell:
 n (the runs in the mean), the mean final validation loss with a 95 % t-interval over seeds
-(mean ± t₀.₉₇₅,ₙ₋₁ · s/√n; n = 1 gives no interval), how many diverged, stalled or failed,
+(mean ± t₀.₉₇₅,ₙ₋₁ · s/√n; one seed gives no interval, even where a pooled cell holds several runs), how many diverged, stalled or failed,
 and how many were left out and why. A diverged run enters as its loss at initialisation ℓ₀
 (summary.json's initial_loss), as Wortsman et al. 2023 do; one that diverged before it had
 a finite loss has no ℓ₀: it is left out of the mean (said so), but still counts as a run
@@ -178,6 +178,8 @@ def cell_stats(members: list[Run]) -> dict:
     by outcome of the kept runs, failed runs, and the runs left out of the mean and why."""
     sc = screen(members)
     mean, low, high = t_interval(sc.losses)
+    if len({repr(r.config.get("seed")) for r in sc.entered}) < 2:  # an interval over seeds needs two seeds
+        low = high = math.nan
     statuses = [r.status for r in sc.kept]
     baselines = [r.summary.get("baseline_loss") for r in sc.kept if r.summary.get("baseline_loss") is not None]
     return {"n": len(sc.losses), "mean": mean, "low": low, "high": high,

@@ -6,6 +6,7 @@ as raw .bin files and reopened with `np.memmap`, so a second run spends
 milliseconds here. The cache key is computed from the corpus identity (names,
 config values, the sha256 of local files' contents) and the tokenizer config, so a
 cache hit tokenizes nothing, and a file changed in place never gets stale tokens.
+Local files are read once: the key hashes the bytes that are tokenized (sources.py).
 
 The corpora (`data.name`) and tokenizers (`tokenizer.name`) are the registries SOURCES and
 TOKENIZERS of corpora.py, one class each; this module caches and serves their tokens.
@@ -40,7 +41,7 @@ class TokenizedCorpus:
     bytes_per_token: float  # UTF-8 bytes per token of the val split
     description: str
     baseline_loss: float | None = None  # unigram entropy of the val split, nats/token (see unigram_entropy)
-
+    files: list | None = None  # [{path, bytes, sha256}] of the local files read: the text the key names
 
 
 
@@ -78,11 +79,15 @@ def get_batch(
 
 
 def load_corpus(
-    data_cfg, tokenizer_cfg, cache_dir: str | Path | None = None, progress: bool = True
+    data_cfg, tokenizer_cfg, cache_dir: str | Path | None = None, progress: bool = True,
+    expect_files: list[dict] | None = None,
 ) -> TokenizedCorpus:
     """Tokenized train/val splits for the configs, built once and then read from the cache.
     The configs are checked by validate.py's rules (the same ones `normexp train` applies
-    before it starts), so a caller that skips the command line gets the same one-line errors."""
+    before it starts), so a caller that skips the command line gets the same one-line errors.
+    `expect_files`: the run record's data_files ({sha256, ...} in local_files order); a file
+    whose bytes read here differ is refused, so a run never trains on a text its record
+    does not name."""
     from ..config.checks import ConfigError
 
     data_cfg, tokenizer_cfg = with_defaults("data", data_cfg), with_defaults("tokenizer", tokenizer_cfg)
@@ -95,15 +100,21 @@ def load_corpus(
         raise DataError(str(e)) from None
     identity = {"format": _CACHE_FORMAT, "corpus": source.identity(),
                 "tokenizer": {"name": tokenizer.name, "vocab_size": tokenizer.vocab_size}}
+    files = source.files_read()  # the bytes identity() hashed; load() tokenizes the same bytes
+    if expect_files is not None:
+        _check_expected(files, expect_files, source)
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     entry = root / "tokens" / key
     built = False
     if not (entry / "meta.json").is_file():
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(entry.parent / f".{key}.lock"):  # parallel sweep jobs build it once
-            if not (entry / "meta.json").is_file():
-                _build_entry(entry, identity, source, tokenizer, progress)
-                built = True
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            with file_lock(entry.parent / f".{key}.lock"):  # parallel sweep jobs build it once
+                if not (entry / "meta.json").is_file():
+                    _build_entry(entry, identity, source, tokenizer, progress)
+                    built = True
+        except OSError as e:
+            raise _cache_write_error(e, entry.parent) from None
     try:
         meta = json.loads((entry / "meta.json").read_text())
         dtype = np.dtype(meta["dtype"])
@@ -115,11 +126,44 @@ def load_corpus(
     if not built:
         log.info("data: cached tokens %s (train %s, val %s tokens)", key[:8], _count(len(train)), _count(len(val)))
     return TokenizedCorpus(train, val, meta["vocab_size"], meta["bytes_per_token"], meta["description"],
-                           meta["baseline_loss"])
+                           meta["baseline_loss"], files)
+
+
+def _check_expected(files: list[dict], expected: list[dict], source) -> None:
+    """Refuse a file whose bytes are not those the run's record names (it changed between the
+    record and this read: replaced while the run started)."""
+    from .sources import _local_paths
+
+    named, n_train = source.local_files(), len(_local_paths(source.cfg.get("files")))
+    for i, (now, then) in enumerate(zip(files, expected)):
+        if then.get("sha256") != now["sha256"]:
+            key = "data.files" if i < n_train else "data.val_files"
+            raise DataError(f"{key}: {named[i]} changed while the run started (the run's record names "
+                            f"sha256 {str(then.get('sha256'))[:12]}…, it holds {now['sha256'][:12]}… now); "
+                            "run again once the file stays as it is")
 
 
 # ---------------------------------------------------------------------------------------------
 # building a cache entry
+
+
+def _write_tokens(tokens: np.ndarray, path: Path) -> None:
+    tokens.tofile(path)
+
+
+def _cache_write_error(e: OSError, folder: Path) -> DataError:
+    """One line for a token cache that cannot be written. numpy's tofile reports a full disk
+    as "N requested and M written" with no errno, so a short write counts as a full disk too."""
+    import errno
+
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT) or (e.errno is None and " requested and " in str(e))
+    what, fix = {errno.EDQUOT: ("the disk quota is exhausted", "free some space there"),
+                 errno.EROFS: ("the file system is read-only", "choose a writable folder"),
+                 errno.EACCES: ("permission denied", "make it writable (chmod u+w)"),
+                 errno.EPERM: ("operation not permitted", "make it writable (chmod u+w)")}.get(
+        e.errno, ("no space left on the device", "free some space there") if full else (short(e), "fix it"))
+    return DataError(f"{what} writing the token cache in {folder}; {fix}, or set NORMEXP_CACHE to a folder "
+                     "on another disk")
 
 
 def _build_entry(entry: Path, identity: dict, source, tokenizer, progress: bool) -> None:
@@ -131,8 +175,8 @@ def _build_entry(entry: Path, identity: dict, source, tokenizer, progress: bool)
     with temp_dir(entry.parent, f".tmp-{entry.name[:8]}-") as tmp:
         train, val = tokenizer.encode(train_text, val_text, tmp, progress)
         dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32
-        train.astype(dtype).tofile(tmp / "train.bin")
-        val.astype(dtype).tofile(tmp / "val.bin")
+        _write_tokens(train.astype(dtype), tmp / "train.bin")
+        _write_tokens(val.astype(dtype), tmp / "val.bin")
         meta = {
             "train_tokens": len(train), "val_tokens": len(val), "dtype": np.dtype(dtype).name,
             "vocab_size": tokenizer.vocab_size, "bytes_per_token": len(val_text.encode("utf-8")) / len(val),

@@ -17,6 +17,7 @@ RNG states and the data sampler's generator.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -79,7 +80,7 @@ def train(cfg: DictConfig, run_dir: Path, stop: StopSignals | None = None, hooks
     written to summary.json). On SIGINT/SIGTERM (see signals.py) it saves a checkpoint,
     records status "interrupted" and raises `Interrupted`. `job`: see JobContext."""
     trainer = Trainer(cfg, Path(run_dir), hooks or Hooks(), job or JobContext())
-    with contextlib.ExitStack() as stack:
+    with trainer.full_disk_named(), contextlib.ExitStack() as stack:
         stop = stop or stack.enter_context(StopSignals())
         stack.enter_context(set_up_objects_frozen())
         try:
@@ -93,8 +94,8 @@ def train(cfg: DictConfig, run_dir: Path, stop: StopSignals | None = None, hooks
         except Interrupted as e:
             trainer.stop_interrupted(e)
             raise
-    trainer.save_checkpoint()
-    return trainer.finish(Status.COMPLETED)
+        trainer.save_checkpoint()
+        return trainer.finish(Status.COMPLETED)
 
 
 @contextlib.contextmanager
@@ -256,11 +257,16 @@ class ThroughputMeter:
         return self.tokens_per_second if report else None
 
 
-def load_data(cfg: DictConfig):
-    """The corpus, with both splits long enough for one sequence and its target."""
+def load_data(cfg: DictConfig, run_dir: Path | None = None):
+    """The corpus, with both splits long enough for one sequence and its target. The data files
+    must hold what the run's record (written as the run began) names: a file replaced since is
+    refused, not trained on (load_corpus's expect_files)."""
     from ..data.batches import load_corpus
+    from ..runs.folder import read_record
 
-    corpus = load_corpus(cfg.data, cfg.tokenizer, progress=cfg.log.progress != "off")
+    record = read_record(run_dir) if run_dir is not None else None
+    corpus = load_corpus(cfg.data, cfg.tokenizer, progress=cfg.log.progress != "off",
+                         expect_files=(record or {}).get("data_files"))
     for split, tokens in (("train", corpus.train), ("val", corpus.val)):
         if len(tokens) < cfg.seq_len + 2:
             raise ConfigError("seq_len", cfg.seq_len, f"the {split} split has only {len(tokens)} tokens; "
@@ -330,6 +336,7 @@ class Trainer:
 
     def __init__(self, cfg: DictConfig, run_dir: Path, hooks: Hooks, job: JobContext | None = None):
         self.cfg, self.run_dir, self.hooks, self.job = cfg, run_dir, hooks, job or JobContext()
+        self.writing: Path | None = None  # the file a checkpoint or summary write is writing (full_disk_named)
         self.settings = result_settings(cfg)  # what this run computes; each checkpoint keeps it
         self.t_start = time.time()
         threads = set_threads(cfg, self.job.launcher)
@@ -341,7 +348,7 @@ class Trainer:
         if cfg.warmup > cfg.steps:
             log.warning("warmup=%d is longer than steps=%d: warming up over all %d steps", cfg.warmup, cfg.steps, cfg.steps)
         self.summary = summary_record(cfg, device=str(self.device), threads=threads)
-        self.corpus = load_data(cfg)
+        self.corpus = load_data(cfg, run_dir)
         self.summary.update(baseline_loss=self.corpus.baseline_loss)
         self._build_model()
         self.step, self.best_val, self.last_train_loss = 0, math.inf, None
@@ -584,19 +591,43 @@ class Trainer:
 
     # ------------------------------------------------------------ saving, finishing
 
+    @contextlib.contextmanager
+    def full_disk_named(self):
+        """A write the disk refuses mid-run (full, quota) comes out naming its file (a plain
+        write's OSError names none: `writing` is the file a checkpoint or summary write was
+        writing) after a line saying how to resume; the launcher then marks the run interrupted
+        at its newest checkpoint. The TensorBoard writer's thread reports its failures on a
+        later call: any other unnamed one is its event file."""
+        try:
+            yield
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            where = e.filename or self.writing or next(iter(sorted(self.run_dir.glob("events.out.tfevents*"))[-1:]), self.run_dir)
+            saved = ckpt.list_checkpoints(self.run_dir)
+            kept = (f"its checkpoint of step {int(saved[-1].stem.split('_')[1])} is kept" if saved
+                    else "it has no checkpoint yet")
+            log.warning("stopped at step %d: %s could not be written (%s); %s: free some space, then resume with: %s",
+                        self.step, where, e.strerror, kept, self.job.resume or ckpt.resume_command(self.run_dir))
+            raise OSError(e.errno, e.strerror, str(where)) from None
+
     def save_checkpoint(self) -> None:
         self.summary["steps_completed"] = self.step
         if not self.main:
             return
+        self.writing = ckpt.checkpoint_dir(self.run_dir) / f"step_{self.step:08d}.pt"  # named if the disk refuses it
         ckpt.save(self.run_dir, {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
             "data_generator": self.data_gen.get_state(), "rng": ckpt.capture_rng(), "best_val": self.best_val,
             "instruments": self.instruments.state_dict(), "summary": self.summary, "settings": self.settings,
         }, keep=self.cfg.keep_checkpoints)
+        self.writing = None
 
     def _write_summary(self) -> None:
         if self.main:
+            self.writing = self.run_dir / "summary.json"
             write_summary(self.run_dir, self.summary)
+            self.writing = None
 
     def stop_interrupted(self, e: Interrupted) -> None:
         """Checkpoint at this step boundary, then status "interrupted", or "requeued" when SLURM

@@ -3,6 +3,7 @@ one copy marked running): the table, runs.csv, report.md and the figures against
 folders' own summary.json and config."""
 
 import json
+import math
 import os
 import re
 import shutil
@@ -223,3 +224,70 @@ def test_a_key_only_some_settings_have_still_draws_every_setting(tmp_path, monke
     assert by_label["placement.exponent=0.5 (n=2)"] == pytest.approx([2.505 + 1e-3, 2.505 + 1e-2])
     assert by_label["mean (n=2)"] == pytest.approx([2.605 + 1e-3, 2.605 + 1e-2])  # lns: drawn, no "=nan"
     assert fmt_param(float("nan")) == "-" and fmt_param(0.5) == "0.5"
+
+
+def _unit_run(root: Path, placement: str, lr: float, tokenizer: str, seed: int, loss: float) -> Path:
+    """A finished run folder as `normexp train -m placement=... lr=... tokenizer=...` leaves it."""
+    vocab = 256 if tokenizer == "byte" else 512
+    run = root / f"placement={placement},lr={lr},tokenizer={tokenizer},seed={seed}"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump({
+        "placement": {"name": placement}, "lr": lr, "seed": seed, "layers": 2, "threads": 1,
+        "tokenizer": {"name": tokenizer, "vocab_size": vocab}, "data": {"name": "text", "files": ["c.txt"]}}))
+    (run / ".hydra" / "overrides.yaml").write_text(
+        yaml.safe_dump([f"placement={placement}", f"lr={lr}", f"tokenizer={tokenizer}", f"seed={seed}"]))
+    (run / "summary.json").write_text(json.dumps({
+        "status": "completed", "final_val_loss": loss, "best_val_loss": loss, "initial_loss": 6.0,
+        "baseline_loss": 7.0, "stall_margin": 0.02, "steps_completed": 10, "diverged_at_step": None}))
+    return run
+
+
+def test_settings_with_different_loss_units_are_never_pooled(tmp_path):
+    """A sweep over placement × lr × tokenizer=byte,bpe, one seed: the final-loss grid (which
+    shows placement × lr) must not average nats/byte with nats/token, nor print an interval
+    "over seeds" from one seed; the report says in one line what it kept apart."""
+    import pandas as pd
+
+    from normexp.analysis.report import make_report
+
+    loss = {("pre", 0.001, "byte"): 1.5, ("pre", 0.001, "bpe"): 4.25, ("pre", 0.01, "byte"): 1.75,
+            ("pre", 0.01, "bpe"): 4.75, ("post", 0.001, "byte"): 2.0, ("post", 0.001, "bpe"): 5.5,
+            ("post", 0.01, "byte"): 2.5, ("post", 0.01, "bpe"): 6.0}
+    for (placement, lr, tok), v in loss.items():
+        _unit_run(tmp_path, placement, lr, tok, 0, v)
+    printed = []
+    result = make_report(tmp_path, echo=printed.append)
+    assert result["keys"] == ["placement.name", "lr", "tokenizer.name"]
+    apart = [n for n in result["notes"] if n.startswith("kept apart")]
+    assert apart == ["kept apart: tokenizer (it sets the loss's unit, e.g. nats per byte or per token: runs with "
+                     "different values are never pooled into one mean)"], result["notes"]
+    assert not any("pools tokenizer" in n for n in result["notes"]), result["notes"]
+    grid = pd.read_csv(tmp_path / "final_val_loss.csv")
+    got = {(r["placement"], r["lr"], r["tokenizer"]): (r["n"], r["mean"], r["low"]) for r in grid.to_dict("records")}
+    # one row per (placement, lr, tokenizer): each the one run's own loss, n=1, no interval
+    assert set(got) == set(loss)
+    for k, v in loss.items():
+        n, mean, low = got[k]
+        assert n == 1 and mean == v and math.isnan(low), (k, got[k])
+    settings = pd.read_csv(tmp_path / "settings.csv")
+    assert settings["low"].isna().all() and settings["high"].isna().all()
+
+
+def test_an_interval_over_seeds_needs_two_seeds():
+    """The final-loss grid pools keys beyond its two axes: two runs of ONE seed that differ in
+    warmup give a mean but no t-interval "over seeds"; two seeds of one setting do, with the
+    half-width t(0.975, 1)·s/√2 computed here by hand."""
+    from normexp.analysis import study
+    from normexp.analysis.report.figures import _cell_text
+    from normexp.runs.reading import Run
+
+    def run(seed, warmup, loss):
+        return Run(Path(f"r{seed}{warmup}"), "x", {"lr": 0.01, "warmup": warmup, "seed": seed},
+                   [], {"status": "completed", "final_val_loss": loss, "baseline_loss": 7.0})
+
+    mean, text = _cell_text([run(0, 0, 2.0), run(0, 5, 4.0)])
+    assert mean == 3.0 and text.splitlines()[0] == "3.000" and "±" not in text, text
+    assert math.isnan(study.cell_stats([run(0, 0, 2.0), run(0, 5, 4.0)])["low"])
+    half = 12.706205 * math.sqrt((2.0 - 3.0) ** 2 + (4.0 - 3.0) ** 2) / math.sqrt(2)
+    mean, text = _cell_text([run(0, 0, 2.0), run(1, 0, 4.0)])
+    assert text.splitlines()[0] == f"3.000 ±{half:.3f}", text

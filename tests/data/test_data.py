@@ -417,3 +417,147 @@ def test_a_file_edited_in_place_with_its_size_and_mtime_kept_is_tokenized_again(
     assert len([p for p in (tmp_path / "cache" / "tokens").iterdir() if not p.name.startswith(".")]) == 2
     load_corpus(text_cfg(copy), BYTE)
     assert len([p for p in (tmp_path / "cache" / "tokens").iterdir() if not p.name.startswith(".")]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 38: one read of the data for the cache key, the tokens and the run's record
+
+
+def _entries(cache: Path) -> dict[str, dict]:
+    """{key: meta.json} of every finished token-cache entry."""
+    return {p.name: json.loads((p / "meta.json").read_text())
+            for p in (cache / "tokens").iterdir() if (p / "meta.json").is_file()}
+
+
+def test_a_file_replaced_while_the_corpus_is_read_cannot_poison_the_cache(tmp_path, cache, monkeypatch):
+    """The file is replaced right after the moment it is hashed (the cache key, the run's
+    record) and before the moment it is tokenized. Two reads let the other text's tokens in
+    under this text's key, and every later run on this text trained on the other one. With
+    one read the key, the tokens and the record all name the text that was read."""
+    import hashlib
+
+    from normexp.runs.folder import file_identity
+
+    a = write(tmp_path / "a.txt", prose(3000, seed=1))
+    first, other = a.read_bytes(), prose(3000, seed=2).encode()
+    record = file_identity(a)  # what the run's record names (written as the run begins)
+    hashed = corpora.Text.identity
+
+    def hashed_then_replaced(self):
+        out = hashed(self)
+        a.write_bytes(other)  # another version swapped in between
+        return out
+
+    monkeypatch.setattr(corpora.Text, "identity", hashed_then_replaced)
+    corpus = load_corpus(text_cfg(a), BYTE, progress=False)
+    monkeypatch.undo()
+    monkeypatch.setenv("NORMEXP_CACHE", str(cache))
+    tokens = bytes(np.concatenate([corpus.train, corpus.val]).astype(np.uint8))  # byte tokenizer: the text itself
+    (key, meta), = _entries(cache).items()
+    keyed = meta["identity"]["corpus"]["files"][0]["sha256"]
+    assert hashlib.sha256(tokens).hexdigest() == keyed == record["sha256"] == hashlib.sha256(first).hexdigest()
+    assert [f["sha256"] for f in corpus.files] == [record["sha256"]]
+    # later runs: on the new text they get its tokens, on the first text (put back) its own
+    assert bytes(np.concatenate([load_corpus(text_cfg(a), BYTE).train, load_corpus(text_cfg(a), BYTE).val])
+                 .astype(np.uint8)) == other
+    a.write_bytes(first)
+    again = load_corpus(text_cfg(a), BYTE)
+    assert bytes(np.concatenate([again.train, again.val]).astype(np.uint8)) == first
+
+
+def test_a_file_changed_after_the_run_recorded_it_is_refused_in_one_line(tmp_path):
+    """The run's record names the file's hash when the run begins; the corpus read later must
+    be that text, else the run would train on a text its record does not name."""
+    from normexp.runs.folder import file_identity
+
+    a = write(tmp_path / "a.txt", prose(3000, seed=1))
+    b = write(tmp_path / "b.txt", prose(3000, seed=3))
+    record = [file_identity(a), file_identity(b)]
+    assert load_corpus(text_cfg(a, val_files=[str(b)]), BYTE, expect_files=record).files == [
+        {"path": str(p), "bytes": r["bytes"], "sha256": r["sha256"]} for p, r in zip((a, b), record)]
+    write(b, prose(3000, seed=4))
+    with pytest.raises(DataError) as e:
+        load_corpus(text_cfg(a, val_files=[str(b)]), BYTE, expect_files=record)
+    msg = one_line_error(e)
+    assert f"data.val_files: {b} changed while the run started" in msg and "run again" in msg, msg
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("name", ["train.bin", "meta.json"])
+def test_a_full_disk_while_writing_the_token_cache_is_one_line_naming_the_folder(tmp_path, cache, monkeypatch, name):
+    """A real ENOSPC: the entry's file is /dev/full. numpy's tofile then raises an OSError
+    with no errno and no file name, a plain write one with no file name (an "internal error"
+    before): the error names the cache folder and the two fixes, and leaves no entry."""
+    import tempfile
+
+    a = write(tmp_path / "a.txt", prose(3000))
+    made = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):  # the entry's temp folder, with `name` leading to a full disk
+        folder = made(*args, **kwargs)
+        os.symlink("/dev/full", os.path.join(folder, name))
+        return folder
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    with pytest.raises(DataError) as e:
+        load_corpus(text_cfg(a), BYTE)
+    monkeypatch.undo()
+    msg = one_line_error(e)
+    assert msg.startswith(f"no space left on the device writing the token cache in {cache / 'tokens'}"), msg
+    assert "free some space there, or set NORMEXP_CACHE to a folder on another disk" in msg, msg
+    assert not _entries(cache) and not [p for p in (cache / "tokens").iterdir() if p.name.startswith(".tmp")]
+
+
+SWAPPED_AFTER_RECORD = """
+import sys
+from pathlib import Path
+import normexp.runs.folder as folder
+from normexp.cli import main
+real = folder.write_record
+def write_record(run_dir, data):
+    real(run_dir, data)  # the record names the file as it is now ...
+    Path({path!r}).write_bytes({other!r})  # ... and another version is swapped in before the corpus is read
+folder.write_record = write_record
+sys.argv = ["normexp", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_run_whose_file_is_replaced_after_its_record_trains_on_nothing_else(tmp_path, cli_env):
+    """Through the CLI: the file changes between the record (written as the run begins) and
+    the corpus read. The run is refused in one line (exit 2), not trained on a text its record
+    does not name; run again, it trains, and record, cache key and tokens agree."""
+    import hashlib
+
+    from conftest import TINY
+    from normexp.runs.folder import read_record
+
+    a = write(tmp_path / "a.txt", prose(6000, seed=1))
+    other = prose(6000, seed=2).encode()
+    run = tmp_path / "run"
+    args = ["train", *TINY, "steps=2", "warmup=0", "data=text", f"data.files=[{a}]", f"hydra.run.dir={run}"]
+    code = SWAPPED_AFTER_RECORD.format(path=str(a), other=other)
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=cli_env, capture_output=True, text=True, timeout=300)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"data.files: {a} changed while the run started" in last, proc.stderr[-3000:]
+    assert not list((tmp_path / "cache" / "tokens").glob("*/meta.json"))  # nothing cached under the old key
+    # the same command again (the file now stays as it is): the folder is reused, and all three agree
+    proc = subprocess.run([sys.executable, "-m", "normexp.cli", *args], env=cli_env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (meta,) = _entries(tmp_path / "cache").values()
+    want = hashlib.sha256(other).hexdigest()
+    assert read_record(run)["data_files"][0]["sha256"] == meta["identity"]["corpus"]["files"][0]["sha256"] == want
+
+
+def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path):
+    """JSON allows U+2028, U+2029 and U+0085 unescaped inside strings, and JSON Lines ends a
+    record at "\\n" only: such a record is one document, not "not JSON". "\\r\\n" ends still work."""
+    texts = ["first\u2028line", "next\u0085line", "para\u2029graph", "plain"]
+    lines = [json.dumps({"text": t}, ensure_ascii=False) for t in texts]
+    assert all(json.loads(line)["text"] == t for line, t in zip(lines, texts))  # valid JSON, each
+    a = write(tmp_path / "a.jsonl", "\n".join(lines[:3]) + "\r\n" + lines[3] + "\n")
+    corpus = load_corpus(jsonl_cfg(a, val_fraction=0.5), BYTE, progress=False)
+    got = bytes(np.concatenate([corpus.train, corpus.val]).astype(np.uint8)).decode("utf-8")
+    assert got == "".join(t + "\n" for t in texts)

@@ -28,8 +28,8 @@ from .. import study
 from .figures import draw_figures
 from .sections import (boundary_section, depth_law_section, depth_section, overview_line, run_notes, screening_notes,
                        sensitivity_section, swept)
-from .tables import (cell_rows, display_name, left_out_of_statistics, markdown_table, sort_key, table_rows, text_table,
-                     varied_keys, write_csv)
+from .tables import (cell_rows, display_name, kept_apart_note, left_out_of_statistics, markdown_table, sets_the_unit,
+                     sort_key, table_rows, text_table, varied_keys, write_csv)
 
 __all__ = ["ReportError", "make_report"]
 
@@ -78,10 +78,11 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     study.cell_table(runs, keys, sort_key).rename(columns=display_name).to_csv(out_dir / "settings.csv", index=False)
     overview = overview_line(runs, keys, root)
     figures, notes = draw_figures(runs, keys, out_dir)
-    notes += screening_notes(left_out) + run_notes(runs)
-    if len(keys) > 2:
+    notes += kept_apart_note(keys) + screening_notes(left_out) + run_notes(runs)
+    pooled = [k for k in keys[2:] if not sets_the_unit(k)]  # the grid splits its rows by the others
+    if pooled:
         notes.append(f"the final-loss grid shows {display_name(keys[0])} × {display_name(keys[1])} and "
-                     f"pools {', '.join(map(display_name, keys[2:]))}")
+                     f"pools {', '.join(map(display_name, pooled))}")
     sections, extra = [], []
     searched = sorted(root.rglob("boundary.csv"))
     if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table

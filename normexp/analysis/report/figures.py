@@ -11,7 +11,7 @@ from pathlib import Path
 from ...runs.reading import Run
 from ...runs.schema import LAYER_FAMILIES, VAL_LOSS, Status, layer_index, layer_tag_pattern
 from .. import study
-from .tables import display_name, fmt_param, is_missing, sort_key
+from .tables import display_name, fmt_param, is_missing, sets_the_unit, sort_key
 
 
 def pyplot():
@@ -134,25 +134,32 @@ def _cell_text(members: list[Run]) -> tuple[float, str]:
 def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str | None, str | None]:
     """A heatmap of final validation loss over the first two varied keys (a bar chart with
     one varied key): each cell the mean over its runs (seeds, and any further varied keys),
-    a diverged run counted as its initial loss, ± the half-width of the 95 % t-interval, n,
-    and how many diverged, stalled or failed; the drawn numbers go to final_val_loss.csv. Returns
-    (kind, note): kind is "heatmap" or "bar chart", or None with a note when skipped."""
+    a diverged run counted as its initial loss, ± the half-width of the 95 % t-interval (two
+    seeds or more), n, and how many diverged, stalled or failed; the drawn numbers go to
+    final_val_loss.csv. A further key that sets the loss's unit (tables.sets_the_unit) is never
+    pooled: it splits the rows. Returns (kind, note): kind is "heatmap" or "bar chart", or None
+    with a note when skipped."""
     if not keys:
         return None, "no hyperparameter varies across the runs: the final-loss grid is skipped"
     plt = pyplot()
     import numpy as np
 
     row_key, col_key = keys[0], (keys[1] if len(keys) > 1 else None)
-    row_vals = sorted({r.config.get(row_key) for r in runs}, key=sort_key)
+    apart = [k for k in keys[2:] if sets_the_unit(k)]  # rows split by them, never pooled
+    row_keys = [row_key, *apart]
+    row_of = lambda r: tuple(r.config.get(k) for k in row_keys)  # noqa: E731
+    row_vals = sorted({row_of(r) for r in runs}, key=lambda t: [sort_key(v) for v in t])
     col_vals = sorted({r.config.get(col_key) for r in runs}, key=sort_key) if col_key else [None]
     grid = np.full((len(row_vals), len(col_vals)), np.nan)
     texts = [["" for _ in col_vals] for _ in row_vals]
     for i, rv in enumerate(row_vals):
         for j, cv in enumerate(col_vals):
-            members = [r for r in runs if r.config.get(row_key) == rv and (col_key is None or r.config.get(col_key) == cv)]
+            members = [r for r in runs if row_of(r) == rv and (col_key is None or r.config.get(col_key) == cv)]
             if members:
                 grid[i, j], texts[i][j] = _cell_text(members)
-    others = [display_name(k) for k in keys[2:]]
+    row_label = lambda rv: ", ".join([fmt_param(rv[0]), *(f"{display_name(k)}={fmt_param(v)}"  # noqa: E731
+                                                          for k, v in zip(apart, rv[1:]))])
+    others = [display_name(k) for k in keys[2:] if k not in apart]
     subtitle = f"\n(pooled over {', '.join(others)} and seeds)" if others else ""
     if col_key is None:
         fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(row_vals) + 2), 3.6))
@@ -162,7 +169,7 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
             if not math.isfinite(v):
                 b.set_hatch("//")
             ax.annotate(t or "no value", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(row_vals)), [fmt_param(v) for v in row_vals])
+        ax.set_xticks(range(len(row_vals)), [row_label(v) for v in row_vals])
         ax.set_xlabel(display_name(row_key))
         ax.set_ylabel("final validation loss")
         ax.set_title("Final validation loss, mean ± 95 % t-interval (hatched: failed)" + subtitle, fontsize=10)
@@ -185,12 +192,12 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
                         color="red" if bad else ("black" if light else "white"),
                         bbox=dict(facecolor="white", edgecolor="none", pad=1.5) if bad and texts[i][j] else None)
         ax.set_xticks(range(len(col_vals)), [fmt_param(v) for v in col_vals])
-        ax.set_yticks(range(len(row_vals)), [fmt_param(v) for v in row_vals])
+        ax.set_yticks(range(len(row_vals)), [row_label(v) for v in row_vals])
         ax.set_xlabel(display_name(col_key))
         ax.set_ylabel(display_name(row_key))
         ax.set_title("Final val loss: mean ± 95 % t-interval half-width over seeds\n(diverged = initial loss; red frame: some diverged/failed)" + subtitle, fontsize=10)
         kind = "heatmap"
-    table = study.cell_table(runs, [k for k in (row_key, col_key) if k], sort_key)
+    table = study.cell_table(runs, [k for k in (row_key, col_key, *apart) if k], sort_key)
     save_figure(fig, path, table.rename(columns=display_name))
     return kind, None
 

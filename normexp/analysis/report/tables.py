@@ -73,6 +73,26 @@ def varied_keys(runs: list[Run]) -> list[str]:
     return sorted(varied, key=rank)
 
 
+# Settings that change what the loss measures: its unit (nats per byte or per token), the
+# vocabulary it is spread over, the text it is measured on. Runs that differ in one of them are
+# never pooled into one mean, wherever a table or figure pools other keys.
+UNIT_GROUPS = ("tokenizer", "data")
+
+
+def sets_the_unit(key: str) -> bool:
+    """tokenizer.name, tokenizer.vocab_size, data.name, data.files, ...: see UNIT_GROUPS."""
+    return key.split(".", 1)[0] in UNIT_GROUPS
+
+
+def kept_apart_note(keys: list[str]) -> list[str]:
+    """The one line saying which varied keys set the loss's unit (so nothing pools them)."""
+    apart = list(dict.fromkeys(display_name(k) for k in keys if sets_the_unit(k)))
+    if not apart:
+        return []
+    return [f"kept apart: {', '.join(apart)} ({'it sets' if len(apart) == 1 else 'they set'} the loss's unit, e.g. "
+            "nats per byte or per token: runs with different values are never pooled into one mean)"]
+
+
 def sort_key(value):
     """Numbers before strings, numbers by value: 0 < 5 < 50, not '0' < '50' < '5'."""
     if isinstance(value, bool) or value is None:
