@@ -113,14 +113,17 @@ def laws(table, line_cols: list[str], points=None) -> list[dict]:
         mine = _line_points(points, line_cols, key)
         lik, left, optima, opt_slope = None, [], [], (math.nan,) * 3
         if mine is not None and len(mine):
-            x, z, y, left = upper_side(mine)
+            lows, highs, z, left = upper_side(mine)
             fitted = sorted({round(math.exp(v)) for v in z})
-            lik = likelihood_fit(x, z, y, at_depths=[*fitted[:1], EXTRAPOLATE_TO])
+            lik = likelihood_fit(lows, highs, z, at_depths=[*fitted[:1], EXTRAPOLATE_TO])
             if "loss" in mine.columns:
                 for depth, at in mine.groupby("layers", sort=True):
                     cells = {float(lr): [v for v in g["loss"].astype(float) if math.isfinite(v)]
                              for lr, g in at.groupby("lr")}
-                    optima.append((int(depth), optimum(cells)))
+                    best = optimum(cells)
+                    if not (at["learned"].astype(str) == "yes").any():  # the lowest plateau is no optimum
+                        best.update(kind="nothing learned", lr=math.nan, low=math.nan, high=math.nan)
+                    optima.append((int(depth), best))
                 opt_slope = optimum_slope([d for d, o in optima if o["kind"] == "optimum"],
                                           [o["lr"] for d, o in optima if o["kind"] == "optimum"])
         out.append({"line": key, "rows": rows, **law, "lik": lik, "lik_left_out": left, "optima": optima,
@@ -148,7 +151,7 @@ def table_rows(results: list[dict], line_cols: list[str]) -> tuple[list[str], li
                                for d, kind, edge in r["not_limits"]) or "-"])
     if any(r["lik"] is not None for r in results):  # the likelihood fit and the optimal lr beside
         head += ["slope, likelihood [95 %]", "limit (50 %) at the shallowest depth [95 %]",
-                 f"likelihood at {EXTRAPOLATE_TO} blocks [95 %]", "runs fitted (depths left out)",
+                 f"likelihood at {EXTRAPOLATE_TO} blocks [95 %]", "seed × depth limits fitted (depths left out)",
                  "optimal lr per depth [95 %]", "optimal lr slope [95 %]"]
         for r, row in zip(results, rows):
             row += likelihood_cells(r) + optimum_cells(r)
@@ -171,7 +174,7 @@ def likelihood_cells(r: dict) -> list[str]:
     (shallow, at), (far, extra) = list(lik["limits"].items())
     return [_interval(lik["slope"], lik["slope_low"], lik["slope_high"], "{:.2f}"),
             _interval(*at, "{:.3g}") + f" at {shallow}", _interval(*extra, "{:.2g}"),
-            f"{lik['runs']} at {lik['depths']} depths, w {lik['width']:.2f}"
+            f"{lik['runs']} seed limits at {lik['depths']} depths, σ {lik['width']:.2f}"
             + (f" ({', '.join(map(str, r['lik_left_out']))}: no seed learned)" if r["lik_left_out"] else "")]
 
 
@@ -181,7 +184,7 @@ def optimum_cells(r: dict) -> list[str]:
         if o["kind"] == "optimum":
             ci = f" [{o['low']:.2g}, {o['high']:.2g}]" if math.isfinite(o["low"]) else ""
             return f"{depth}: {o['lr']:.2g}{ci}"
-        return f"{depth}: {o['kind']} {o['best_grid_lr']:.3g}" if o["kind"] != "none" else f"{depth}: none"
+        return f"{depth}: {o['kind']} {o['best_grid_lr']:.3g}" if o["kind"] in ("≤", "≥") else f"{depth}: {o['kind']}"
 
     per_depth = "; ".join(one(d, o) for d, o in r["optima"]) or "-"
     return [per_depth, _interval(*r["opt_slope"], "{:.2f}")]
@@ -275,31 +278,36 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
 # ------------------------------------------------------------ the likelihood fit (every run)
 #
 # The bootstrap above uses one number per depth (a bracket where *every* seed learned) and drops
-# the censored depths. The fit below uses every run of the upper side, seeds as data: a run at
-# lr η and depth L learned with probability
-#     P(learned | η, L) = 1 / (1 + exp((log η − μ(L)) / w)),   μ(L) = c + s·(log L − log L₀),
-# a logistic in log lr whose 50 % point μ(L) is the limit and whose width w is the seeds'
-# scatter around it. s is the slope d log lr*/d log L. The upper side of a depth: its runs at
-# lrs from the smallest one where some seed learned upwards (below it runs are too slow, the
-# window's other edge); a depth where no seed learned at any lr tells neither edge and is left
-# out (listed). A depth that learned up to the search's bound enters as what it is: learned at
-# every lr tried, a censored point. Maximum likelihood (scipy.optimize, L-BFGS-B); w is kept in
-# [W_MIN, W_MAX] so that a sample with no overlap between learned and failed runs (w → 0) has
-# a finite fit. 95 % intervals: profile likelihood (the parameter fixed, the others refitted;
-# the interval is where twice the log-likelihood drop stays under χ²₁(0.95) = 3.84); an edge
-# the profile does not reach within PROFILE_SPAN is open (±inf). Coverage: docs/results/methods.
+# the censored depths. The fit below uses every run of the upper side, seeds as data. Each seed
+# at each depth has its own limit: log lr*_kL ~ Normal(μ(L), σ²), μ(L) = c + s·(log L − log L₀),
+# so μ(L) is the limit at which half the seeds learn (PROB = 50 %), σ the seeds' scatter, s the
+# slope d log lr*/d log L. A seed's runs tell an interval for its limit (interval-censored
+# regression): above the largest lr where it learned, at or below the smallest lr above that
+# where it failed; no failure above: at least that lr (right-censored, "≥ bound"); no learned
+# run: below the smallest lr of the upper side (left-censored). One term per seed and depth,
+# not per run: a seed's runs at several lrs are one limit seen several times, and counting them
+# as independent draws made the intervals too narrow (docs/results/methods). The upper side of
+# a depth: its runs from the smallest lr where some seed learned upwards (below it runs are too
+# slow, the window's other edge); a depth where no seed learned tells neither edge and is left
+# out (listed). Maximum likelihood (scipy.optimize, L-BFGS-B) with σ kept in [W_MIN, W_MAX]
+# (a sample whose brackets all nest has σ → 0). 95 % intervals: profile likelihood (the
+# parameter fixed, the others refitted; the interval is where twice the log-likelihood drop
+# stays under χ²₁(0.95) = 3.84); an edge the profile does not reach within PROFILE_SPAN is
+# open (±inf).
 
-PROB = 0.5                      # the limit is the lr at which half the runs learn
-W_MIN, W_MAX = 0.02, 5.0        # the logistic's width in log lr
+PROB = 0.5                      # the limit is the lr at which half the seeds learn
+W_MIN, W_MAX = 0.02, 5.0        # σ, the seeds' scatter in log lr
 PROFILE_SPAN = 12.0             # how far (in slope units, or log lr) a profile edge is looked for
 CHI2_95 = 3.841458820694124     # scipy.stats.chi2.ppf(0.95, 1)
 
 
 def upper_side(points) -> tuple[list, list, list, list[int]]:
-    """(log lr, log depth, learned 0/1, depths left out) of one line's boundary_points rows
-    (columns layers, lr, learned yes/no): each depth's runs from its smallest lr where some
-    seed learned upwards; a depth where no seed learned is left out."""
-    x, z, y, dropped = [], [], [], []
+    """(low, high, log depth, depths left out) of one line's boundary_points rows (columns
+    layers, lr, seed, learned yes/no): per seed and depth the interval (low, high] in log lr
+    that holds its limit, from the depth's runs at lrs from its smallest lr where some seed
+    learned upwards (low = -inf, high = +inf where censored); a depth where no seed learned is
+    left out."""
+    lows, highs, z, dropped = [], [], [], []
     for depth, rows in points.groupby("layers", sort=True):
         learned = rows["learned"].astype(str) == "yes"
         if not learned.any():
@@ -307,38 +315,47 @@ def upper_side(points) -> tuple[list, list, list, list[int]]:
             continue
         start = rows.loc[learned, "lr"].astype(float).min()
         kept = rows[rows["lr"].astype(float) >= start]
-        x += list(np.log(kept["lr"].astype(float)))
-        z += [math.log(float(depth))] * len(kept)
-        y += list((kept["learned"].astype(str) == "yes").astype(float))
-    return x, z, y, dropped
+        for _, runs in kept.groupby("seed", sort=True):
+            lr, ok = runs["lr"].astype(float).to_numpy(), (runs["learned"].astype(str) == "yes").to_numpy()
+            low = float(lr[ok].max()) if ok.any() else None
+            above = lr[~ok & (lr > low)] if low is not None else lr[~ok]
+            lows.append(math.log(low) if low is not None else -math.inf)
+            highs.append(math.log(float(above.min())) if len(above) else math.inf)
+            z.append(math.log(float(depth)))
+    return lows, highs, z, dropped
 
 
-def _nll(theta, x, z, y, z0):
-    from scipy.special import log_expit
+def _nll(theta, a, b, z, z0):
+    from scipy.special import ndtr
 
     c, s, log_w = theta
-    t = (c + s * (z - z0) - x) / math.exp(log_w)   # logit of P(learned)
-    return -float(np.sum(y * log_expit(t) + (1 - y) * log_expit(-t)))
+    mu, w = c + s * (z - z0), math.exp(log_w)
+    ha, hb = (a - mu) / w, (b - mu) / w
+    p = np.where(ha > 0, ndtr(-ha) - ndtr(-hb), ndtr(hb) - ndtr(ha))  # the tail it sits in, for precision
+    return -float(np.sum(np.log(np.maximum(p, 1e-300))))
 
 
-def _minimize(x, z, y, z0, fixed: dict | None = None) -> tuple[float, np.ndarray]:
-    """(minimal negative log-likelihood, θ = (c, s, log w)) with the parameters in `fixed`
-    ({index: value}) held; a few starts, the best kept."""
+def _minimize(a, b, z, z0, fixed: dict | None = None, starts=None) -> tuple[float, np.ndarray]:
+    """(minimal negative log-likelihood, θ = (c, s, log σ)) with the parameters in `fixed`
+    ({index: value}) held; from each start in `starts` (θ's), the best kept."""
     from scipy.optimize import minimize
 
     fixed = fixed or {}
     free = [i for i in range(3) if i not in fixed]
     bounds = [(None, None), (None, None), (math.log(W_MIN), math.log(W_MAX))]
+    finite = np.concatenate([a[np.isfinite(a)], b[np.isfinite(b)]])
+    starts = starts if starts is not None else [np.array([float(np.median(finite)), s0, math.log(0.3)])
+                                                for s0 in (0.0, -1.0)]
     best = (math.inf, None)
-    for s0, w0 in ((0.0, 0.3), (-1.0, 0.3), (0.0, 1.0), (-0.5, 0.05)):
-        start = np.array([float(np.median(x)), s0, math.log(w0)])
+    for start in starts:
+        start = np.array(start, float)
         for i, v in fixed.items():
             start[i] = v
 
         def f(free_values):
             theta = start.copy()
             theta[free] = free_values
-            return _nll(theta, x, z, y, z0)
+            return _nll(theta, a, b, z, z0)
 
         r = minimize(f, start[free], method="L-BFGS-B", bounds=[bounds[i] for i in free])
         if r.fun < best[0]:
@@ -348,18 +365,18 @@ def _minimize(x, z, y, z0, fixed: dict | None = None) -> tuple[float, np.ndarray
     return best
 
 
-def _profile_interval(x, z, y, z0, index: int, nll_min: float, estimate: float) -> tuple[float, float]:
+def _profile_interval(a, b, z, z0, index: int, nll_min: float, theta: np.ndarray) -> tuple[float, float]:
     """The 95 % profile-likelihood interval of parameter `index` (see the section's comment)."""
     from scipy.optimize import brentq
 
     def excess(v):
-        return 2 * (_minimize(x, z, y, z0, {index: v})[0] - nll_min) - CHI2_95
+        return 2 * (_minimize(a, b, z, z0, {index: v}, starts=[theta])[0] - nll_min) - CHI2_95
 
     edges = []
     for sign in (-1, 1):
-        step, inside = 0.25, estimate
+        step, inside = 0.25, theta[index]
         while True:
-            v = estimate + sign * step
+            v = theta[index] + sign * step
             if excess(v) > 0:
                 edges.append(brentq(excess, *sorted((inside, v)), xtol=1e-3))
                 break
@@ -370,26 +387,26 @@ def _profile_interval(x, z, y, z0, index: int, nll_min: float, estimate: float) 
     return edges[0], edges[1]
 
 
-def likelihood_fit(x, z, y, at_depths=(), intervals: bool = True) -> dict:
-    """The logistic fit of one line (see the section's comment): slope, its profile interval,
-    the width w, the runs and depths used, and per depth in `at_depths` (blocks) the limit
-    exp(μ(L)) with its profile interval, as {L: (limit, low, high)}. NaN without learned and
-    failed runs at two depths (no slope can be told)."""
-    x, z, y = (np.asarray(v, float) for v in (x, z, y))
-    out = {"runs": len(x), "depths": len(set(z.tolist())), "slope": math.nan, "slope_low": math.nan,
+def likelihood_fit(lows, highs, z, at_depths=(), intervals: bool = True) -> dict:
+    """The interval-censored fit of one line (see the section's comment): slope, its profile
+    interval, the seeds' scatter σ ("width"), the seed-limits and depths used, and per depth in
+    `at_depths` (blocks) the 50 % limit exp(μ(L)) with its profile interval, {L: (limit, low,
+    high)}. NaN with fewer than two depths or no finite bracket end (nothing to place)."""
+    a, b, z = (np.asarray(v, float) for v in (lows, highs, z))
+    out = {"runs": len(a), "depths": len(set(z.tolist())), "slope": math.nan, "slope_low": math.nan,
            "slope_high": math.nan, "width": math.nan, "limits": {}}
-    if out["depths"] < 2 or y.max() == 0 or y.min() == 1:  # one depth, or no edge to place
+    if out["depths"] < 2 or not np.isfinite(b).any() or not np.isfinite(a).any():
         return out
     z0 = float(np.mean(z))
-    nll, theta = _minimize(x, z, y, z0)
+    nll, theta = _minimize(a, b, z, z0)
     out.update(slope=float(theta[1]), width=float(math.exp(theta[2])))
     if intervals:
-        out["slope_low"], out["slope_high"] = _profile_interval(x, z, y, z0, 1, nll, theta[1])
+        out["slope_low"], out["slope_high"] = _profile_interval(a, b, z, z0, 1, nll, theta)
     for depth in at_depths:
         zd = math.log(depth)
-        nll_d, theta_d = _minimize(x, z, y, zd)   # the same fit, its intercept now at depth L
-        low, high = _profile_interval(x, z, y, zd, 0, nll_d, theta_d[0]) if intervals else (math.nan,) * 2
-        out["limits"][depth] = (math.exp(theta_d[0]), math.exp(low), math.exp(high))
+        shifted = theta + np.array([theta[1] * (zd - z0), 0, 0])   # the same fit, its intercept at depth L
+        low, high = _profile_interval(a, b, z, zd, 0, nll, shifted) if intervals else (math.nan,) * 2
+        out["limits"][depth] = (math.exp(shifted[0]), math.exp(low), math.exp(high))
     return out
 
 
