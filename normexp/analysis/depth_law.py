@@ -168,7 +168,7 @@ def likelihood_cells(r: dict) -> list[str]:
     """The likelihood fit's four cells of the slope table."""
     lik = r["lik"]
     if lik is None or not math.isfinite(lik["slope"]):
-        runs = f"{lik['runs']}" if lik else "0"
+        runs = f"{lik['runs']} seed limits, none placed (needs a failure above a learned lr at 2 depths)" if lik else "0"
         return ["-", "-", "-", runs + (f" ({', '.join(map(str, r['lik_left_out']))}: no seed learned)"
                                        if r["lik_left_out"] else "")]
     (shallow, at), (far, extra) = list(lik["limits"].items())
@@ -236,7 +236,8 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
             xs = np.geomspace(min(row["layers"] for row in lim), EXTRAPOLATE_TO, 50)
             ax.plot(xs, np.exp(r["intercept"] + r["slope"] * np.log(xs)), "--", color=color, lw=0.8)
         lik = r.get("lik")
-        if lik and math.isfinite(lik["slope"]):  # the likelihood fit: solid, through its 50 % limits
+        if lik and all(map(math.isfinite, (lik["slope"], lik["slope_low"], lik["slope_high"]))):
+            # the likelihood fit, solid through its 50 % limits (not drawn while its interval is open)
             (d0, (v0, *_)), (d1, (v1, *_)) = list(lik["limits"].items())
             ax.plot([d0, d1], [v0, v1], "-", color=color, lw=1.6, alpha=0.6)
             data.append({**dict(zip(line_cols, r["line"])), "layers": d0, "kind": "likelihood limit", "lr": v0})
@@ -265,6 +266,7 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
         axes[0, 1].set_xscale("log")
         axes[0, 1].set_yscale("log")
         axes[0, 1].set_xlabel("depth (blocks)")
+        axes[0, 1].xaxis.set_minor_formatter(plt.NullFormatter())
         axes[0, 1].set_ylabel("optimal lr (lowest mean final loss)")
         axes[0, 1].grid(alpha=0.3, which="both")
         axes[0, 1].legend(fontsize=7)
