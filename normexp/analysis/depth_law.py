@@ -18,6 +18,11 @@ log-uniformly inside its bracket, then refits (2,000 resamples, a fixed RNG seed
 with fewer than two distinct depths is drawn again). It holds for the bracket's width and the
 scatter of the depths around the line, not for the seeds: a point is stable only when every
 seed learned, so the seeds are already in each bracket.
+
+Beside it (issue 39): `likelihood_fit`, an interval-censored fit over every seed at every depth
+with profile-likelihood intervals, and `optimum`/`optimum_slope`, the lr of the lowest mean
+final loss per depth and its slope; their sections below say how. scripts/coverage.py measures
+how often each interval covers a simulated truth (docs/results/methods).
 """
 
 from __future__ import annotations
