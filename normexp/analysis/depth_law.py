@@ -18,6 +18,11 @@ log-uniformly inside its bracket, then refits (2,000 resamples, a fixed RNG seed
 with fewer than two distinct depths is drawn again). It holds for the bracket's width and the
 scatter of the depths around the line, not for the seeds: a point is stable only when every
 seed learned, so the seeds are already in each bracket.
+
+Beside it (issue 39): `likelihood_fit`, an interval-censored fit over every seed at every depth
+with profile-likelihood intervals, and `optimum`/`optimum_slope`, the lr of the lowest mean
+final loss per depth and its slope; their sections below say how. scripts/coverage.py measures
+how often each interval covers a simulated truth (docs/results/methods).
 """
 
 from __future__ import annotations
@@ -87,8 +92,21 @@ def line_label(key: tuple, cols: list[str]) -> str:
     return ", ".join(f"{c}={v}" for c, v in zip(cols, key)) or "all"
 
 
-def laws(table, line_cols: list[str]) -> list[dict]:
-    """One dict per line (placement × init ...): its depths by kind and the fit (see `fit`)."""
+def _line_points(points, line_cols: list[str], key: tuple):
+    if points is None:
+        return None
+    mine = points
+    for c, v in zip(line_cols, key):
+        mine = mine[mine[c].astype(str) == str(v)]
+    return mine
+
+
+def laws(table, line_cols: list[str], points=None) -> list[dict]:
+    """One dict per line (placement × init ...): its depths by kind, the bootstrap fit (see
+    `fit`) and, given `points` (boundary_points rows: line columns, layers, lr, seed, learned;
+    with a `loss` column, each run's final loss clipped at ℓ₀), the likelihood fit ("lik",
+    see `likelihood_fit`; "lik_left_out": depths where no seed learned), the optimal lr per
+    depth ("optima": [(depth, `optimum`)]) and its slope ("opt_slope": (slope, low, high))."""
     out = []
     for key, rows in table.groupby(line_cols, sort=True) if line_cols else [((), table)]:
         key = key if isinstance(key, tuple) else (key,)
@@ -97,7 +115,24 @@ def laws(table, line_cols: list[str]) -> list[dict]:
         law = fit([r["layers"] for r in limits], [r["last_stable"] for r in limits],
                   [r["first_unstable"] for r in limits])
         shallow = limits[0] if limits else None
-        out.append({"line": key, "rows": rows, **law,
+        mine = _line_points(points, line_cols, key)
+        lik, left, optima, opt_slope = None, [], [], (math.nan,) * 3
+        if mine is not None and len(mine):
+            lows, highs, z, left = upper_side(mine)
+            fitted = sorted({round(math.exp(v)) for v in z})
+            lik = likelihood_fit(lows, highs, z, at_depths=[*fitted[:1], EXTRAPOLATE_TO])
+            if "loss" in mine.columns:
+                for depth, at in mine.groupby("layers", sort=True):
+                    cells = {float(lr): [v for v in g["loss"].astype(float) if math.isfinite(v)]
+                             for lr, g in at.groupby("lr")}
+                    best = optimum(cells)
+                    if not (at["learned"].astype(str) == "yes").any():  # the lowest plateau is no optimum
+                        best.update(kind="nothing learned", lr=math.nan, low=math.nan, high=math.nan)
+                    optima.append((int(depth), best))
+                opt_slope = optimum_slope([d for d, o in optima if o["kind"] == "optimum"],
+                                          [o["lr"] for d, o in optima if o["kind"] == "optimum"])
+        out.append({"line": key, "rows": rows, **law, "lik": lik, "lik_left_out": left, "optima": optima,
+                    "opt_slope": opt_slope,
                     "shallowest": shallow and (int(shallow["layers"]), float(shallow["last_stable"]),
                                                float(shallow["first_unstable"])),
                     "not_limits": [(int(r["layers"]), depth_kind(r), str(r.get("upper_edge", ""))) for r in rows
@@ -119,7 +154,67 @@ def table_rows(results: list[dict], line_cols: list[str]) -> tuple[list[str], li
                      f"{r['at_1000']:.2g} [{r['at_1000_low']:.2g}, {r['at_1000_high']:.2g}]" if ok else "-",
                      "; ".join(f"{d}: {'≥ bound' if kind == 'at least' else edge or 'none'}"
                                for d, kind, edge in r["not_limits"]) or "-"])
+    if any(r["lik"] is not None for r in results):  # the likelihood fit and the optimal lr beside
+        head += ["slope, likelihood [95 %]", "limit (50 %) at the shallowest depth [95 %]",
+                 f"likelihood at {EXTRAPOLATE_TO} blocks [95 %]", "seed × depth limits fitted (depths left out)",
+                 "optimal lr per depth [95 %]", "optimal lr slope [95 %]"]
+        for r, row in zip(results, rows):
+            row += likelihood_cells(r) + optimum_cells(r)
     return head, rows
+
+
+def _interval(v, low, high, pattern: str) -> str:
+    if not math.isfinite(v):
+        return "-"
+    return f"{pattern.format(v)} [{pattern.format(low)}, {pattern.format(high)}]"
+
+
+def likelihood_cells(r: dict) -> list[str]:
+    """The likelihood fit's four cells of the slope table."""
+    lik = r["lik"]
+    if lik is None or not math.isfinite(lik["slope"]):
+        runs = f"{lik['runs']} seed limits, none placed (needs a failure above a learned lr at 2 depths)" if lik else "0"
+        return ["-", "-", "-", runs + (f" ({', '.join(map(str, r['lik_left_out']))}: no seed learned)"
+                                       if r["lik_left_out"] else "")]
+    (shallow, at), (far, extra) = list(lik["limits"].items())
+    return [_interval(lik["slope"], lik["slope_low"], lik["slope_high"], "{:.2f}"),
+            _interval(*at, "{:.3g}") + f" at {shallow}", _interval(*extra, "{:.2g}"),
+            f"{lik['runs']} seed limits at {lik['depths']} depths, σ {lik['width']:.2f}"
+            + (f" ({', '.join(map(str, r['lik_left_out']))}: no seed learned)" if r["lik_left_out"] else "")]
+
+
+def optimum_cells(r: dict) -> list[str]:
+    """The optimal lr's two cells: per depth the optimum [95 %] (or ≤ / ≥ the lrs tried), its slope."""
+    def one(depth, o):
+        if o["kind"] == "optimum":
+            ci = f" [{o['low']:.2g}, {o['high']:.2g}]" if math.isfinite(o["low"]) else ""
+            return f"{depth}: {o['lr']:.2g}{ci}"
+        return f"{depth}: {o['kind']} {o['best_grid_lr']:.3g}" if o["kind"] in ("≤", "≥") else f"{depth}: {o['kind']}"
+
+    per_depth = "; ".join(one(d, o) for d, o in r["optima"]) or "-"
+    return [per_depth, _interval(*r["opt_slope"], "{:.2f}")]
+
+
+def _draw_optima(ax, r: dict, color, label: str, line_cols: list[str], data: list) -> None:
+    """The optimal lr per depth (error bar: its interval; ▽/△: censored at the lrs tried) and
+    its least-squares line, dotted."""
+    placed = [(d, o) for d, o in r["optima"] if o["kind"] == "optimum"]
+    slope = r["opt_slope"][0]
+    if placed:
+        d = np.array([p[0] for p in placed], float)
+        v = np.array([p[1]["lr"] for p in placed])
+        lo = np.array([p[1]["low"] if math.isfinite(p[1]["low"]) else p[1]["lr"] for p in placed])
+        hi = np.array([p[1]["high"] if math.isfinite(p[1]["high"]) else p[1]["lr"] for p in placed])
+        ax.errorbar(d, v, yerr=[v - lo, hi - v], fmt="s", color=color, capsize=3, ms=4,
+                    label=f"{label}: slope {slope:.2f}" if math.isfinite(slope) else label)
+        if math.isfinite(slope):
+            b = np.mean(np.log(v)) - slope * np.mean(np.log(d))
+            ax.plot(d, np.exp(b + slope * np.log(d)), ":", color=color)
+    for depth, o in r["optima"]:
+        if o["kind"] in ("≤", "≥"):
+            ax.plot(depth, o["best_grid_lr"], "v" if o["kind"] == "≤" else "^", color=color, mfc="none", ms=7)
+        data.append({**dict(zip(line_cols, r["line"])), "layers": depth, "kind": f"optimal lr {o['kind']}",
+                     "lr": o["lr"] if o["kind"] == "optimum" else o["best_grid_lr"], "low": o["low"], "high": o["high"]})
 
 
 def draw(results: list[dict], line_cols: list[str], path, save) -> None:
@@ -128,7 +223,9 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
     ✕ on the axis = no limit found (nothing learned, or no window)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    with_optima = any(r.get("optima") for r in results)
+    fig, axes = plt.subplots(1, 2 if with_optima else 1, figsize=(13 if with_optima else 7.5, 5), squeeze=False)
+    ax = axes[0, 0]
     data = []
     for k, r in enumerate(results):
         color = f"C{k % 10}"
@@ -143,6 +240,15 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
         if math.isfinite(r["slope"]):
             xs = np.geomspace(min(row["layers"] for row in lim), EXTRAPOLATE_TO, 50)
             ax.plot(xs, np.exp(r["intercept"] + r["slope"] * np.log(xs)), "--", color=color, lw=0.8)
+        lik = r.get("lik")
+        if lik and all(map(math.isfinite, (lik["slope"], lik["slope_low"], lik["slope_high"]))):
+            # the likelihood fit, solid through its 50 % limits (not drawn while its interval is open)
+            (d0, (v0, *_)), (d1, (v1, *_)) = list(lik["limits"].items())
+            ax.plot([d0, d1], [v0, v1], "-", color=color, lw=1.6, alpha=0.6)
+            data.append({**dict(zip(line_cols, r["line"])), "layers": d0, "kind": "likelihood limit", "lr": v0})
+            data.append({**dict(zip(line_cols, r["line"])), "layers": d1, "kind": "likelihood limit", "lr": v1})
+        if with_optima:
+            _draw_optima(axes[0, 1], r, color, label, line_cols, data)
         for row in r["rows"]:
             kind = depth_kind(row)
             if kind == "at least":
@@ -158,8 +264,268 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
     ax.set_ylabel("max stable lr (bracket: last stable .. first unstable)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    ax.set_title("Depth law: dashed = fit (to 1,000 blocks); ▲ at least (upper bound learned);\n"
-                 "✕ on the axis = no limit at that depth (nothing learned, or no window)", fontsize=8)
+    ax.set_title("Depth law: dashed = bootstrap fit, solid = likelihood fit (50 % limit), to 1,000 blocks;\n"
+                 "▲ at least (upper bound learned); ✕ on the axis = no limit (nothing learned, or no window)",
+                 fontsize=8)
+    if with_optima:
+        axes[0, 1].set_xscale("log")
+        axes[0, 1].set_yscale("log")
+        axes[0, 1].set_xlabel("depth (blocks)")
+        axes[0, 1].xaxis.set_minor_formatter(plt.NullFormatter())
+        axes[0, 1].set_ylabel("optimal lr (lowest mean final loss)")
+        axes[0, 1].grid(alpha=0.3, which="both")
+        axes[0, 1].legend(fontsize=7)
+        axes[0, 1].set_title("Optimal lr: parabola vertex in log lr, 95 % parametric bootstrap over seeds;\n"
+                             "dotted = least-squares line; ▽/△ = best at the lowest/highest lr tried", fontsize=8)
     import pandas as pd
 
     save(fig, path, pd.DataFrame(data))
+
+
+# ------------------------------------------------------------ the likelihood fit (every run)
+#
+# The bootstrap above uses one number per depth (a bracket where *every* seed learned) and drops
+# the censored depths. The fit below uses every run of the upper side, seeds as data. Each seed
+# at each depth has its own limit: log lr*_kL ~ Normal(μ(L), σ²), μ(L) = c + s·(log L − log L₀),
+# so μ(L) is the limit at which half the seeds learn (PROB = 50 %), σ the seeds' scatter, s the
+# slope d log lr*/d log L. A seed's runs tell an interval for its limit (interval-censored
+# regression): above the largest lr where it learned, at or below the smallest lr above that
+# where it failed; no failure above: at least that lr (right-censored, "≥ bound"); no learned
+# run: below the smallest lr of the upper side (left-censored). One term per seed and depth,
+# not per run: a seed's runs at several lrs are one limit seen several times, and counting them
+# as independent draws made the intervals too narrow (docs/results/methods). The upper side of
+# a depth: its runs from the smallest lr where some seed learned upwards (below it runs are too
+# slow, the window's other edge); a depth where no seed learned tells neither edge and is left
+# out (listed). Maximum likelihood (scipy.optimize, L-BFGS-B) with σ kept in [W_MIN, W_MAX]
+# (a sample whose brackets all nest has σ → 0). 95 % intervals: profile likelihood (the
+# parameter fixed, the others refitted; the interval is where twice the log-likelihood drop
+# stays under χ²₁(0.95) = 3.84); an edge the profile does not reach within PROFILE_SPAN is
+# open (±inf).
+
+PROB = 0.5                      # the limit is the lr at which half the seeds learn
+W_MIN, W_MAX = 0.02, 5.0        # σ, the seeds' scatter in log lr
+PROFILE_SPAN = 12.0             # how far (in slope units, or log lr) a profile edge is looked for
+CHI2_95 = 3.841458820694124     # scipy.stats.chi2.ppf(0.95, 1)
+
+
+def upper_side(points) -> tuple[list, list, list, list[int]]:
+    """(low, high, log depth, depths left out) of one line's boundary_points rows (columns
+    layers, lr, seed, learned yes/no): per seed and depth the interval (low, high] in log lr
+    that holds its limit, from the depth's runs at lrs from its smallest lr where some seed
+    learned upwards (low = -inf, high = +inf where censored); a depth where no seed learned is
+    left out."""
+    lows, highs, z, dropped = [], [], [], []
+    for depth, rows in points.groupby("layers", sort=True):
+        learned = rows["learned"].astype(str) == "yes"
+        if not learned.any():
+            dropped.append(int(depth))
+            continue
+        start = rows.loc[learned, "lr"].astype(float).min()
+        kept = rows[rows["lr"].astype(float) >= start]
+        for _, runs in kept.groupby("seed", sort=True):
+            lr, ok = runs["lr"].astype(float).to_numpy(), (runs["learned"].astype(str) == "yes").to_numpy()
+            low = float(lr[ok].max()) if ok.any() else None
+            above = lr[~ok & (lr > low)] if low is not None else lr[~ok]
+            lows.append(math.log(low) if low is not None else -math.inf)
+            highs.append(math.log(float(above.min())) if len(above) else math.inf)
+            z.append(math.log(float(depth)))
+    return lows, highs, z, dropped
+
+
+def _nll(theta, a, b, z, z0):
+    from scipy.special import ndtr
+
+    c, s, log_w = theta
+    mu, w = c + s * (z - z0), math.exp(log_w)
+    ha, hb = (a - mu) / w, (b - mu) / w
+    p = np.where(ha > 0, ndtr(-ha) - ndtr(-hb), ndtr(hb) - ndtr(ha))  # the tail it sits in, for precision
+    return -float(np.sum(np.log(np.maximum(p, 1e-300))))
+
+
+def _minimize(a, b, z, z0, fixed: dict | None = None, starts=None) -> tuple[float, np.ndarray]:
+    """(minimal negative log-likelihood, θ = (c, s, log σ)) with the parameters in `fixed`
+    ({index: value}) held; from each start in `starts` (θ's), the best kept."""
+    from scipy.optimize import minimize
+
+    fixed = fixed or {}
+    free = [i for i in range(3) if i not in fixed]
+    bounds = [(None, None), (None, None), (math.log(W_MIN), math.log(W_MAX))]
+    finite = np.concatenate([a[np.isfinite(a)], b[np.isfinite(b)]])
+    starts = starts if starts is not None else [np.array([float(np.median(finite)), s0, math.log(0.3)])
+                                                for s0 in (0.0, -1.0)]
+    best = (math.inf, None)
+    for start in starts:
+        start = np.array(start, float)
+        for i, v in fixed.items():
+            start[i] = v
+
+        def f(free_values):
+            theta = start.copy()
+            theta[free] = free_values
+            return _nll(theta, a, b, z, z0)
+
+        r = minimize(f, start[free], method="L-BFGS-B", bounds=[bounds[i] for i in free])
+        if r.fun < best[0]:
+            theta = start.copy()
+            theta[free] = r.x
+            best = (float(r.fun), theta)
+    return best
+
+
+def _profile_interval(a, b, z, z0, index: int, nll_min: float, theta: np.ndarray) -> tuple[float, float]:
+    """The 95 % profile-likelihood interval of parameter `index` (see the section's comment)."""
+    from scipy.optimize import brentq
+
+    def excess(v):
+        return 2 * (_minimize(a, b, z, z0, {index: v}, starts=[theta])[0] - nll_min) - CHI2_95
+
+    edges = []
+    for sign in (-1, 1):
+        step, inside = 0.25, theta[index]
+        while True:
+            v = theta[index] + sign * step
+            if excess(v) > 0:
+                edges.append(brentq(excess, *sorted((inside, v)), xtol=1e-3))
+                break
+            inside, step = v, step * 2
+            if step > PROFILE_SPAN:
+                edges.append(sign * math.inf)
+                break
+    return edges[0], edges[1]
+
+
+def likelihood_fit(lows, highs, z, at_depths=(), intervals: bool = True) -> dict:
+    """The interval-censored fit of one line (see the section's comment): slope, its profile
+    interval, the seeds' scatter σ ("width"), the seed-limits and depths used, and per depth in
+    `at_depths` (blocks) the 50 % limit exp(μ(L)) with its profile interval, {L: (limit, low,
+    high)}. NaN with fewer than two depths or no finite bracket end (nothing to place)."""
+    a, b, z = (np.asarray(v, float) for v in (lows, highs, z))
+    out = {"runs": len(a), "depths": len(set(z.tolist())), "slope": math.nan, "slope_low": math.nan,
+           "slope_high": math.nan, "width": math.nan, "limits": {}}
+    if out["depths"] < 2 or not np.isfinite(b).any() or not np.isfinite(a).any():
+        return out
+    z0 = float(np.mean(z))
+    nll, theta = _minimize(a, b, z, z0)
+    out.update(slope=float(theta[1]), width=float(math.exp(theta[2])))
+    if intervals:
+        out["slope_low"], out["slope_high"] = _profile_interval(a, b, z, z0, 1, nll, theta)
+    for depth in at_depths:
+        zd = math.log(depth)
+        shifted = theta + np.array([theta[1] * (zd - z0), 0, 0])   # the same fit, its intercept at depth L
+        low, high = _profile_interval(a, b, z, zd, 0, nll, shifted) if intervals else (math.nan,) * 2
+        out["limits"][depth] = (math.exp(shifted[0]), math.exp(low), math.exp(high))
+    return out
+
+
+# ------------------------------------------------------------ the optimal lr (lowest mean loss)
+#
+# Per setting (line × depth): the lr of the lowest mean final loss over seeds (a run's loss
+# clipped at its initial loss ℓ₀, as in the LR sensitivity). Between grid points it is the
+# vertex of the parabola in log lr through the best mean and its two neighbours; at the edge
+# of the lrs tried it is censored ("≤ smallest lr" / "≥ largest lr") and not placed. Its 95 %
+# interval is a parametric bootstrap over seeds: each lr's mean redrawn as mean + σ*·Z/√n
+# (σ̂ pooled over the three cells around the best, σ* = σ̂·√(df/χ²_df) so that few seeds
+# widen it like a t), the whole estimate redone (best point, parabola; at an edge the edge),
+# percentiles of OPT_SAMPLES draws with a fixed RNG seed. Its slope against depth: least
+# squares through the placed optima, a t-interval with n − 2 degrees of freedom (3 depths at
+# least). Coverage: docs/results/methods.
+
+OPT_SAMPLES, OPT_SEED = 1000, 0
+
+
+def _vertex(xs: np.ndarray, means: np.ndarray) -> np.ndarray:
+    """Vertex (log lr) of the parabola through the best of `means` (…, n_lr) and its two
+    neighbours, per row; the edge lr where the best is at an edge."""
+    best = np.argmin(means, axis=-1)
+    i = np.clip(best, 1, len(xs) - 2)
+    rows = np.arange(means.shape[0])
+    x0, x1, x2 = xs[i - 1], xs[i], xs[i + 1]
+    y0, y1, y2 = means[rows, i - 1], means[rows, i], means[rows, i + 1]
+    num = (x1 - x0) ** 2 * (y1 - y2) - (x1 - x2) ** 2 * (y1 - y0)
+    den = (x1 - x0) * (y1 - y2) - (x1 - x2) * (y1 - y0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = x1 - 0.5 * num / den
+    v = np.where(np.isfinite(v), np.clip(v, x0, x2), x1)
+    return np.where((best == 0) | (best == len(xs) - 1), xs[best], v)
+
+
+def optimum(cells: dict, samples: int = OPT_SAMPLES, seed: int = OPT_SEED) -> dict:
+    """The optimal lr of one setting from {lr: [clipped loss of each seed]}: {"lr", "low",
+    "high", "kind" (optimum / ≤ / ≥ / none), "best_grid_lr", "n_lrs"}; lr is NaN unless kind
+    is "optimum"; low/high NaN without a seed spread to draw from."""
+    lrs = sorted(lr for lr, v in cells.items() if len(v))
+    out = {"lr": math.nan, "low": math.nan, "high": math.nan, "kind": "none", "best_grid_lr": math.nan,
+           "n_lrs": len(lrs)}
+    if not lrs:
+        return out
+    xs = np.log(np.asarray(lrs, float))
+    vals = [np.asarray(cells[lr], float) for lr in lrs]
+    means = np.array([v.mean() for v in vals])
+    best = int(np.argmin(means))
+    out["best_grid_lr"] = lrs[best]
+    if len(lrs) < 3 or best in (0, len(lrs) - 1):
+        out["kind"] = "≤" if best == 0 else "≥"
+        return out
+    out.update(kind="optimum", lr=float(math.exp(_vertex(xs, means[None])[0])))
+    near = vals[best - 1:best + 2]
+    df = sum(len(v) - 1 for v in near)
+    if df < 1:
+        return out
+    sigma = math.sqrt(sum(((v - v.mean()) ** 2).sum() for v in near) / df)
+    rng = np.random.default_rng(seed)
+    n = np.array([len(v) for v in vals], float)
+    scale = sigma * np.sqrt(df / rng.chisquare(df, size=(samples, 1)))
+    draws = means + scale * rng.standard_normal((samples, len(lrs))) / np.sqrt(n)
+    low, high = np.percentile(_vertex(xs, draws), [2.5, 97.5])
+    out.update(low=float(math.exp(low)), high=float(math.exp(high)))
+    return out
+
+
+def optimum_slope(depths, opt_lrs) -> tuple[float, float, float]:
+    """(slope, low, high) of log optimal lr against log depth: least squares, 95 % t-interval
+    (n − 2 degrees of freedom); NaN with fewer than 3 depths."""
+    from scipy import stats
+
+    d = [(math.log(L), math.log(v)) for L, v in zip(depths, opt_lrs) if v and math.isfinite(v)]
+    if len({a for a, _ in d}) < 3:
+        return math.nan, math.nan, math.nan
+    r = stats.linregress(*zip(*d))
+    half = stats.t.ppf(0.975, len(d) - 2) * r.stderr
+    return float(r.slope), float(r.slope - half), float(r.slope + half)
+
+
+def _value_key(v) -> str:
+    """A setting value as one string for matching a CSV cell to a run's config (0.00173, 16, pre)."""
+    try:
+        return f"{float(v):g}"
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def with_losses(points, runs, columns: list[str]):
+    """boundary_points rows with a `loss` column: each run's final loss clipped at its initial
+    loss ℓ₀ (a diverged run: ℓ₀), matched on `columns` (line columns, layers, lr) and seed to the
+    run folders in `runs` (a config group by its option: placement -> placement.name). Points
+    that already carry a loss (or final_val_loss) column keep it; unmatched points get NaN."""
+    from . import study
+
+    if "loss" in points.columns:
+        return points
+    points = points.copy()
+    if "final_val_loss" in points.columns:
+        points["loss"] = points["final_val_loss"].astype(float)
+        return points
+    def config_value(r, c):
+        return r.config.get(c, r.config.get(f"{c}.name"))
+
+    losses = {}
+    for r in runs or []:
+        v = study.run_loss(r)
+        if v is None:
+            continue
+        l0 = r.summary.get("initial_loss")
+        v = min(v, l0) if l0 is not None and math.isfinite(l0) else v
+        losses[tuple(_value_key(config_value(r, c)) for c in [*columns, "seed"])] = v
+    points["loss"] = [losses.get(tuple(_value_key(row[c]) for c in [*columns, "seed"]), math.nan)
+                      for row in points.to_dict("records")]
+    return points

@@ -16,8 +16,13 @@ that did not learn.
 LR sensitivity of a setting (the varied keys other than lr and seed; Wortsman et al. 2023
 §3): E_η[min(ℓ(η), ℓ₀) − ℓ*] over the swept lr grid, ℓ(η) the mean over seeds of the
 final loss at η, ℓ* the best such mean over the grid. Its 95 % interval is a percentile
-bootstrap over seeds: resample the seeds within each lr cell with replacement, recompute
-(2,000 resamples, a fixed RNG seed, so a report is reproducible). max_stable_lr is the
+t-interval over seeds (`seed_sensitivity`): seed k's share is d_k = mean_η ℓ_k(η) − ℓ_k(η*),
+η* the lr of the best mean, so mean_k d_k is the sensitivity itself and the interval is
+mean ± t₀.₉₇₅,ₙ₋₁ · s_d/√n (a seed is one draw of the whole lr curve; with 3 seeds a
+bootstrap has only 10 distinct resamples and no small-sample correction, and its intervals
+were 2–3× too narrow; it is still written beside, lr_sensitivity_boot_low/high: resample the
+seeds within each lr cell, 2,000 resamples, a fixed RNG seed). It holds η* fixed at the
+best mean; its coverage is measured by scripts/coverage.py (docs/results/methods/). max_stable_lr is the
 largest lr at which every seed learned (status completed: finished at least stall_margin
 below the unigram baseline). With layers swept, the deepest stack at which every seed
 learned is the setting's critical depth.
@@ -36,20 +41,13 @@ from ..runs.schema import FINISHED, MODEL_UPDATE, Status, is_execution_setting
 REPLICATE_KEYS = ("seed",)
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
-# t quantiles t_{0.975, df} for df = 1..30; beyond, a Cornish-Fisher expansion around 1.96
-_T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157, 2.228139,
-         2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905, 2.109816, 2.100922, 2.093024, 2.085963,
-         2.079614, 2.073873, 2.068658, 2.063899, 2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272)
 
 
 def t975(df: int) -> float:
-    """The 97.5 % quantile of Student's t with `df` degrees of freedom."""
-    if df < 1:
-        return math.nan
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+    """The 97.5 % quantile of Student's t with `df` degrees of freedom (scipy.stats.t)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, df)) if df >= 1 else math.nan
 
 
 def t_interval(values) -> tuple[float, float, float]:
@@ -206,13 +204,26 @@ def cell_table(runs: list[Run], keys: list[str], sort_key):
 
 # ------------------------------------------------------------------ LR sensitivity
 
-def _clipped_losses(members: list[Run]) -> np.ndarray:
-    """min(ℓ, ℓ₀) of each seed of one lr cell that enters the statistics (see `screen`)."""
-    out = []
+def _clipped_by_seed(members: list[Run]) -> dict:
+    """{seed: min(ℓ, ℓ₀)} of each seed of one lr cell that enters the statistics (see `screen`)."""
+    out = {}
     for r in screen(members).entered:
         v, l0 = run_loss(r), r.summary.get("initial_loss")
-        out.append(min(v, l0) if l0 is not None and math.isfinite(l0) else v)
-    return np.asarray(out, dtype=float)
+        out[r.config.get("seed")] = min(v, l0) if l0 is not None and math.isfinite(l0) else v
+    return out
+
+
+def seed_sensitivity(by_seed: list[dict]) -> tuple[float, float, float]:
+    """(point, low, high): LR sensitivity with its 95 % t-interval over seeds. `by_seed` holds
+    one {seed: clipped loss} per lr. Seed k's share d_k = mean_η ℓ_k(η) − ℓ_k(η*), η* the lr of
+    the lowest mean over all seeds, so the d_k average to the sensitivity of the seeds present at
+    every lr; the interval is t_interval(d_k) (NaN with fewer than 2 such seeds)."""
+    seeds = set.intersection(*(set(g) for g in by_seed)) if by_seed else set()
+    if not seeds:
+        return math.nan, math.nan, math.nan
+    grid = np.array([[g[k] for k in sorted(seeds, key=repr)] for g in by_seed])  # lr × seed
+    best = int(np.argmin(grid.mean(axis=1)))
+    return t_interval(grid.mean(axis=0) - grid[best])
 
 
 def sensitivity_of(grid: list[np.ndarray]) -> float:
@@ -251,8 +262,8 @@ def _left_out_over(groups) -> tuple[int, str]:
 
 
 def sensitivity_table(runs: list[Run], keys: list[str], sort_key):
-    """One row per setting (the varied keys other than lr): lr_sensitivity with its bootstrap
-    interval, max_stable_lr, n_seeds (the fewest seeds in the statistics of any lr cell), n_lrs,
+    """One row per setting (the varied keys other than lr): lr_sensitivity with its t-interval
+    over seeds (`seed_sensitivity`) and, for comparison, its bootstrap interval, max_stable_lr, n_seeds (the fewest seeds in the statistics of any lr cell), n_lrs,
     and the runs left out of them (n_left_out, left_out: see `screen`)."""
     import pandas as pd
 
@@ -260,16 +271,18 @@ def sensitivity_table(runs: list[Run], keys: list[str], sort_key):
     rows = []
     for values, members in sorted(cells(runs, setting_keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
         by_lr = {lr: ms for (lr,), ms in cells(members, ["lr"]).items() if lr is not None}
-        grid = [_clipped_losses(by_lr[lr]) for lr in sorted(by_lr)]
-        grid = [g for g in grid if len(g)]
-        point, (low, high) = (sensitivity_of(grid), bootstrap_sensitivity(grid)) if grid else (math.nan, (math.nan,) * 2)
+        by_seed = [g for g in (_clipped_by_seed(by_lr[lr]) for lr in sorted(by_lr)) if g]
+        grid = [np.asarray(list(g.values()), dtype=float) for g in by_seed]
+        point, (boot_low, boot_high) = (sensitivity_of(grid), bootstrap_sensitivity(grid)) if grid else (math.nan, (math.nan,) * 2)
+        _, low, high = seed_sensitivity(by_seed)
         n_out, why = _left_out_over(by_lr.values())
         rows.append({**dict(zip(setting_keys, values)), "lr_sensitivity": point, "lr_sensitivity_low": low,
-                     "lr_sensitivity_high": high, "max_stable_lr": largest_learning(by_lr),
+                     "lr_sensitivity_high": high, "lr_sensitivity_boot_low": boot_low,
+                     "lr_sensitivity_boot_high": boot_high, "max_stable_lr": largest_learning(by_lr),
                      "n_seeds": min(len(screen(ms).entered) for ms in by_lr.values()) if by_lr else 0,
                      "n_lrs": len(grid), "n_left_out": n_out, "left_out": why})
     return pd.DataFrame(rows, columns=[*setting_keys, "lr_sensitivity", "lr_sensitivity_low", "lr_sensitivity_high",
-                                       "max_stable_lr", "n_seeds", "n_lrs", "n_left_out", "left_out"])
+                                       "lr_sensitivity_boot_low", "lr_sensitivity_boot_high", "max_stable_lr", "n_seeds", "n_lrs", "n_left_out", "left_out"])
 
 
 def early_model_update(r: Run) -> tuple[int, float] | None:

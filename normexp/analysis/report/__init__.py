@@ -88,7 +88,7 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
         sections += boundary_section(searched, out_dir, echo)
         extra += ["boundary_search.png"]
-        law = depth_law_section(searched, out_dir, echo)
+        law = depth_law_section(searched, out_dir, echo, runs)
         if law:
             sections += law
             extra += ["depth_law_slopes.csv", "depth_law.png"]

@@ -75,7 +75,7 @@ def sensitivity_section(runs: list[Run], keys: list[str], out_dir: Path) -> list
     table.rename(columns=display_name).to_csv(out_dir / "sensitivity.csv", index=False)
     plot_sweep(runs, keys, "lr", out_dir / "lr_sensitivity.png")
     setting = [k for k in keys if k != "lr"]
-    head = [*map(display_name, setting), "LR sensitivity", "95 % bootstrap interval", "max stable lr", "seeds", "lrs",
+    head = [*map(display_name, setting), "LR sensitivity", "95 % t-interval over seeds", "max stable lr", "seeds", "lrs",
             "left out"]
     rows = [[*(fmt_param(r[k]) for k in setting), fmt(r["lr_sensitivity"]),
              "-" if not math.isfinite(r["lr_sensitivity_low"]) else f"{r['lr_sensitivity_low']:.4f} … {r['lr_sensitivity_high']:.4f}",
@@ -84,8 +84,10 @@ def sensitivity_section(runs: list[Run], keys: list[str], out_dir: Path) -> list
     return ["## Learning-rate sensitivity", "",
             "LR sensitivity = mean over the swept lr grid of min(ℓ(η), ℓ₀) − ℓ* (Wortsman et al. 2023 §3): ℓ(η) the "
             "mean final validation loss over seeds at η (a diverged run counts as its initial loss ℓ₀), ℓ* the best "
-            "of these over the grid; lower is more robust. Interval: percentile bootstrap over seeds (seeds resampled "
-            f"within each lr cell, {study.BOOTSTRAP_SAMPLES} resamples, fixed RNG seed). max stable lr: the largest lr "
+            "of these over the grid; lower is more robust. Interval: t-interval over seeds, seed k's share "
+            "mean_η ℓ_k(η) − ℓ_k(η*) at the best mean's η* (a percentile bootstrap over seeds, "
+            f"{study.BOOTSTRAP_SAMPLES} resamples, is in `sensitivity.csv` beside it: with 3 seeds it is too narrow, "
+            "see docs/results/methods). max stable lr: the largest lr "
             "at which every seed learned (completed at least stall_margin below the unigram baseline). "
             "Data: `sensitivity.csv`, `lr_sensitivity.csv`.", "",
             markdown_table(head, rows), "", "![final validation loss vs lr](lr_sensitivity.png)", ""]
@@ -151,9 +153,11 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             f"![boundary of {key}](boundary_search.png)", ""]
 
 
-def depth_law_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
+def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] | None = None) -> list[str]:
     """With lr searched at several depths (`layers` a setting key): the depth law (normexp/
-    depth_law.py), depth_law.png (its points: depth_law.csv) and depth_law_slopes.csv (the slope table); [] otherwise."""
+    depth_law.py), depth_law.png (its points: depth_law.csv) and depth_law_slopes.csv (the slope table); [] otherwise.
+    With each table's boundary_points.csv beside it, also the likelihood fit over every run and, with
+    the runs' losses (`runs`, or a loss column in boundary_points.csv), the optimal lr."""
     import pandas as pd
 
     from .. import depth_law
@@ -162,7 +166,12 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     if str(table["key"].iloc[0]) != "lr" or "layers" not in table.columns or table["layers"].nunique() < 2:
         return []
     line_cols = [c for c in table.columns if c not in RESULT_COLUMNS and c != "layers"]
-    results = depth_law.laws(table, line_cols)
+    point_files = [t.with_name("boundary_points.csv") for t in tables]
+    points = None
+    if all(f.is_file() for f in point_files):
+        points = pd.concat([pd.read_csv(f) for f in point_files], ignore_index=True)
+        points = depth_law.with_losses(points, runs, [*line_cols, "layers", "lr"])
+    results = depth_law.laws(table, line_cols, points)
     head, rows = depth_law.table_rows(results, line_cols)
     pd.DataFrame([dict(zip(head, r)) for r in rows]).to_csv(out_dir / "depth_law_slopes.csv", index=False)
     depth_law.draw(results, line_cols, out_dir / "depth_law.png", save_figure)
@@ -175,7 +184,17 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             "over the brackets (each limit drawn log-uniformly inside its bracket) and the depths (resampled), 2,000 "
             "resamples; the limit at the shallowest depth and the line's value at 1,000 blocks. Depths without a "
             "limit (nothing learned; upper bound: learned up to the search's bound) are listed, never "
-            "fitted. Data: `depth_law_slopes.csv` (this table), `depth_law.csv` (the figure's points).", "", markdown_table(head, rows), "",
+            "fitted. Data: `depth_law_slopes.csv` (this table), `depth_law.csv` (the figure's points).", "",
+            *(["Beside it, the likelihood fit: every run of the upper side (from each depth's smallest lr where some "
+               "seed learned upwards; depths where no seed learned left out), seeds as data, P(learned) a logistic "
+               "in log lr whose 50 % point falls as a power of depth; the slope, the 50 % limit at the shallowest "
+               "depth and at 1,000 blocks, 95 % profile-likelihood intervals; w: the logistic's width in log lr. "
+               "The optimal lr: per depth the vertex of a parabola in log lr through the lowest mean final loss "
+               "(a run's loss clipped at its initial loss) and its neighbours, 95 % parametric bootstrap over "
+               "seeds; ≤/≥: the best mean at the lowest/highest lr tried; its slope: least squares over the placed "
+               "optima, t-interval. Coverage of each interval: docs/results/methods.", ""]
+              if points is not None else []),
+            markdown_table(head, rows), "",
             "![depth law](depth_law.png)", ""]
 
 
