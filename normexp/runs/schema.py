@@ -99,8 +99,9 @@ def head_tag(family: str, layer: int, head: int) -> str:
 
 
 def head_tag_pattern(family: str) -> str:
-    """A regular expression matching every head's tag of a per-head `family`."""
-    return rf"{family}/layer_\d+/head_\d+"
+    """A regular expression matching every head's tag of a per-head `family`, and nothing else
+    (anchored: TensorBoard's Custom Scalars match a pattern at the start of a tag only)."""
+    return rf"^{family}/layer_\d+/head_\d+$"
 
 
 def layer_index(tag: str) -> int:
@@ -110,8 +111,9 @@ def layer_index(tag: str) -> int:
 
 
 def layer_tag_pattern(family: str) -> str:
-    """A regular expression matching every block's tag of `family` (TensorBoard's layout)."""
-    return rf"{family}/layer_\d+"
+    """A regular expression matching every block's tag of `family` (TensorBoard's layout), and
+    nothing else: anchored at both ends, so `act_std` does not also chart its per-head tags."""
+    return rf"^{family}/layer_\d+$"
 
 
 # ----------------------------------------------------------------------- summary.json

@@ -42,26 +42,17 @@ def charted_layers(layers: int, most: int = LAYERS_PER_CHART) -> list[int]:
     return sorted({round(i * (layers - 1) / (most - 1)) for i in range(most)})
 
 
-def custom_scalars_layout(layers: int):
-    """The Custom Scalars dashboard, read top down: "across a sweep" first (one line per run,
-    readable over many runs), then training and stability, then "per layer" (closed until
-    opened: in a sweep it holds a line per block and run). Returns the layout's Summary."""
-    from tensorboard.plugins.custom_scalar import layout_pb2
-    from torch.utils.tensorboard.summary import custom_scalars
+def exactly(tag: str) -> str:
+    """The Custom Scalars pattern of one tag: TensorBoard matches a chart's pattern at the start
+    of each tag (re.match), so a bare "train/loss" would also chart train/loss_spike."""
+    return "^" + re.escape(tag) + "$"
 
-    shown = charted_layers(layers)
-    subset = "" if len(shown) == layers else f" (blocks {', '.join(map(str, shown))} of {layers})"
-    per_layer = {f"{family}: {f.about}{subset}":
-                 ["Multiline", [n.layer_tag_pattern(family) if not subset else
-                                "|".join("^" + re.escape(n.layer_tag(family, i)) + "$" for i in shown)]]
-                 for family, f in LAYER_FAMILIES.items()}
-    # per-head families: a line per head of the charted blocks
-    per_layer.update({f"{family}: {f.about}{subset}":
-                      ["Multiline", [n.head_tag_pattern(family) if not subset else
-                                     "|".join("^" + re.escape(n.layer_tag(family, i)) + r"/head_\d+$" for i in shown)]]
-                      for family, f in HEAD_FAMILIES.items()})
-    layout = {
-        # one line per run and tag: readable across a sweep of many runs
+
+def plain_charts() -> dict:
+    """{category: {chart title: ["Multiline", [tag, ...]]}}: the charts of named tags, read top
+    down: "across a sweep" first (one line per run and tag: readable over many runs), then
+    training and stability."""
+    return {
         "across a sweep": {
             "validation loss": ["Multiline", [n.VAL_LOSS]],
             "activation std: first and last block": ["Multiline", [n.ACT_STD_FIRST, n.ACT_STD_LAST]],
@@ -81,10 +72,33 @@ def custom_scalars_layout(layers: int):
             "activation std max": ["Multiline", [n.ACT_STD_MAX]],
             "gradient norm max, last/first": ["Multiline", [n.GRAD_NORM_MAX, n.GRAD_NORM_TOP_OVER_BOTTOM]],
             "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
-            "output log Z and z-loss (log Z)²": ["Multiline", [n.GROUP_TAGS["output_log_z"], n.GROUP_TAGS["output_z_loss"]]],
+            "output log Z and z-loss (log Z)²": ["Multiline", [n.GROUP_TAGS["output_log_z"],
+                                                               n.GROUP_TAGS["output_z_loss"]]],
         },
-        "per layer": per_layer,
     }
+
+
+def custom_scalars_layout(layers: int):
+    """The Custom Scalars dashboard, read top down: "across a sweep" first (one line per run,
+    readable over many runs), then training and stability, then "per layer" (closed until
+    opened: in a sweep it holds a line per block and run). Returns the layout's Summary."""
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from torch.utils.tensorboard.summary import custom_scalars
+
+    shown = charted_layers(layers)
+    subset = "" if len(shown) == layers else f" (blocks {', '.join(map(str, shown))} of {layers})"
+    per_layer = {f"{family}: {f.about}{subset}":
+                 ["Multiline", [n.layer_tag_pattern(family) if not subset else
+                                "|".join("^" + re.escape(n.layer_tag(family, i)) + "$" for i in shown)]]
+                 for family, f in LAYER_FAMILIES.items()}
+    # per-head families: a line per head of the charted blocks
+    per_layer.update({f"{family}: {f.about}{subset}":
+                      ["Multiline", [n.head_tag_pattern(family) if not subset else
+                                     "|".join("^" + re.escape(n.layer_tag(family, i)) + r"/head_\d+$" for i in shown)]]
+                      for family, f in HEAD_FAMILIES.items()})
+    layout = {category: {title: [kind, [exactly(tag) for tag in tags]] for title, (kind, tags) in charts.items()}
+              for category, charts in plain_charts().items()}
+    layout["per layer"] = per_layer
     summary = custom_scalars(layout)
     # torch's helper has no way to say "closed": set it on the serialized layout
     tensor = summary.value[0].tensor

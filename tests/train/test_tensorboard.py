@@ -108,4 +108,38 @@ def test_every_per_layer_family_is_described_and_charted(runs):
     heads = {m[1] for tag in load_events(run).Tags()["scalars"] if (m := re.fullmatch(r"(\w+)/layer_\d\d/head_\d\d", tag))}
     assert heads == set(HEAD_FAMILIES)
     act_std = next(chart for chart in per_layer.chart if chart.title.startswith("act_std:"))
-    assert list(act_std.multiline.tag) == [r"act_std/layer_\d+"]
+    assert list(act_std.multiline.tag) == [r"^act_std/layer_\d+$"]
+
+
+def test_every_custom_scalars_chart_matches_exactly_the_tags_it_names(runs):
+    """Each chart's patterns, matched as TensorBoard's Custom Scalars plugin matches them (re.match:
+    anchored at the start only), against every tag a real run logged: a chart of named tags
+    gets those tags and no other ("loss" once also drew train/loss_spike and its threshold), a
+    per-layer chart gets its family's blocks, a per-head one its family's heads."""
+    import re
+
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.plugins.custom_scalar import metadata as custom_scalar
+
+    run = runs / "sweep" / "pre"
+    logged = set(load_events(run).Tags()["scalars"])
+    assert {"train/loss", "train/loss_spike", "val/loss"} <= logged  # the tags the old pattern mixed up
+    [layout] = [layout_pb2.Layout.FromString(v.tensor.string_val[0]) for e in events(run) for v in e.summary.value
+                if v.tag == custom_scalar.CONFIG_SUMMARY_TAG]
+    [loss] = [c for cat in layout.category if cat.title == "training" for c in cat.chart if c.title == "loss"]
+    assert {t for t in logged if any(re.match(p, t) for p in loss.multiline.tag)} == {"train/loss", "val/loss"}
+    charted = 0
+    for category in layout.category:
+        for chart in category.chart:
+            matched = {t for t in logged if any(re.match(p, t) for p in chart.multiline.tag)}
+            if category.title == "per layer":
+                family = chart.title.split(":")[0]
+                parts = 3 if family in HEAD_FAMILIES else 2
+                expected = {t for t in logged if t.split("/")[0] == family and len(t.split("/")) == parts
+                            and t.split("/")[1].startswith("layer_")}  # (not act_std/embedding: no block)
+                assert expected, chart.title
+            else:  # a chart of named tags: each pattern, unanchored, is the tag it names
+                expected = {p.strip("^$").replace("\\", "") for p in chart.multiline.tag} & logged
+            assert matched == expected, f"{category.title} / {chart.title}"
+            charted += 1
+    assert charted >= 15 + len(LAYER_FAMILIES) + len(HEAD_FAMILIES)
