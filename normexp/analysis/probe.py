@@ -101,6 +101,11 @@ class ProbeSettings:
                 raise ProbeError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be a positive integer")
         if self.d_model % self.heads:
             raise ProbeError(f"--heads {self.heads} must divide --d-model {self.d_model}")
+        if self.norm == "batch" and self.batch_size * self.seq_len < 2:
+            from ..launch.validate import batch_norm_needs
+
+            raise ProbeError(f"--batch-size {self.batch_size}: " + batch_norm_needs(
+                f"--seq-len {self.seq_len}", "--batch-size × --seq-len", "--batch-size or --seq-len"))
 
 
 def parse_list(text: str, kind: type, option: str) -> tuple:

@@ -68,15 +68,29 @@ def _check_overrides(parsed: list, multirun: bool) -> list[str]:
             moved_key(key, values[0])
         except ConfigError as e:
             fail(str(e))
+        if "null" in values and (override_key(key) in config_groups() or override_key(key).startswith("hydra/")):
+            fail(_null_group(override_key(key)))
         if override_key(key) in config_groups():
             valid = group_options(override_key(key))
             for v in values:
-                if v not in valid and v != "null":
+                if v not in valid:
                     fail(f"{key}={v}: unknown option; choose from {', '.join(valid)}")
         if o.is_sweep_override() and not multirun:
             fail(f"{o.input_line}: a sweep needs -m (normexp train -m {o.input_line})")
         first.append(f"{o.input_line.split('=')[0]}={values[0]}" if o.is_sweep_override() else o.input_line)
     return first
+
+
+def _null_group(group: str) -> str:
+    """Why `group=null` is refused (Hydra cannot compose a config group set to null), and the fix."""
+    if group.startswith("hydra/"):
+        return (f"{group}=null: a Hydra config group takes one of its options; leave it out for the default "
+                "(`normexp train --hydra-help` lists the options)")
+    valid = ", ".join(group_options(group))
+    if group == "experiment":
+        return f"experiment=null: no preset is the default; leave experiment out, or choose from {valid}"
+    without = {"norm": " (norm=none trains without normalization)"}.get(group, "")
+    return f"{group}=null: every run needs a {group}; choose from {valid}{without}"
 
 
 def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
@@ -236,6 +250,8 @@ def claim_output(args: list[str], cfg) -> list[str]:
         value = str(OverridesParser.create().parse_override(given[key]).value())
         folder = folder if "${" in value else Path(value)
     resume = OmegaConf.select(cfg, "resume") is True
+    made = _missing_parents(folder)
+    _MADE[:] = made
     try:
         if key not in given and not resume:
             folder = claim_default_folder(folder, key)
@@ -245,5 +261,47 @@ def claim_output(args: list[str], cfg) -> list[str]:
             claim_sweep_folder(folder)
     except FolderTaken as e:
         fail(str(e))
+    except OSError as e:  # a full disk or a read-only folder while claiming: undo the claim, one line
+        from .exits import environment_refusal, folder_refusal
+
+        if environment_refusal(e) is None:
+            raise
+        _undo_claim(folder, made)
+        fail(folder_refusal(e, key, folder, resumable=resume and not made))
     quote = '"' if "'" in str(folder) else "'"  # a quoted value keeps `,` or `=` in a path literal
     return [a for a in args if a.split("=", 1)[0] != key] + [f"{key}={quote}{folder}{quote}"]
+
+
+_MADE: list[Path] = []  # the folders claim_output created (see made_by_claim)
+
+
+def made_by_claim() -> list[Path]:
+    """The folders this command's claim created, deepest first (none if they existed): what a
+    run that cannot start (a full disk) removes again, if they are still empty."""
+    return list(_MADE)
+
+
+def _missing_parents(folder: Path) -> list[Path]:
+    """The folders of `folder`'s path (itself included) that do not exist yet, deepest first:
+    what claiming it will create, and what a claim that could not be written removes again."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _undo_claim(folder: Path, made: list[Path]) -> None:
+    """Remove what a claim that the machine refused half-way left: a claim file that is not a
+    whole claim (an empty file on a full disk: it would block the folder for the next run),
+    then the folders the claim created, if they are empty."""
+    import contextlib
+
+    from ..runs.folder import CLAIM, holds_own_claim, read_claim
+
+    with contextlib.suppress(OSError):
+        if (folder / CLAIM).exists() and (not read_claim(folder) or holds_own_claim(folder)):
+            (folder / CLAIM).unlink()
+    for f in made:
+        with contextlib.suppress(OSError):
+            f.rmdir()

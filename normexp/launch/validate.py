@@ -108,6 +108,9 @@ def _validate(cfg: DictConfig, explicit) -> None:
     _optimizer(cfg)
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")
+    if cfg.norm.name == "batch" and cfg.batch_size * cfg.seq_len < 2:
+        raise ConfigError("batch_size", cfg.batch_size, batch_norm_needs(f"seq_len={cfg.seq_len}", "batch_size·seq_len",
+                                                                          "batch_size or seq_len"))
     _choice("placement", cfg.placement.name, "placement")
     _choice("init", cfg.init.name, "init")
     if not is_number(cfg.z_loss) or cfg.z_loss < 0:
@@ -162,6 +165,13 @@ def _loss_spike(cfg) -> None:
 
 # groups whose settings the variant classes in model.py check (model.variant names the key)
 _CLASS_CHECKED = ("norm", "placement", "init")
+
+
+def batch_norm_needs(given: str, product: str, raise_: str) -> str:
+    """Why BatchNorm refuses a batch of one token (PyTorch: "Expected more than 1 value per
+    channel when training"), and the fix; validate.py and the probe say it alike."""
+    return (f"with {given}, norm=batch has one value per channel to normalize over (BatchNorm normalizes each "
+            f"feature over all batch×time tokens); {product} must be > 1: raise {raise_}, or choose another norm")
 
 
 def _known_keys(cfg) -> None:
