@@ -39,6 +39,31 @@ def _check_flags(args: list[str]) -> None:
                 fail(f"{flag} {value}: choose --cfg job, --cfg hydra or --cfg all")
 
 
+def _check_config_name(flags: list[str]) -> None:
+    """--config-name NAME must name a primary config that exists: normexp's train.yaml, or a
+    yaml file in a folder given with --config-dir/--config-path (Hydra would print its search
+    path and exit 1)."""
+    from ..config.compose import CONFIG_NAME
+
+    def value(*names):
+        for i, f in enumerate(flags):
+            flag, eq, v = f.partition("=")
+            if flag in names:
+                return v if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+        return None
+
+    name = value("--config-name", "-cn")
+    if name is None:
+        return
+    stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    folders = [Path(d) for d in (value("--config-dir", "-cd"), value("--config-path", "-cp")) if d]
+    if stem == CONFIG_NAME or any((d / f"{stem}.yaml").is_file() for d in folders):
+        return
+    where = f" in {', '.join(map(str, folders))} or" if folders else ""
+    fail(f"--config-name {name}: no such config{where} among normexp's (normexp train's config is "
+         f"{CONFIG_NAME}); drop --config-name, and pick a preset with experiment=NAME")
+
+
 def _parse(overrides: list[str]) -> list:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -114,6 +139,12 @@ def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
             fail(f"{given}: no such setting{where}{swept}; see `normexp train --cfg job` for the keys")
         if "Key '" in msg:
             msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
+        cause = e.__cause__
+        if msg.startswith("Error merging override") and isinstance(cause, OmegaConfBaseException):
+            # a typed setting (the boundary sweeper's hydra.sweeper.ratio=abc): say what the value must be
+            key = f"{cause.full_key}=" if getattr(cause, "full_key", None) else ""
+            msg = (f"{key}{cause.value if hasattr(cause, 'value') and key else ''}: {str(cause).splitlines()[0]}; "
+                   "give a value of that type")
         fail(msg)
 
 
@@ -164,7 +195,8 @@ def _check_boundary_search(sweeper, parsed: list) -> None:
     """hydra/sweeper=boundary: its own settings, and the searched key not swept as well."""
     from ..analysis.boundary import check_settings
 
-    problem = check_settings(sweeper.key, sweeper.lower, sweeper.upper, sweeper.ratio, sweeper.initial_points)
+    problem = check_settings(sweeper.key, sweeper.lower, sweeper.upper, sweeper.ratio, sweeper.initial_points,
+                             sweeper.get("lower_ratio"), sweeper.get("schedule"), sweeper.get("parallel"))
     if problem:
         fail(problem)
     swept = {o.key_or_group for o in parsed if o.is_sweep_override()} | set((sweeper.get("params") or {}).keys())
@@ -179,7 +211,8 @@ def preflight(args: list[str]):
     node) of a command that will train, else None."""
     flags, overrides = split_hydra_args(args)
     _check_flags(args)
-    if any(f in _NO_PREFLIGHT for f in flags):
+    _check_config_name(flags)
+    if any(f.split("=")[0] in _NO_PREFLIGHT for f in flags):
         return None
     multirun = "-m" in flags or "--multirun" in flags
     show = any(f in ("--cfg", "-c") for f in flags)
@@ -200,8 +233,11 @@ def preflight(args: list[str]):
         preset = next((o for o in overrides if o.startswith("experiment=")), "the preset")
         fail(f"{preset}: a sweep over {', '.join(map(str, sweeper_params))}; add -m "
              f"(normexp train -m {' '.join(overrides)})")
-    if multirun and "boundary_sweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_")):
-        _check_boundary_search(cfg.hydra.sweeper, parsed)
+    if "boundary_sweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_")):
+        if not multirun and not show:  # without -m Hydra runs one plain job and never calls the sweeper
+            fail(f"hydra/sweeper=boundary searches over many runs: add -m (normexp train -m {' '.join(overrides)})")
+        if multirun:
+            _check_boundary_search(cfg.hydra.sweeper, parsed)
     if multirun:
         from .launchers import launcher_problem  # imports torch: only sweeps need it
         if launcher_problem(cfg.hydra.launcher):
