@@ -111,9 +111,9 @@ CASES = [
      "a folder name of 256 bytes; file systems allow 255 at most"),
     ("batch-too-large-for-memory", ["batch_size=10000000"], "batch_size=10000000: one training step needs about"),
     # issue 38 item 8: each of these ended in rc 1 or a multi-line Hydra text
-    *[(f"{group}-null", [f"{group}=null"], f"{group}=null: every run needs a {group}; choose from "
+    *[(f"{group}-null", [f"{group}=null"], f"{group}=null: every run needs one {group} option; choose from "
        + ", ".join(options(group))) for group in ("norm", "placement", "init", "schedule", "data", "tokenizer")],
-    ("norm-null-in-a-sweep", ["norm=layer,null", "seed=0,1", "-m"], "norm=null: every run needs a norm"),
+    ("norm-null-in-a-sweep", ["norm=layer,null", "seed=0,1", "-m"], "norm=null: every run needs one norm option"),
     ("experiment-null", ["experiment=null"], "experiment=null: no preset is the default; leave experiment out"),
     ("hydra-group-null", ["hydra/launcher=null"], "hydra/launcher=null: a Hydra config group takes one of its options"),
     ("batchnorm-one-value-per-channel", ["norm=batch", "batch_size=1", "seq_len=1"],

@@ -115,7 +115,7 @@ def _null_group(group: str) -> str:
     if group == "experiment":
         return f"experiment=null: no preset is the default; leave experiment out, or choose from {valid}"
     without = {"norm": " (norm=none trains without normalization)"}.get(group, "")
-    return f"{group}=null: every run needs a {group}; choose from {valid}{without}"
+    return f"{group}=null: every run needs one {group} option; choose from {valid}{without}"
 
 
 def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
