@@ -101,6 +101,11 @@ class ProbeSettings:
                 raise ProbeError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be a positive integer")
         if self.d_model % self.heads:
             raise ProbeError(f"--heads {self.heads} must divide --d-model {self.d_model}")
+        if self.norm == "batch" and self.batch_size * self.seq_len < 2:
+            from ..launch.validate import batch_norm_needs
+
+            raise ProbeError(f"--batch-size {self.batch_size}: " + batch_norm_needs(
+                f"--seq-len {self.seq_len}", "--batch-size × --seq-len", "--batch-size or --seq-len"))
 
 
 def parse_list(text: str, kind: type, option: str) -> tuple:
@@ -173,12 +178,32 @@ def probe_model(placement: str, layers: int, seed: int, tokens: np.ndarray, voca
              "grad_norm_mlp_out": grad[i], "hidden_rms": rms[i]} for i in range(layers)]
 
 
+def check_probe_memory(s: ProbeSettings, vocab_size: int, available: int | None = None) -> None:
+    """The training run's memory check (validate.memory_problem) for the deepest model of the
+    probe, without an optimizer: refused up front rather than killed by the OOM killer."""
+    from omegaconf import OmegaConf
+
+    from ..launch.validate import memory_problem
+
+    # an encoder-decoder holds an encoder as deep as its decoder, over a source as long as its target
+    twice = 2 if s.encoder_decoder else 1
+    model = ModelConfig(vocab_size=vocab_size, seq_len=s.seq_len, layers=max(s.depths), d_model=s.d_model, heads=s.heads)
+    cfg = OmegaConf.create({"tokenizer": {"vocab_size": vocab_size}, "d_model": s.d_model, "seq_len": s.seq_len,
+                            "layers": twice * max(s.depths), "mlp_ratio": model.mlp_ratio, "batch_size": s.batch_size,
+                            "heads": s.heads})
+    problem = memory_problem(cfg, available, optimizer=False, names={
+        "layers": "--depths", "d_model": "--d-model", "batch_size": "--batch-size", "seq_len": "--seq-len"})
+    if problem:
+        raise ProbeError(f"--depths {max(s.depths)}: {problem}")
+
+
 def run_probe(s: ProbeSettings, tokens: np.ndarray, vocab_size: int, progress: bool = True) -> list[dict]:
     s.check()
     need = (2 if s.encoder_decoder else 1) * s.seq_len + 2
     if len(tokens) < need:
         raise ProbeError(f"the corpus has only {len(tokens)} tokens, the probe needs {need}; "
                          "use a smaller --seq-len or a larger corpus")
+    check_probe_memory(s, vocab_size)
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(s.threads)
     records = []

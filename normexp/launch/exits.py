@@ -35,6 +35,24 @@ _ENVIRONMENT_ERRNOS = {
 }
 
 
+def environment_refusal(e: BaseException) -> tuple[str, str] | None:
+    """(what happened, what to do) when `e` is the machine refusing a write (a full disk, a
+    read-only folder...), else None."""
+    if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
+        return _ENVIRONMENT_ERRNOS[e.errno]
+    return None
+
+
+def folder_refusal(e: OSError, key: str, folder, resumable: bool = False) -> str:
+    """The one line for a folder the machine would not let a run start in: the setting and
+    folder, what happened and to which file, and the fix (free space, or another folder)."""
+    what, fix = environment_refusal(e)
+    where = f" (writing {e.filename})" if e.filename else ""
+    kept = ("; the run is left as it was: resume=true continues it then" if resumable
+            else "; nothing was written")
+    return f"{key}={folder}: {what}{where}; {fix}, or choose another folder ({key}=PATH){kept}"
+
+
 def describe_error(e: BaseException) -> tuple[str, int]:
     """The one line and exit code for an exception nothing more specific caught: the single
     top-level mapping (cli.main and each training job use it). Exit 2 when the cause is

@@ -50,6 +50,11 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
     from .validate import validate
 
     log = logging.getLogger("normexp")
+    if previous is None and (run_dir / "summary.json").exists():  # a sweep's job folder: no pre-flight saw it
+        from ..runs.folder import FolderTaken
+        from ..runs.resume import unreadable_summary
+
+        raise FolderTaken(f"{run_dir}: {unreadable_summary(run_dir)}")
     validate(cfg, explicit)
     existing = previous is not None and not trained_nothing(run_dir, previous)
     if existing and (cfg.resume or previous.get("status") == Status.REQUEUED):
@@ -179,6 +184,46 @@ def _record_failure(run_dir: Path, cfg, message: str) -> None:
     set_status(run_dir, Status.FAILED, base, error=message)
 
 
+class _StartRefused(BaseException):
+    """The machine refused a write while Hydra set a run's folder up (a full disk when it
+    writes .hydra/config.yaml). A BaseException, so that it passes Hydra's own report of
+    errors (a traceback and exit 1) on its way to run_hydra, which says it in one line."""
+
+    def __init__(self, error: OSError, run_dir: Path):
+        super().__init__(str(error))
+        self.error, self.run_dir = error, run_dir
+
+
+def _undo_start(run_dir: Path) -> bool:
+    """Leave the folder as it was before this command: a run already there (being resumed)
+    gets its own .hydra files back; a new run's folder loses what Hydra and the claim put in
+    it (the folder itself too, if the claim made it). True when a run is there to resume."""
+    import contextlib
+    import logging
+    import shutil
+
+    from ..runs.folder import CLAIM, holds_own_claim, read_record, read_summary, restore_hydra_files
+    from .preflight import made_by_claim
+
+    run_dir = Path(run_dir)
+    existing = read_record(run_dir) is not None or read_summary(run_dir) is not None or any(
+        run_dir.glob("checkpoints/step_*.pt")) or any(run_dir.glob("events.out.tfevents*"))
+    with contextlib.suppress(OSError):
+        if existing:
+            restore_hydra_files(run_dir)
+        else:
+            for handler in logging.getLogger().handlers:  # Hydra's train.log handler: closed before removing
+                if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == run_dir:
+                    handler.close()
+            shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
+            (run_dir / "train.log").unlink(missing_ok=True)
+        if holds_own_claim(run_dir):
+            (run_dir / CLAIM).unlink()
+        for folder in made_by_claim():
+            folder.rmdir()
+    return existing
+
+
 def run_hydra(args: list[str], hooks=None) -> list | None:
     """Hydra's main with `args` as its command line; each job runs `hydra_task`. Returns a
     sweep's job results (Hydra's JobReturn objects), None for a single run."""
@@ -203,10 +248,29 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
         return batches
 
     Hydra.multirun = keep_results
+    import hydra.core.utils as hydra_utils
+
+    save_config = hydra_utils._save_config
+
+    def saving(config, filename, output_dir):  # Hydra's .hydra/*.yaml, written before the job starts
+        try:
+            save_config(config, filename, output_dir)
+        except OSError as e:
+            from .exits import environment_refusal
+
+            if environment_refusal(e) is None or in_sweep():
+                raise
+            raise _StartRefused(e, Path(output_dir).parent) from None
+
+    hydra_utils._save_config = saving
     try:
         main()
+    except _StartRefused as e:
+        from .exits import folder_refusal
+
+        fail(folder_refusal(e.error, "hydra.run.dir", e.run_dir, resumable=_undo_start(e.run_dir)))
     finally:
-        sys.argv, Hydra.multirun = saved, multirun
+        sys.argv, Hydra.multirun, hydra_utils._save_config = saved, multirun, save_config
     return results if any(f in ("-m", "--multirun") for f in flags) else None
 
 

@@ -42,6 +42,31 @@ def _check_flags(args: list[str]) -> None:
                 fail(f"{flag} {value}: choose --cfg job, --cfg hydra or --cfg all")
 
 
+def _check_config_name(flags: list[str]) -> None:
+    """--config-name NAME must name a primary config that exists: normexp's train.yaml, or a
+    yaml file in a folder given with --config-dir/--config-path (Hydra would print its search
+    path and exit 1)."""
+    from ..config.compose import CONFIG_NAME
+
+    def value(*names):
+        for i, f in enumerate(flags):
+            flag, eq, v = f.partition("=")
+            if flag in names:
+                return v if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+        return None
+
+    name = value("--config-name", "-cn")
+    if name is None:
+        return
+    stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    folders = [Path(d) for d in (value("--config-dir", "-cd"), value("--config-path", "-cp")) if d]
+    if stem == CONFIG_NAME or any((d / f"{stem}.yaml").is_file() for d in folders):
+        return
+    where = f" in {', '.join(map(str, folders))} or" if folders else ""
+    fail(f"--config-name {name}: no such config{where} among normexp's (normexp train's config is "
+         f"{CONFIG_NAME}); drop --config-name, and pick a preset with experiment=NAME")
+
+
 def _parse(overrides: list[str]) -> list:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -71,15 +96,29 @@ def _check_overrides(parsed: list, multirun: bool) -> list[str]:
             moved_key(key, values[0])
         except ConfigError as e:
             fail(str(e))
+        if "null" in values and (override_key(key) in config_groups() or override_key(key).startswith("hydra/")):
+            fail(_null_group(override_key(key)))
         if override_key(key) in config_groups():
             valid = group_options(override_key(key))
             for v in values:
-                if v not in valid and v != "null":
+                if v not in valid:
                     fail(f"{key}={v}: unknown option; choose from {', '.join(valid)}")
         if o.is_sweep_override() and not multirun:
             fail(f"{o.input_line}: a sweep needs -m (normexp train -m {o.input_line})")
         first.append(f"{o.input_line.split('=')[0]}={values[0]}" if o.is_sweep_override() else o.input_line)
     return first
+
+
+def _null_group(group: str) -> str:
+    """Why `group=null` is refused (Hydra cannot compose a config group set to null), and the fix."""
+    if group.startswith("hydra/"):
+        return (f"{group}=null: a Hydra config group takes one of its options; leave it out for the default "
+                "(`normexp train --hydra-help` lists the options)")
+    valid = ", ".join(group_options(group))
+    if group == "experiment":
+        return f"experiment=null: no preset is the default; leave experiment out, or choose from {valid}"
+    without = {"norm": " (norm=none trains without normalization)"}.get(group, "")
+    return f"{group}=null: every run needs one {group} option; choose from {valid}{without}"
 
 
 def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
@@ -103,6 +142,12 @@ def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
             fail(f"{given}: no such setting{where}{swept}; see `normexp train --cfg job` for the keys")
         if "Key '" in msg:
             msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
+        cause = e.__cause__
+        if msg.startswith("Error merging override") and isinstance(cause, OmegaConfBaseException):
+            # a typed setting (the boundary sweeper's hydra.sweeper.ratio=abc): say what the value must be
+            key = f"{cause.full_key}=" if getattr(cause, "full_key", None) else ""
+            msg = (f"{key}{cause.value if hasattr(cause, 'value') and key else ''}: {str(cause).splitlines()[0]}; "
+                   "give a value of that type")
         fail(msg)
 
 
@@ -153,7 +198,8 @@ def _check_boundary_search(sweeper, parsed: list) -> None:
     """hydra/sweeper=boundary: its own settings, and the searched key not swept as well."""
     from ..analysis.boundary import check_settings
 
-    problem = check_settings(sweeper.key, sweeper.lower, sweeper.upper, sweeper.ratio, sweeper.initial_points)
+    problem = check_settings(sweeper.key, sweeper.lower, sweeper.upper, sweeper.ratio, sweeper.initial_points,
+                             sweeper.get("lower_ratio"), sweeper.get("schedule"), sweeper.get("parallel"))
     if problem:
         fail(problem)
     swept = {o.key_or_group for o in parsed if o.is_sweep_override()} | set((sweeper.get("params") or {}).keys())
@@ -168,7 +214,8 @@ def preflight(args: list[str]):
     node) of a command that will train, else None."""
     flags, overrides = split_hydra_args(args)
     _check_flags(args)
-    if any(f in _NO_PREFLIGHT for f in flags):
+    _check_config_name(flags)
+    if any(f.split("=")[0] in _NO_PREFLIGHT for f in flags):
         return None
     multirun = "-m" in flags or "--multirun" in flags
     show = any(f in ("--cfg", "-c") for f in flags)
@@ -189,8 +236,11 @@ def preflight(args: list[str]):
         preset = next((o for o in overrides if o.startswith("experiment=")), "the preset")
         fail(f"{preset}: a sweep over {', '.join(map(str, sweeper_params))}; add -m "
              f"(normexp train -m {' '.join(overrides)})")
-    if multirun and "boundary_sweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_")):
-        _check_boundary_search(cfg.hydra.sweeper, parsed)
+    if "boundary_sweeper" in str(OmegaConf.select(cfg, "hydra.sweeper._target_")):
+        if not multirun and not show:  # without -m Hydra runs one plain job and never calls the sweeper
+            fail(f"hydra/sweeper=boundary searches over many runs: add -m (normexp train -m {' '.join(overrides)})")
+        if multirun:
+            _check_boundary_search(cfg.hydra.sweeper, parsed)
     if multirun:
         from .launchers import launcher_problem  # imports torch: only sweeps need it
         if launcher_problem(cfg.hydra.launcher):
@@ -239,6 +289,8 @@ def claim_output(args: list[str], cfg) -> list[str]:
         value = str(OverridesParser.create().parse_override(given[key]).value())
         folder = folder if "${" in value else Path(value)
     resume = OmegaConf.select(cfg, "resume") is True
+    made = _missing_parents(folder)
+    _MADE[:] = made
     try:
         if key not in given and not resume:
             folder = claim_default_folder(folder, key)
@@ -248,5 +300,47 @@ def claim_output(args: list[str], cfg) -> list[str]:
             claim_sweep_folder(folder)
     except FolderTaken as e:
         fail(str(e))
+    except OSError as e:  # a full disk or a read-only folder while claiming: undo the claim, one line
+        from .exits import environment_refusal, folder_refusal
+
+        if environment_refusal(e) is None:
+            raise
+        _undo_claim(folder, made)
+        fail(folder_refusal(e, key, folder, resumable=resume and not made))
     quote = '"' if "'" in str(folder) else "'"  # a quoted value keeps `,` or `=` in a path literal
     return [a for a in args if a.split("=", 1)[0] != key] + [f"{key}={quote}{folder}{quote}"]
+
+
+_MADE: list[Path] = []  # the folders claim_output created (see made_by_claim)
+
+
+def made_by_claim() -> list[Path]:
+    """The folders this command's claim created, deepest first (none if they existed): what a
+    run that cannot start (a full disk) removes again, if they are still empty."""
+    return list(_MADE)
+
+
+def _missing_parents(folder: Path) -> list[Path]:
+    """The folders of `folder`'s path (itself included) that do not exist yet, deepest first:
+    what claiming it will create, and what a claim that could not be written removes again."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _undo_claim(folder: Path, made: list[Path]) -> None:
+    """Remove what a claim that the machine refused half-way left: a claim file that is not a
+    whole claim (an empty file on a full disk: it would block the folder for the next run),
+    then the folders the claim created, if they are empty."""
+    import contextlib
+
+    from ..runs.folder import CLAIM, holds_own_claim, read_claim
+
+    with contextlib.suppress(OSError):
+        if (folder / CLAIM).exists() and (not read_claim(folder) or holds_own_claim(folder)):
+            (folder / CLAIM).unlink()
+    for f in made:
+        with contextlib.suppress(OSError):
+            f.rmdir()

@@ -108,6 +108,9 @@ def _validate(cfg: DictConfig, explicit) -> None:
     _optimizer(cfg)
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")
+    if cfg.norm.name == "batch" and cfg.batch_size * cfg.seq_len < 2:
+        raise ConfigError("batch_size", cfg.batch_size, batch_norm_needs(f"seq_len={cfg.seq_len}", "batch_size·seq_len",
+                                                                          "batch_size or seq_len"))
     _choice("placement", cfg.placement.name, "placement")
     _choice("init", cfg.init.name, "init")
     if not is_number(cfg.z_loss) or cfg.z_loss < 0:
@@ -162,6 +165,13 @@ def _loss_spike(cfg) -> None:
 
 # groups whose settings the variant classes in model.py check (model.variant names the key)
 _CLASS_CHECKED = ("norm", "placement", "init")
+
+
+def batch_norm_needs(given: str, product: str, raise_: str) -> str:
+    """Why BatchNorm refuses a batch of one token (PyTorch: "Expected more than 1 value per
+    channel when training"), and the fix; validate.py and the probe say it alike."""
+    return (f"with {given}, norm=batch has one value per channel to normalize over (BatchNorm normalizes each "
+            f"feature over all batch×time tokens); {product} must be > 1: raise {raise_}, or choose another norm")
 
 
 def _known_keys(cfg) -> None:
@@ -246,11 +256,13 @@ def check_data(data) -> None:
     source_for(data).check()
 
 
-def training_memory_bytes(cfg) -> int:
-    """An estimate of the memory one float32 training step needs (AdamW), from the settings:
+def memory_parts(cfg, optimizer: bool = True) -> tuple[int, int]:
+    """An estimate of the memory one float32 training step needs, from the settings, in two
+    parts (model, per batch): what batch_size and seq_len cannot change, and what they can.
 
         P = 2·V·d + T·d + L·(4 + 2r)·d²            parameters (embedding, head, positions, blocks)
-        16·P                                         weights, gradients, AdamW's two moments (4 B each)
+        16·P                                         weights, gradients, AdamW's two moments (4 B each);
+                                                     8·P without an optimizer (the probe)
         4·L·B·T·(16 + 2r)·d                          activations kept for backward, per block
         + 4·L·B·H·T²  (only with attn_softcap)       the written-out attention scores
         + 12·B·T·V                                   logits, their log-softmax and its gradient
@@ -262,7 +274,12 @@ def training_memory_bytes(cfg) -> int:
     r, B, H = cfg.mlp_ratio, cfg.batch_size, cfg.heads
     params = 2 * V * d + T * d + L * (4 + 2 * r) * d * d
     activations = 4 * L * B * T * (16 + 2 * r) * d + (4 * L * B * H * T * T if cfg.get("attn_softcap") else 0)
-    return int(16 * params + activations + 12 * B * T * V)
+    return int((16 if optimizer else 8) * params), int(activations + 12 * B * T * V)
+
+
+def training_memory_bytes(cfg) -> int:
+    """memory_parts(cfg), added up: one AdamW training step."""
+    return sum(memory_parts(cfg))
 
 
 def available_memory_bytes() -> int | None:
@@ -276,20 +293,43 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def check_memory(cfg, available: int | None = None) -> None:
-    """Refuse, before training, a run that needs more memory than this machine has free (on
-    the CPU: a GPU's memory is its own), rather than be killed by the OOM killer mid-set-up."""
-    if str(cfg.device).startswith(("cuda", "mps")):
-        return
-    if cfg.device == "auto":
+def _on_cpu(device) -> bool:
+    """The memory check is for the CPU: a GPU's memory is its own."""
+    if str(device).startswith(("cuda", "mps")):
+        return False
+    if device == "auto":
         import torch
 
         if torch.cuda.is_available() or torch.backends.mps.is_available():
-            return
+            return False
+    return True
+
+
+def memory_problem(cfg, available: int | None = None, optimizer: bool = True, names: dict | None = None) -> str | None:
+    """Why a step of `cfg` would not fit in the free memory, naming what actually helps, or None.
+    `names`: how to call the settings (the probe's --depths for layers ...)."""
     available = available if available is not None else available_memory_bytes()
-    need = training_memory_bytes(cfg)
-    if available is not None and need > available:
-        gib = 2 ** 30
-        raise ConfigError("batch_size", cfg.batch_size, f"one training step needs about {need / gib:.1f} GiB "
-                          f"(seq_len={cfg.seq_len}, d_model={cfg.d_model}, layers={cfg.layers}; the estimate "
-                          f"is in docs/usage.md) and {available / gib:.1f} GiB is free; lower batch_size or seq_len")
+    model, batch = memory_parts(cfg, optimizer)
+    if available is None or model + batch <= available:
+        return None
+    n = {"layers": "layers", "d_model": "d_model", "batch_size": "batch_size", "seq_len": "seq_len", **(names or {})}
+    gib = 2 ** 30
+    what = "weights, gradients and AdamW's moments" if optimizer else "weights and gradients"
+    head = (f"one {'training step' if optimizer else 'forward and backward pass'} needs about {(model + batch) / gib:.1f} GiB ({what}: {model / gib:.1f} GiB; activations for "
+            f"{n['batch_size']}={cfg.batch_size} × {n['seq_len']}={cfg.seq_len}: {batch / gib:.1f} GiB; the estimate is "
+            f"in docs/usage.md) and {available / gib:.1f} GiB is free")
+    if model >= available or cfg.batch_size * cfg.seq_len == 1:  # no batch or sequence is small enough
+        return (f"{head}; lower {n['layers']} or {n['d_model']} (now {cfg.layers} and {cfg.d_model}): a smaller "
+                "batch or sequence cannot make it fit")
+    return f"{head}; lower {n['batch_size']} or {n['seq_len']} (or {n['layers']} or {n['d_model']})"
+
+
+def check_memory(cfg, available: int | None = None) -> None:
+    """Refuse, before training, a run that needs more memory than this machine has free (on
+    the CPU), rather than be killed by the OOM killer mid-set-up."""
+    if not _on_cpu(cfg.device):
+        return
+    problem = memory_problem(cfg, available)
+    if problem:
+        key = "layers" if "cannot make it fit" in problem else "batch_size"
+        raise ConfigError(key, cfg[key], problem)

@@ -130,10 +130,13 @@ def set_status(run_dir: Path, status: Status, base: dict | None = None, **facts)
 
 
 def read_summary(run_dir: Path) -> dict | None:
+    """summary.json as a dict; None if there is none, or it is no JSON object (damaged or
+    hand-edited: a list, a string), which the pre-flight refuses by name (resume.py)."""
     try:
-        return json.loads((Path(run_dir) / "summary.json").read_text())
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, ValueError):
         return None
+    return summary if isinstance(summary, dict) else None
 
 
 def find_runs(root: Path) -> list[Path]:

@@ -122,7 +122,7 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
         raise ConfigError("hydra.run.dir", run_dir, training_now(claim))
     previous = read_summary(run_dir)
     if previous is None and (run_dir / "summary.json").exists():
-        raise ConfigError("hydra.run.dir", run_dir, "holds an unreadable summary.json; choose another folder")
+        raise ConfigError("hydra.run.dir", run_dir, unreadable_summary(run_dir))
     if trained_nothing(run_dir, previous):  # failed before training: the corrected command may use it
         return None
     if previous is None:
@@ -145,6 +145,15 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
         return (f"hydra.run.dir={run_dir} already finished (status {previous['status']} at step "
                 f"{previous.get('steps_completed')}); nothing to resume, nothing written")
     return None
+
+
+def unreadable_summary(run_dir: Path) -> str:
+    """What is wrong with a run folder's summary.json that cannot be read, and the fix."""
+    from .reading import read_summary_checked
+
+    problem = read_summary_checked(run_dir)[1] or f"{Path(run_dir) / 'summary.json'}: cannot be read"
+    return (f"{problem}; fix or remove that file (without it resume=true continues the run from its checkpoints), "
+            "or choose another folder")
 
 
 # ------------------------------------------------------------------------ memory

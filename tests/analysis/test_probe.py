@@ -363,15 +363,46 @@ def test_probe_list_options_are_parsed():
 @pytest.mark.parametrize("args, message", [
     (["--placements", "post,nope"], "unknown placement 'nope'"),
     (["--data-file", "/no/such/file.txt"], "--data-file /no/such/file.txt: no such file"),
+    # issue 38: BatchNorm over one token per channel (PyTorch's ValueError, exit 1, before)
+    (["--norm", "batch", "--batch-size", "1", "--seq-len", "1", "--depths", "2", "--seeds", "1"],
+     "--batch-size 1: with --seq-len 1, norm=batch has one value per channel"),
+    # issue 38: no memory check (the kernel killed it at 23 GB); 100000 blocks of d=64 hold
+    # 100000·12·64² ≈ 4.9e9 parameters, 39 GB of weights and gradients alone, more than this machine's memory
+    (["--depths", "100000", "--placements", "pre", "--seeds", "1", "--data-file", "{corpus}"],
+     "--depths 100000: one forward and backward pass needs about"),
 ])
-def test_probe_bad_input_is_one_line(args, message):
+def test_probe_bad_input_is_one_line(args, message, tmp_path):
     """In-process (a subprocess costs ~7 s of torch import on a loaded machine; the CLI test
     above covers the real process): exit 2 through SystemExit, one line on stderr, no
     traceback — an escaping exception would show as result.exception instead."""
-    result = CliRunner().invoke(app, ["probe", *args])
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=5_000)
+    result = CliRunner().invoke(app, ["probe", *(a.format(corpus=corpus) for a in args), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exception
     assert message in result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    errors = [line for line in result.stderr.strip().splitlines() if "error" in line]
+    assert "Traceback" not in result.stderr and len(errors) == 1, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_probe_memory_check_names_what_helps():
+    """check_probe_memory against validate's estimate without the optimizer (8 bytes a
+    parameter), for the deepest model: refused just above what is free, with the fix that helps."""
+    from normexp.analysis.probe import check_probe_memory
+    from normexp.launch.validate import memory_parts
+    from omegaconf import OmegaConf
+
+    s = ProbeSettings(depths=(2, 6), d_model=64, heads=4, seq_len=32, batch_size=4)
+    V, d, L, T, B, r = 256, 64, 6, 32, 4, 4
+    params = 2 * V * d + T * d + L * (4 + 2 * r) * d * d
+    need = 8 * params + 4 * L * B * T * (16 + 2 * r) * d + 12 * B * T * V
+    cfg = OmegaConf.create({"tokenizer": {"vocab_size": V}, "d_model": d, "seq_len": T, "layers": L, "mlp_ratio": r,
+                            "batch_size": B, "heads": 4})
+    assert sum(memory_parts(cfg, optimizer=False)) == need
+    check_probe_memory(s, V, available=need)
+    with pytest.raises(ProbeError, match=r"^--depths 6: .*; lower --batch-size or --seq-len"):
+        check_probe_memory(s, V, available=need - 1)
+    with pytest.raises(ProbeError, match=r"lower --depths or --d-model \(now 6 and 64\)"):
+        check_probe_memory(s, V, available=8 * params - 1)  # the weights alone do not fit
 
 
 def test_an_out_that_cannot_be_a_folder_is_refused_before_computing(tmp_path):
