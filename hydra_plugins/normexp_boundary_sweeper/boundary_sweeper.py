@@ -15,6 +15,11 @@ Every swept key but `seed` spans the settings; `seed` gives the replicates; the 
     rounds  each round launches the next point of every unfinished setting × every seed as
             one batch and waits for all of it (the schedule before issue 31).
 
+`budget_check` = N (default 0: off) reruns, once a setting's search is done, each edge's first
+failing point with every seed at N× `steps` and N× `warmup` (the schedule's decay runs to the
+last step, so the lr schedule keeps its shape): an edge whose failures learn there is "too
+slow for the budget", never a stability limit (boundary.csv's upper_budget / lower_budget).
+
 After each run (async) or round, boundary.csv and boundary_points.csv are written into the
 sweep folder (`normexp report` reads them); at the end boundary_schedule.json holds the
 runs, wall and busy seconds and the busy fraction (busy / (slots × wall)).
@@ -52,6 +57,7 @@ class BoundarySweeperConf:
     lower_ratio: Optional[float] = None  # the lower edge (too slow .. learns) to this ratio; null = ratio
     schedule: str = "async"       # async (runs as slots free up, seed 0 first) | rounds (one batch a round)
     parallel: Optional[int] = None  # runs at once under async; null = n_jobs / array_parallelism, else 1
+    budget_check: int = 0         # N >= 2: rerun each edge's first failing point at N× steps (0 = off)
     params: Optional[Dict[str, str]] = None  # the other swept keys, as the basic sweeper's params
 
 
@@ -61,14 +67,16 @@ ConfigStore.instance().store(group="hydra/sweeper", name="boundary", node=Bounda
 class BoundarySweeper(Sweeper):
     def __init__(self, key: str, lower, upper, ratio: float, initial_points: int,
                  params: Optional[Dict[str, str]] = None, lower_ratio: Optional[float] = None,
-                 schedule: str = "async", parallel: Optional[int] = None) -> None:
+                 schedule: str = "async", parallel: Optional[int] = None, budget_check: int = 0) -> None:
         super().__init__()
-        problem = boundary.check_settings(key, lower, upper, ratio, initial_points, lower_ratio, schedule, parallel)
+        problem = boundary.check_settings(key, lower, upper, ratio, initial_points, lower_ratio, schedule, parallel,
+                                          budget_check)
         if problem:
             raise ValueError(problem)
         self.key, self.lower, self.upper, self.ratio = key, lower, upper, ratio
         self.initial_points, self.params = initial_points, dict(params or {})
         self.lower_ratio, self.schedule, self.parallel = lower_ratio, schedule, parallel
+        self.budget_check = budget_check
         self.hydra_context = self.config = self.launcher = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
@@ -110,20 +118,24 @@ class BoundarySweeper(Sweeper):
         settings = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
         integer = boundary.SEARCHABLE[self.key]
         searches = [boundary.Search(tuple((k, s[k]) for k in swept), self.lower, self.upper, self.ratio, integer,
-                                    lower_ratio=self.lower_ratio)
+                                    lower_ratio=self.lower_ratio, budget_check=self.budget_check)
                     for s in settings]
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         returns, next_idx, lock = [], [0], threading.Lock()
 
-        def overrides(i, x, seed):
-            return [*(f"{k}={v}" for k, v in settings[i].items()), f"{self.key}={x:g}", f"seed={seed}"]
+        def overrides(i, x, seed, steps_factor=1):
+            values = {**settings[i], self.key: f"{x:g}", "seed": seed}
+            if steps_factor > 1:  # a budget check: N× the steps and the warmup, the schedule's shape kept
+                for k in ("steps", "warmup"):
+                    values[k] = int(float(settings[i].get(k, self.config[k]))) * steps_factor
+            return [f"{k}={v}" for k, v in values.items()]
 
         def launch(batch):
             jobs = [overrides(*job) for job in batch]
-            log.info("boundary search: %d run%s of %d setting%s", len(jobs), "s" * (len(jobs) != 1),
-                     len({i for i, _, _ in batch}), "s" * (len({i for i, _, _ in batch}) != 1))
+            n = len({job[0] for job in batch})
+            log.info("boundary search: %d run%s of %d setting%s", len(jobs), "s" * (len(jobs) != 1), n, "s" * (n != 1))
             self.validate_batch_is_legal(jobs)
             with lock:
                 first = next_idx[0]

@@ -20,10 +20,24 @@ it they are unstable. The search finds both edges:
 boundary.csv says per setting which edge bounded the search from above (upper_edge:
 unstable / stalled / upper bound / nothing learned / no window / unstable everywhere) and the
 seeds' outcomes there (upper_why): a failure that never learned is never reported as unstable,
-and a setting where nothing learned has no stability limit. A run that never learned is called
-too slow only by its place in the search (below an lr that learned): at an lr above every
-point tried it may as well have sat on the unigram plateau, Post-LN's way of failing, so
-"nothing learned" claims neither.
+and a setting where nothing learned has no stability limit. A point's class comes from its seeds'
+curves (normexp/runs/outcomes.py): unstable (a seed collapsed or diverged), stuck (a seed sat flat
+on the unigram plateau), slow (its seeds were still falling, or never_learned in an old summary).
+With no learning point the gap between the largest slow point and the smallest stuck or unstable
+one above it is bisected to `ratio` (a window, if any, lies between): "nothing learned" is said
+only where every point was still falling (the window lies above `upper`).
+
+Every row says why a gap is wider than its ratio (upper_gap_why, lower_gap_why: search bound
+reached, no value between, in progress, search failed); an empty reason means bracketed.
+
+Budget check (`budget_check` = N ≥ 2, the sweeper's hydra.sweeper.budget_check; 0 = off): when
+a search is done, each edge's first failing point (the upper edge's first unstable, the lower
+edge's highest too slow; with no window, the two ends of the searched gap) is run again with every
+seed at N× the steps (warmup and decay scaled alike, by the sweeper). A point that learns there
+(every seed) failed for want of steps: its edge is "too slow for the budget", never a stability
+limit (upper_edge says so); one that still fails holds at N× the budget. A point where some seed
+collapsed or diverged is not rerun: that is a stability failure already. boundary_points.csv holds
+the reruns (steps_factor N), upper_budget / lower_budget the verdicts.
 
 Stability need not be monotone in the key (DeepNorm learned at 96 blocks but not at 48), so
 every point and its outcome is kept, and a stable point above the first unstable one marks the
@@ -53,6 +67,18 @@ from ..config.checks import is_number
 from ..runs.schema import Status
 
 SEARCHABLE = {"lr": False, "layers": True}  # key -> whole numbers?
+HIGH_FAILURES = ("unstable", "stuck")          # point classes of a failure above a window
+TOO_SLOW_FOR_THE_BUDGET = "too slow for the budget"
+
+
+def _point_class(seeds: dict) -> str:
+    """A point's class from its seeds' outcomes (Search.point_class)."""
+    seeds = seeds.values()
+    if all(o == LEARNED for o in seeds):
+        return LEARNED
+    if any(outcomes.is_unstable(o) for o in seeds):
+        return "unstable"
+    return "stuck" if any(o == outcomes.STUCK for o in seeds) else "slow"
 
 
 def rounded(x: float, integer: bool) -> float | int:
@@ -99,6 +125,13 @@ class BoundaryResult:
     lower_edge: str
     lower_why: str
     runs_skipped: int                 # seeds not run: their point was decided without them
+    lower_gap: float | None           # lowest_learning / highest_too_slow: the lower bracket's width
+    no_window_gap: str                # nothing learned: the searched gap "slow .. stuck/unstable"
+    upper_gap_why: str                # why the upper bracket is wider than ratio ("": it is not)
+    lower_gap_why: str                # why the lower bracket is wider than lower_ratio ("": it is not)
+    upper_budget: str                 # the budget check at the upper edge's failing point ("": off)
+    lower_budget: str                 # ... at the lower edge's
+    budget_runs: int                  # runs of the budget check
 
 
 RESULT_COLUMNS = tuple(f.name for f in fields(BoundaryResult))
@@ -119,18 +152,19 @@ class Search:
     runs: int = 0
     skipped: int = 0                              # seeds not run: the point was decided without them
     error: str | None = None                      # a job failed: no outcome, the search stops
+    budget_check: int = 0                         # N: rerun each edge's failing point at N× steps (0: off)
+    budget: dict = field(default_factory=dict)    # x -> {seed: outcome at N× steps}
+    budget_runs: int = 0
 
     def stable(self, x) -> bool:
         """Every seed run at x learned."""
         return all(o == LEARNED for o in self.outcomes[x].values())
 
     def point_class(self, x) -> str:
-        """learned (every seed), unstable (some seed collapsed or diverged), else slow (some seed
-        never learned, none unstable)."""
-        seeds = self.outcomes[x].values()
-        if all(o == LEARNED for o in seeds):
-            return LEARNED
-        return "unstable" if any(outcomes.is_unstable(o) for o in seeds) else "slow"
+        """learned (every seed), unstable (some seed collapsed or diverged), stuck (some seed
+        flat on the plateau, none unstable), else slow (its failing seeds still falling, or
+        never_learned: an old summary's undivided name)."""
+        return _point_class(self.outcomes[x])
 
     def window_start(self):
         """The smallest point where every seed learned (None: none did): the window's anchor."""
@@ -160,15 +194,16 @@ class Search:
         return (max(below) if below else None), start
 
     def empty_window(self) -> tuple:
-        """With no learning point: (the largest slow point below the smallest unstable one, that
-        unstable point), between which a window could lie; (None, None) otherwise."""
+        """With no learning point: (the largest slow point below the smallest stuck or unstable
+        one, that point), between which a window could lie — too slow below, too high above;
+        (None, None) with a learning point or no high failure (slow everywhere)."""
         if self.window_start() is not None:
             return None, None
-        unstable = [x for x in self.outcomes if self.point_class(x) == "unstable"]
-        if not unstable:
+        high = [x for x in self.outcomes if self.point_class(x) in HIGH_FAILURES]
+        if not high:
             return None, None
-        slow = [x for x in self.outcomes if self.point_class(x) == "slow" and x < min(unstable)]
-        return (max(slow) if slow else None), min(unstable)
+        slow = [x for x in self.outcomes if self.point_class(x) == "slow" and x < min(high)]
+        return (max(slow) if slow else None), min(high)
 
     @property
     def monotone(self) -> bool:
@@ -178,7 +213,7 @@ class Search:
 
     def next_points(self) -> list:
         """The values to probe next (the upper edge's midpoint, the lower edge's, or, with no
-        learning point yet, the midpoint between slow and unstable); [] when done."""
+        learning point yet, the midpoint between slow and stuck or unstable); [] when done."""
         if self.error is not None or not self.outcomes:
             return []
         low, high = self.bracket()
@@ -212,14 +247,17 @@ class Search:
     def upper_edge(self) -> str:
         """What bounded the search from above (boundary.csv's upper_edge):
         unstable     the first failure above the window had a seed collapse or diverge: a stability limit
-        stalled      it had only seeds that never learned, at an lr above one that learned
+        stalled      it had only seeds that never learned (stuck or slow: upper_why says which), at
+                     an lr above one that learned
+        too slow for the budget  that failure (stalled, or no window's upper end) learned with
+                     every seed at budget_check× the steps: no stability limit at all
         upper bound  every point from the window's start up to `upper` learned: the limit is ≥ upper
-        nothing learned  nothing learned and nothing collapsed or diverged: neither edge was found
-                     (the window, if any, lies outside [lower, upper] or needs more steps; never a
-                     stability limit, and no evidence of "too slow" either: a run stuck on the
-                     unigram plateau at a high lr also never learns)
-        no window    nothing learned: slow below, unstable above, closer than `ratio`
-        unstable everywhere  nothing learned and every failure down to `lower` was unstable
+        nothing learned  nothing learned, every point still falling (slow): the window, if any,
+                     lies above `upper`; never a stability limit
+        no window    nothing learned: slow below, stuck or unstable above, the gap searched
+                     (no_window_gap; upper_gap_why says why it is wider than `ratio`, if it is)
+        unstable everywhere / stuck everywhere  nothing learned and no point down to `lower`
+                     was slow (every failure unstable / some stuck)
         failed       a job failed (see verdict)"""
         if self.error is not None:
             return "failed"
@@ -228,31 +266,118 @@ class Search:
         low, high = self.bracket()
         if low is None:
             classes = {self.point_class(x) for x in self.outcomes}
-            if "unstable" not in classes:
+            if not classes & set(HIGH_FAILURES):
                 return "nothing learned"
-            return "no window" if "slow" in classes else "unstable everywhere"
-        if high is None:
+            if "slow" not in classes:
+                return "unstable everywhere" if classes == {"unstable"} else "stuck everywhere"
+            edge = "no window"
+            high = self.empty_window()[1]
+        elif high is None:
             return "upper bound"
-        return "unstable" if self.point_class(high) == "unstable" else "stalled"
+        else:
+            edge = "unstable" if self.point_class(high) == "unstable" else "stalled"
+        return TOO_SLOW_FOR_THE_BUDGET if self._learns_with_budget(high) else edge
 
     def lower_edge(self) -> str:
         """too slow (a point below the window never learned), lower bound (the window reaches
-        `lower`), unstable below (non-monotone), or empty without a window."""
+        `lower`), stuck below / unstable below (non-monotone), or empty without a window."""
         slow, start = self.lower_bracket()
         if start is None:
             return ""
         if slow is None:
             return "lower bound"
-        return "too slow" if self.point_class(slow) == "slow" else "unstable below"
+        return {"slow": "too slow", "stuck": "stuck below"}.get(self.point_class(slow), "unstable below")
+
+    def _gap_why(self, low, high, ratio) -> str:
+        """Why (low, high) is wider than ratio, or "" where it is not."""
+        if high / low <= ratio:
+            return ""
+        if self.error is not None:
+            return "search failed"
+        if midpoint(low, high, self.integer) is None:
+            return "no value between"
+        return "in progress"
+
+    def upper_gap_why(self) -> str:
+        """Why the upper bracket (or, with nothing learned, the searched gap) is wider than
+        `ratio`: search bound reached / no value between / in progress / search failed; "" when
+        it is not."""
+        if not self.outcomes:
+            return "in progress"
+        low, high = self.bracket()
+        if low is None:
+            slow, high = self.empty_window()
+            if high is None:
+                return "search failed" if self.error else "search bound reached: no failure above the slow points up to upper"
+            if slow is None:
+                return "search failed" if self.error else "search bound reached: no slow point down to lower"
+            return self._gap_why(slow, high, self.ratio)
+        if high is None:
+            return "search bound reached: learns up to upper"
+        return self._gap_why(low, high, self.ratio)
+
+    def lower_gap_why(self) -> str:
+        """The lower edge's: why lowest learning / highest too slow is wider than lower_ratio."""
+        slow, start = self.lower_bracket()
+        if start is None:
+            return ""  # no window: the upper edge's reason covers the setting
+        if slow is None:
+            return "search bound reached: learns down to lower"
+        return self._gap_why(slow, start, self.lower_ratio or self.ratio)
+
+    # ---------------------------------------------------------------- the budget check
+
+    def budget_points(self) -> dict:
+        """{edge: x}: each edge's first failing point to rerun at budget_check× the steps
+        (upper: the first unstable, or the no-window gap's upper end; lower: the highest too
+        slow, or the gap's lower end); none where budget_check is off, the search is not done,
+        or the point is unstable (a seed collapsed or diverged: a stability failure already)."""
+        if self.budget_check < 2 or self.error is not None or not self.outcomes or self.next_points():
+            return {}
+        if self.window_start() is None:
+            upper_x, lower_x = self.empty_window()[1], self.empty_window()[0]
+        else:
+            upper_x, lower_x = self.bracket()[1], self.lower_bracket()[0]
+        return {edge: x for edge, x in (("upper", upper_x), ("lower", lower_x))
+                if x is not None and self.point_class(x) != "unstable"}
+
+    def budget_jobs(self, seeds) -> list:
+        """[(x, seed)] of the budget check not yet run: every seed at each budget point."""
+        return [(x, seed) for x in dict.fromkeys(self.budget_points().values()) for seed in seeds
+                if seed not in self.budget.get(x, {})]
+
+    def _learns_with_budget(self, x) -> bool:
+        runs = self.budget.get(x)
+        return bool(runs) and all(o == LEARNED for o in runs.values())
+
+    def budget_verdict(self, edge: str) -> str:
+        """The budget check's word on one edge ("" when off): learns at ×N (too slow for the
+        budget), fails at ×N (a limit at N× the budget too), not rerun (unstable), or pending."""
+        if self.budget_check < 2:
+            return ""
+        if self.window_start() is None:
+            x = self.empty_window()[1 if edge == "upper" else 0]
+        else:
+            x = self.bracket()[1] if edge == "upper" else self.lower_bracket()[0]
+        if x is None:
+            return "no failing point"
+        if self.point_class(x) == "unstable":
+            return "not rerun: unstable"
+        runs = self.budget.get(x)
+        if not runs:
+            return "pending"
+        n = f"×{self.budget_check} steps at {x:g} ({_counts(runs)})"
+        return f"learns at {n}: {TOO_SLOW_FOR_THE_BUDGET}" if self._learns_with_budget(x) else f"fails at {n}"
 
     def why(self, x) -> str:
         """The seeds' outcomes at x in words: "never_learned 2, collapsed 1"."""
         if x is None or x not in self.outcomes:
             return ""
-        counts: dict = {}
-        for o in self.outcomes[x].values():
-            counts[o] = counts.get(o, 0) + 1
-        return ", ".join(f"{o} {n}" for o, n in sorted(counts.items()))
+        return _counts(self.outcomes[x])
+
+    def _no_window_gap(self) -> str:
+        slow, high = self.empty_window()
+        return f"{slow:g} .. {high:g}" if slow is not None and high is not None else ""
 
     def row(self, key: str) -> dict:
         """boundary.csv's row: the setting's own columns, then the RESULT_COLUMNS."""
@@ -265,39 +390,68 @@ class Search:
                                 seeds=max((len(o) for o in self.outcomes.values()), default=0),
                                 upper_edge=self.upper_edge(), upper_why=self.why(high),
                                 lowest_learning=start, highest_too_slow=slow, lower_edge=self.lower_edge(),
-                                lower_why=self.why(slow), runs_skipped=self.skipped)
+                                lower_why=self.why(slow), runs_skipped=self.skipped,
+                                lower_gap=(start / slow) if slow and start else None,
+                                no_window_gap=self._no_window_gap(), upper_gap_why=self.upper_gap_why(),
+                                lower_gap_why=self.lower_gap_why(), upper_budget=self.budget_verdict("upper"),
+                                lower_budget=self.budget_verdict("lower"), budget_runs=self.budget_runs)
         return {**dict(self.setting), **asdict(result)}
 
 
-def record(search: Search, x, seed, summary) -> None:
-    """One job's result into its search: a finished run is an outcome (outcomes.classify:
-    learned = status completed); anything else (a failed job: no summary, or status failed)
-    stops the search."""
-    search.runs += 1
+def _counts(seeds: dict) -> str:
+    """Seeds' outcomes in words: "never_learned 2, collapsed 1"."""
+    counts: dict = {}
+    for o in seeds.values():
+        counts[o] = counts.get(o, 0) + 1
+    return ", ".join(f"{o} {n}" for o, n in sorted(counts.items()))
+
+
+def outcome_of(summary: dict) -> str | None:
+    """A finished run's outcome: the one its summary recorded, read again from its curve where
+    that is the old undivided never_learned (a summary from before slow and stuck)."""
+    recorded = summary.get("outcome")
+    if recorded in (None, outcomes.NEVER_LEARNED):
+        return outcomes.classify(summary) or recorded
+    return recorded
+
+
+def record(search: Search, x, seed, summary, steps_factor: int = 1) -> None:
+    """One job's result into its search: a finished run is an outcome (outcome_of: learned =
+    status completed); anything else (a failed job: no summary, or status failed) stops the
+    search. steps_factor > 1: a budget-check run, kept apart in search.budget."""
     status = summary.get("status") if isinstance(summary, dict) else None
+    if steps_factor > 1:
+        search.budget_runs += 1
+    else:
+        search.runs += 1
     if status in FINISHED:
-        search.outcomes.setdefault(x, {})[seed] = summary.get("outcome") or outcomes.classify(summary)
+        (search.budget if steps_factor > 1 else search.outcomes).setdefault(x, {})[seed] = outcome_of(summary)
     elif search.error is None:
         why = summary.get("error") if isinstance(summary, dict) else None
-        search.error = f"at {x:g}, seed={seed}: {why or status or 'the job failed (see its train.log)'}"
+        check = f" (budget check, ×{steps_factor} steps)" if steps_factor > 1 else ""
+        search.error = f"at {x:g}, seed={seed}{check}: {why or status or 'the job failed (see its train.log)'}"
 
 
 def search_all(searches: list[Search], seeds: list, first_points: list, launch, after_round=None) -> int:
     """Run every search to its end in rounds (hydra.sweeper.schedule=rounds). Each round asks
     `launch` for one batch: [(search index, x, seed)] -> [summary dict or None] in the same
     order (the sweeper's launcher; a stand-in in the tests), and waits for all of it. Round 0
-    probes `first_points` with every seed, later rounds each unfinished search's next points.
+    probes `first_points` with every seed, later rounds each unfinished search's next points,
+    or, for a search that is done, its budget check: jobs (i, x, seed, N), run at N× the steps.
     `after_round(k)` is called after each round. Returns the number of rounds."""
     k = 0
     while True:
-        batch = [(i, x, seed) for i, s in enumerate(searches)
-                 for x in (first_points if k == 0 else s.next_points()) for seed in seeds]
-        if k > 0:  # a search that stopped on an error launches nothing more
-            batch = [(i, x, seed) for i, x, seed in batch if searches[i].error is None]
+        batch = []
+        for i, s in enumerate(searches):
+            if k > 0 and s.error is not None:  # a search that stopped on an error launches nothing more
+                continue
+            points = first_points if k == 0 else s.next_points()
+            batch += ([(i, x, seed) for x in points for seed in seeds] if points else
+                      [(i, x, seed, s.budget_check) for x, seed in s.budget_jobs(seeds)])
         if not batch:
             return k
-        for (i, x, seed), summary in zip(batch, launch(batch)):
-            record(searches[i], x, seed, summary)
+        for job, summary in zip(batch, launch(batch)):
+            record(searches[job[0]], job[1], job[2], summary, *job[3:])
         k += 1
         if after_round:
             after_round(k)
@@ -319,8 +473,10 @@ class Scheduler:
         would make the point an unstable one (the upper edge's "why", or the empty-window
         search's direction depends on it). While another point of the search still waits
         for its seed 0 (it may turn out to learn above this one) the decision waits too.
-    `ready()` orders runs by `cost` (largest first), so long runs start early and do not
-    straggle at the end."""
+    When a search is done (no next points, none running), its budget check starts: every seed
+    at each edge's failing point (Search.budget_jobs), as jobs (i, x, seed, N) run at N× the
+    steps. `ready()` orders runs by `cost` (× N for a check; largest first), so long runs start
+    early and do not straggle at the end."""
 
     def __init__(self, searches: list[Search], seeds: list, first_points: list, cost=None):
         self.searches, self.seeds, self.cost = searches, list(seeds), cost or (lambda i, x: 0)
@@ -328,6 +484,7 @@ class Scheduler:
         self.running: set = set()    # (i, x, seed) launched, not yet in
         self.open: dict = {}         # i -> {x: seeds still to come back}
         self.deferred: dict = {}     # i -> {x: seed 0 never learned, the decision waits for the other seed 0s}
+        self.checking: set = set()   # searches whose budget check has been queued
         for i, s in enumerate(searches):
             for x in first_points:
                 self._probe(i, x)
@@ -338,7 +495,7 @@ class Scheduler:
 
     def ready(self) -> list:
         """The runs that may start now, largest cost first (the caller takes as many as it has slots)."""
-        self.queue.sort(key=lambda job: -self.cost(job[0], job[1]))
+        self.queue.sort(key=lambda job: -self.cost(job[0], job[1]) * (job[3] if len(job) > 3 else 1))
         return list(self.queue)
 
     def start(self, job) -> None:
@@ -346,14 +503,17 @@ class Scheduler:
         self.running.add(job)
 
     def finish(self, job, summary) -> None:
-        """A run came back: record it, then start the point's other seeds or the search's next points."""
-        i, x, seed = job
+        """A run came back: record it, then start the point's other seeds, the search's next
+        points, or, when it is done, its budget check."""
+        i, x, seed, *factor = job
         self.running.discard(job)
         s = self.searches[i]
-        record(s, x, seed, summary)
+        record(s, x, seed, summary, *factor)
         if s.error is not None:  # a failed job stops its search: nothing more of it starts
             self.queue = [j for j in self.queue if j[0] != i]
             self.open[i], self.deferred[i] = {}, set()
+            return
+        if factor:  # a budget-check run: nothing follows it
             return
         waiting = self.open[i][x]
         waiting.discard(seed)
@@ -363,8 +523,12 @@ class Scheduler:
         for done in [p for p, w in self.open[i].items() if not w and p not in self.deferred.get(i, ())]:
             del self.open[i][done]
         if not self.open[i]:
-            for nxt in s.next_points():
+            points = s.next_points()
+            for nxt in points:
                 self._probe(i, nxt)
+            if not points and i not in self.checking:
+                self.checking.add(i)
+                self.queue += [(i, bx, bseed, s.budget_check) for bx, bseed in s.budget_jobs(self.seeds)]
 
     def _decide(self, i) -> None:
         """Each point of search i whose seed 0 is in: skip its other seeds where seed 0 decided
@@ -460,10 +624,12 @@ def write_tables(searches: list[Search], key: str, folder: Path) -> tuple[Path, 
     columns = list(dict.fromkeys(k for r in rows for k in r))
     table, points = folder / "boundary.csv", folder / "boundary_points.csv"
     _write(table, columns, rows)
-    point_rows = [{**dict(s.setting), key: x, "seed": seed, "learned": "yes" if o == LEARNED else "no", "outcome": o}
-                  for s in searches for x in sorted(s.outcomes) for seed, o in sorted(s.outcomes[x].items())]
-    _write(points, list(dict.fromkeys(k for r in point_rows for k in r)) or [key, "seed", "learned", "outcome"],
-           point_rows)
+    point_rows = [{**dict(s.setting), key: x, "seed": seed, "learned": "yes" if o == LEARNED else "no", "outcome": o,
+                   "steps_factor": factor}
+                  for s in searches for factor, table in ((1, s.outcomes), (s.budget_check, s.budget))
+                  for x in sorted(table) for seed, o in sorted(table[x].items())]
+    _write(points, list(dict.fromkeys(k for r in point_rows for k in r))
+           or [key, "seed", "learned", "outcome", "steps_factor"], point_rows)
     return table, points
 
 
@@ -478,7 +644,7 @@ SCHEDULES = ("async", "rounds")
 
 
 def check_settings(key, lower, upper, ratio, initial_points, lower_ratio=None, schedule="async",
-                   parallel=None) -> str | None:
+                   parallel=None, budget_check=0) -> str | None:
     """One line naming what is wrong with the sweeper's own settings, or None."""
     number = is_number
     if key not in SEARCHABLE:
@@ -498,6 +664,9 @@ def check_settings(key, lower, upper, ratio, initial_points, lower_ratio=None, s
         return f"hydra.sweeper.schedule={schedule}: must be one of {', '.join(SCHEDULES)}"
     if parallel is not None and (not isinstance(parallel, int) or isinstance(parallel, bool) or parallel < 1):
         return f"hydra.sweeper.parallel={parallel}: must be null (the launcher's n_jobs) or a whole number >= 1"
+    if not isinstance(budget_check, int) or isinstance(budget_check, bool) or budget_check < 0 or budget_check == 1:
+        return (f"hydra.sweeper.budget_check={budget_check}: must be 0 (off) or a whole number >= 2 "
+                "(the steps factor of the rerun, e.g. 4)")
     return None
 
 
@@ -513,8 +682,17 @@ def summary_lines(searches: list[Search], key: str, seeds: int, rounds: int | No
         slow, start = s.lower_bracket()
         lower = f"; too slow at {slow:g}, learns from {start:g}" if slow is not None else ""
         skipped = f", {s.skipped} skipped" if s.skipped else ""
+        gap = f"; searched gap {s._no_window_gap()}" if s._no_window_gap() else ""
+        wide = "; ".join(f"{edge} wider than its ratio: {why}" for edge, why in
+                         (("upper", s.upper_gap_why()), ("lower", s.lower_gap_why())) if why)
+        budget = "; ".join(f"budget check, {edge} edge: {v}" for edge, v in
+                           (("upper", s.budget_verdict("upper")), ("lower", s.budget_verdict("lower"))) if v)
         lines.append(f"  {label}: {s.verdict()} [{s.upper_edge()}{(': ' + s.why(s.bracket()[1])) if s.bracket()[1] else ''}"
-                     f"{lower}] ({len(s.outcomes)} points, {s.runs} runs{skipped}){flag}")
+                     f"{lower}{gap}] ({len(s.outcomes)} points, {s.runs} runs{skipped}){flag}")
+        lines += [f"    {text}" for text in (wide, budget) if text]
+    checks = sum(s.budget_runs for s in searches)
+    if checks:
+        lines.append(f"budget check: {checks} runs at ×{searches[0].budget_check} steps")
     if searches:
         s = searches[0]
         grid = grid_runs(s.lower, s.upper, s.ratio, seeds, s.integer) * len(searches)

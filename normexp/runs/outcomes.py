@@ -1,10 +1,11 @@
-"""What became of a finished run: learned, never learned, collapsed, or diverged.
+"""What became of a finished run: learned, slow, stuck, collapsed, or diverged.
 
 A run that does not end below the unigram baseline failed for one of two reasons, and only
 one of them is a stability limit (REFERENCE.md, "Depth scaling"): the lr was too *low* for
-the budget (the loss never got going) or too *high* (the loss fell, then came back up, or
-blew up). `classify` tells them apart from the run's status and loss trajectory, with the
-unigram baseline b (summary.json's baseline_loss; ℓ₀, the step-0 loss, for a run without one):
+the budget (the loss is still on its way down) or too *high* (the loss fell, then came back up,
+blew up, or never left the unigram plateau). `classify` tells them apart from the run's status,
+its level and the *shape* of its loss curve, with the unigram baseline b (summary.json's
+baseline_loss; ℓ₀, the step-0 loss, for a run without one):
 
     diverged       status diverged: the divergence guard stopped it (a non-finite loss or
                    gradient, or a loss above its ceiling)
@@ -12,22 +13,29 @@ unigram baseline b (summary.json's baseline_loss; ℓ₀, the step-0 loss, for a
                    (final val ≤ (1 − stall_margin)·b, runfolder.beat_baseline)
     collapsed      it ended above that, but some loss of its trajectory before the end (a
                    logged train loss or a validation loss, not the last of either) got at
-                   least `learned_margin` below b: min ℓ ≤ (1 − learned_margin)·b — it
-                   learned, then lost it. The last points are left out: a run still falling
-                   when the budget ends can have one low last batch without having come back
-                   up (seen here: Pre-LN, 16 blocks, lr 0.1, last train batch 5.6 % below b,
-                   final val 1.4 % below b, every val point lower than the one before)
-    never_learned  it ended above that and no point of its trajectory got `learned_margin`
-                   below b: it never got going. Alone this does not say why: too low an lr
-                   for the budget, or a run stuck on the unigram plateau (Post-LN's failure at
-                   a high lr). The boundary search decides by position: below an lr that
-                   learned it is "too slow", above one it is "stalled" (an upper edge)
+                   least `learned_margin` below b: min ℓ ≤ (1 − learned_margin)·b — it fell,
+                   then rose. The last points are left out: a run still falling when the budget
+                   ends can have one low last batch without having come back up (seen here:
+                   Pre-LN, 16 blocks, lr 0.1, last train batch 5.6 % below b, final val 1.4 %
+                   below b, every val point lower than the one before)
+    slow           it never got `learned_margin` below b and is still falling at the end: the
+                   least-squares slope of its last `SLOPE_POINTS` validation losses against the
+                   step (scipy.stats.linregress) is negative beyond its noise (slope / standard
+                   error below −t, the one-sided 95 % t quantile with n − 2 degrees of freedom)
+                   and the fitted fall over those points is at least `FLAT_FALL`·b (validation
+                   batches are fixed, so their noise can be tiny: a plateau creeping down by
+                   0.1 % is not a run on its way). Too few steps for this lr, not unstable
+    stuck          it never got going and is not falling: flat on the unigram plateau (or
+                   rising). Post-LN's failure at a high lr; the boundary search does not call
+                   it a stability limit without the budget check (boundary.py)
+    never_learned  the name of slow and stuck together before the curve was read (old
+                   summaries), and a run with fewer than 3 validation points, whose slope
+                   cannot be told from its noise
 
 `learned_margin` (configs/train.yaml `outcome.learned_margin`, 0.05) is larger than
 `stall_margin` (0.02) because a logged train loss is one batch's loss: its noise around a
-stalled run's plateau must not read as "it learned once". Unstable = collapsed or diverged
-(the upper edge of the learning window); never_learned below a learning lr is the lower
-edge's failure.
+stalled run's plateau must not read as "it learned once". Unstable = collapsed or diverged;
+slow, stuck and never_learned never got going (NOT_GOING).
 """
 
 from __future__ import annotations
@@ -35,11 +43,16 @@ from __future__ import annotations
 from ..config.checks import is_number
 from .schema import Status
 
-LEARNED, NEVER_LEARNED, COLLAPSED, DIVERGED = "learned", "never_learned", "collapsed", "diverged"
-OUTCOMES = (LEARNED, NEVER_LEARNED, COLLAPSED, DIVERGED)
-UNSTABLE = (COLLAPSED, DIVERGED)         # failures above the learning window: a stability limit
-TOO_SLOW = (NEVER_LEARNED,)              # below a learning lr: too slow for the budget (see above)
+LEARNED, COLLAPSED, DIVERGED = "learned", "collapsed", "diverged"
+SLOW, STUCK = "slow", "stuck"
+NEVER_LEARNED = "never_learned"          # slow or stuck, undecided (old summaries, too few val points)
+OUTCOMES = (LEARNED, SLOW, STUCK, COLLAPSED, DIVERGED, NEVER_LEARNED)
+UNSTABLE = (COLLAPSED, DIVERGED)         # fell then rose, or blew up: a stability limit
+NOT_GOING = (SLOW, STUCK, NEVER_LEARNED)  # never got learned_margin below the baseline
+TOO_SLOW = NOT_GOING                     # the old name of NOT_GOING
 DEFAULT_LEARNED_MARGIN = 0.05            # configs/train.yaml outcome.learned_margin (the summary records it)
+SLOPE_POINTS = 4                         # the last validation losses whose slope says "still falling"
+FLAT_FALL = 0.005                        # ... and the least fall over them, as a fraction of b
 
 
 def lowest_loss(summary: dict) -> float | None:
@@ -74,10 +87,33 @@ def classify(summary: dict, learned_margin: float | None = None) -> str | None:
     if not is_number(reference):
         reference = summary.get("initial_loss")
     best = lowest_loss(summary)
-    if not is_number(reference) or best is None:
+    if is_number(reference) and best is not None and best <= (1 - learned_margin) * reference:
+        return COLLAPSED
+    return curve(summary, reference if is_number(reference) else None)
+
+
+def curve(summary: dict, reference: float | None) -> str:
+    """slow / stuck / never_learned for a run that never got going, from its last
+    `SLOPE_POINTS` validation losses (see the module's rule)."""
+    from scipy import stats
+
+    val = [p for p in ((summary.get("loss_trajectory") or {}).get("val") or [])
+           if len(p) == 2 and is_number(p[0]) and is_number(p[1])][-SLOPE_POINTS:]
+    if len(val) < 3:  # two points have no noise estimate: a slope cannot be told from it
         return NEVER_LEARNED
-    return COLLAPSED if best <= (1 - learned_margin) * reference else NEVER_LEARNED
+    steps, losses = zip(*val)
+    fit = stats.linregress(steps, losses)
+    fall = -fit.slope * (steps[-1] - steps[0])
+    t = stats.t.ppf(0.95, len(val) - 2)
+    beyond_noise = fit.slope < 0 and (fit.stderr == 0 or fit.slope / fit.stderr < -t)
+    scale = reference if reference is not None else abs(losses[-1])
+    return SLOW if beyond_noise and fall >= FLAT_FALL * scale else STUCK
 
 
 def is_unstable(outcome: str | None) -> bool:
     return outcome in UNSTABLE
+
+
+def not_going(outcome: str | None) -> bool:
+    """slow, stuck or (old name) never_learned: it never got going."""
+    return outcome in NOT_GOING

@@ -185,10 +185,11 @@ OUTCOME_FIELDS = {
     "baseline_loss": Field("the unigram baseline: the loss of predicting token frequencies"),
     "stall_margin": Field("the fraction below the baseline a completed run must end at to count as learned"),
     "requeues": Field("the times SLURM requeued the job"),
-    "outcome": Field("learned / never_learned / collapsed / diverged (normexp.runs.outcomes.classify); null while "
+    "outcome": Field("learned / slow / stuck / collapsed / diverged (normexp.runs.outcomes.classify; never_learned: "
+                     "slow or stuck, undecided, in old summaries or with < 3 val points); null while "
                      "unfinished", csv=True, number=False),
     "learned_margin": Field("the fraction below the baseline some loss must reach for a run that ended above it to "
-                            "count as collapsed rather than never_learned"),
+                            "count as collapsed rather than slow or stuck"),
     "loss_spikes": Field("how many logged train losses the loss-spike rule flagged (normexp.train.spikes); the "
                          "steps are in loss_spike_steps"),
     "loss_spike_steps": Field("the logging steps the loss-spike rule flagged, in order", number=False),

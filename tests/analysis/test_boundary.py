@@ -346,3 +346,135 @@ def test_settings_of_the_schedule_are_checked():
     assert "lower_ratio" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, lower_ratio=0.5)
     assert "async, rounds" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, schedule="fast")
     assert "parallel" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, parallel=0)
+
+
+# ------------------------------------------- slow -> stuck gaps, gap reasons, the budget check
+
+def curve_window(slow_below, learns_to, steps_factor_learns_to=None):
+    """slow (still falling) at or below `slow_below`, learns up to `learns_to`, stuck (the
+    plateau) above; with ×N steps it learns up to `steps_factor_learns_to`. Returns
+    outcome(x, seed, i, factor) -> summary."""
+    def outcome(x, seed, i, factor=1):
+        top = steps_factor_learns_to if factor > 1 and steps_factor_learns_to else learns_to
+        if x <= slow_below:
+            return {"status": "stalled", "outcome": "slow"}
+        return {"status": "completed"} if x <= top else {"status": "stalled", "outcome": "stuck"}
+    return outcome
+
+
+def scheduled_n(outcome, budget_check=0, **kw):
+    """scheduled(), with budget_check and an outcome that sees the job's steps factor."""
+    lower, upper, first, seeds = kw.get("lower", 1e-4), kw.get("upper", 1e-1), kw.get("first", 4), kw.get("seeds", (0, 1, 2))
+    s = boundary.Search((("placement", 0),), lower, upper, kw.get("ratio", 1.25), budget_check=budget_check)
+    launched = []
+
+    def launch_one(job):
+        launched.append(job)
+        return outcome(job[1], job[2], job[0], *job[3:])
+
+    boundary.run_scheduled(boundary.Scheduler([s], list(seeds), boundary.initial_points(lower, upper, first, False)),
+                           launch_one, 1)
+    return s, launched
+
+
+def test_a_slow_to_stuck_gap_is_bisected_to_the_ratio():
+    # slow at or below 3e-4, stuck above, nothing learns: before, no point was unstable, so the
+    # search stopped at the 4 initial points ("nothing learned", a ×10 gap never searched)
+    s, _ = scheduled_n(curve_window(3e-4, 0))
+    slow, high = s.empty_window()
+    assert slow <= 3e-4 < high and high / slow <= 1.25
+    assert len(s.outcomes) > 4 and s.upper_edge() == "no window"
+    row = s.row("lr")
+    assert row["no_window_gap"] == f"{slow:g} .. {high:g}" and row["upper_gap_why"] == ""
+    assert s.point_class(slow) == "slow" and s.point_class(high) == "stuck"
+
+
+def test_a_window_hidden_in_a_slow_to_stuck_gap_is_found_and_both_edges_bracketed():
+    # learns only in (3e-4, 5e-4]: none of the initial points 1e-4 (slow), 1e-3, 1e-2, 1e-1
+    # (stuck) learns; the gap's midpoint 3.16e-4 does, and both edges go to ×1.25
+    s, _ = scheduled_n(curve_window(3e-4, 5e-4))
+    low, high = s.bracket()
+    assert low <= 5e-4 < high and high / low <= 1.25 and s.upper_edge() == "stalled"
+    too_slow, start = s.lower_bracket()
+    assert too_slow <= 3e-4 < start and start / too_slow <= 1.25 and s.lower_edge() == "too slow"
+    assert s.row("lr")["upper_gap_why"] == s.row("lr")["lower_gap_why"] == ""
+
+
+def test_every_gap_wider_than_its_ratio_is_named():
+    # slow everywhere: the window (if any) lies above upper
+    s, _ = scheduled_n(curve_window(1.0, 2.0))
+    assert s.upper_edge() == "nothing learned" and s.upper_gap_why().startswith("search bound reached")
+    # learns everywhere: both edges at the search's bounds
+    s, _ = scheduled_n(curve_window(0, 1.0))
+    assert s.upper_gap_why() == "search bound reached: learns up to upper"
+    assert s.lower_gap_why() == "search bound reached: learns down to lower"
+    # a search cut short (the tables are written after every run): "in progress"
+    cut = boundary.Search((), 1e-4, 1e-1, 1.25)
+    cut.outcomes = {1e-3: {0: "learned"}, 1e-2: {0: "stuck"}}
+    assert cut.upper_gap_why() == "in progress" and cut.row("lr")["upper_gap_why"] == "in progress"
+    # whole numbers with nothing between
+    d = boundary.Search((), 6, 8, 1.1, integer=True)
+    d.outcomes = {6: {0: "learned"}, 7: {0: "stuck"}}
+    assert d.upper_gap_why() == "no value between"
+
+
+def test_the_budget_check_reruns_the_failing_edge_point_at_n_times_the_steps():
+    # stuck above 0.02 at the base budget, but learns up to 0.05 with ×4 steps
+    s, launched = scheduled_n(curve_window(3e-4, 0.02, steps_factor_learns_to=0.05), budget_check=4)
+    low, high = s.bracket()
+    too_slow, _ = s.lower_bracket()
+    checks = [job for job in launched if len(job) == 4]
+    # after the search: every seed at both edges' failing points, at ×4, nothing else
+    assert sorted(checks) == sorted((0, x, seed, 4) for x in (high, too_slow) for seed in (0, 1, 2))
+    assert launched[-len(checks):] == checks and s.budget_runs == 6
+    assert s.upper_edge() == "too slow for the budget"       # the "stalled" edge was the budget
+    row = s.row("lr")
+    assert row["upper_budget"] == f"learns at ×4 steps at {high:g} (learned 3): too slow for the budget"
+    assert row["lower_budget"].startswith("fails at ×4")      # 3e-4 and below: still slow at ×4
+    assert row["runs_used"] == s.runs and s.runs == len(launched) - 6
+
+
+def test_an_edge_that_still_fails_with_the_longer_budget_stays_a_limit_and_unstable_edges_are_not_rerun():
+    s, launched = scheduled_n(curve_window(3e-4, 0.02), budget_check=4)   # no more at ×4
+    assert s.upper_edge() == "stalled" and s.row("lr")["upper_budget"].startswith("fails at ×4")
+    # diverging above the window: a stability failure already, not rerun; the lower edge is
+    s, launched = scheduled_n(lambda x, seed, i, factor=1: window(3e-4, 0.02)(x, seed, i), budget_check=4)
+    assert s.upper_edge() == "unstable" and s.row("lr")["upper_budget"] == "not rerun: unstable"
+    assert {job[1] for job in launched if len(job) == 4} == {s.lower_bracket()[0]}
+
+
+def test_the_budget_check_under_the_rounds_schedule_and_off_by_default(tmp_path):
+    outcome = curve_window(3e-4, 0.02, steps_factor_learns_to=0.05)
+    s = boundary.Search((("placement", 0),), 1e-4, 1e-1, 1.25, budget_check=3)
+    batches = []
+
+    def launch(batch):
+        batches.append(batch)
+        return [outcome(job[1], job[2], job[0], *job[3:]) for job in batch]
+
+    boundary.search_all([s], [0, 1], boundary.initial_points(1e-4, 1e-1, 4, False), launch)
+    assert all(len(job) == 4 and job[3] == 3 for job in batches[-1])    # the last round is the check
+    assert not any(len(job) == 4 for b in batches[:-1] for job in b)
+    assert s.upper_edge() == "too slow for the budget"
+    _, points = boundary.write_tables([s], "lr", tmp_path)
+    rows = [r for r in read_csv(points) if r["steps_factor"] == "3"]
+    assert len(rows) == 4 and {r["seed"] for r in rows} == {"0", "1"}
+    off, launched = scheduled_n(outcome)
+    assert not any(len(job) == 4 for job in launched) and off.row("lr")["upper_budget"] == ""
+
+
+def test_old_never_learned_summaries_are_read_again_from_their_curve():
+    s = boundary.Search((), 1e-4, 1e-1, 1.25)
+    flat = {"status": "stalled", "outcome": "never_learned", "baseline_loss": 3.0,
+            "loss_trajectory": {"train": [[0, 5.0], [50, 3.1]],
+                                "val": [[50, 3.02], [100, 2.99], [150, 3.03], [200, 3.0]]}}
+    boundary.record(s, 1e-2, 0, flat)
+    boundary.record(s, 1e-3, 0, {"status": "stalled", "outcome": "never_learned"})   # no curve: kept
+    assert s.outcomes == {1e-2: {0: "stuck"}, 1e-3: {0: "never_learned"}}
+    assert s.point_class(1e-3) == "slow" and s.empty_window() == (1e-3, 1e-2)
+
+
+def test_budget_check_setting_is_checked():
+    assert boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, budget_check=4) is None
+    assert "budget_check=1" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, budget_check=1)
+    assert "budget_check" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, budget_check=-2)

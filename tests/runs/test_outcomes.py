@@ -86,3 +86,55 @@ def test_without_a_baseline_the_initial_loss_is_the_reference():
 @pytest.mark.parametrize("status", ["running", "failed", "interrupted", "requeued", None])
 def test_unfinished_runs_have_no_outcome(status):
     assert outcomes.classify(summary(status, [5.0, 2.0], [2.0])) is None
+
+
+# ------------------------------------------------ slow or stuck: the curve's last evaluations
+
+def curve_summary(val, train=None):
+    """A stalled run whose train loss never got 5 % below b (lowest 2.90 > 2.85), val every 50 steps."""
+    return summary("stalled", train or [5.0, 3.6, 3.3, 3.1, 2.95], val)
+
+
+def test_a_curve_still_falling_above_the_threshold_is_slow():
+    # val 3.40, 3.30, 3.18, 3.05: it falls 0.35 over 150 steps, by 0.10–0.13 each time (the
+    # slope -0.00234/step is 24 standard errors below 0, beyond t(0.95, 2) = 2.92), and ends
+    # above 2.94: not learned, still on its way. Too few steps, never unstable
+    s = curve_summary([3.40, 3.30, 3.18, 3.05])
+    assert outcomes.classify(s) == outcomes.SLOW
+    assert not outcomes.is_unstable(outcomes.SLOW) and outcomes.not_going(outcomes.SLOW)
+
+
+def test_a_flat_noisy_curve_on_the_plateau_is_stuck():
+    # val 3.02, 2.99, 3.03, 3.00 around b = 3.0: the slope (-0.00004/step) is 0.2 of its
+    # standard error (0.0002): flat on the unigram plateau
+    assert outcomes.classify(curve_summary([3.02, 2.99, 3.03, 3.00])) == outcomes.STUCK
+    # rising from the plateau without ever getting 5 % below b: not falling, stuck
+    assert outcomes.classify(curve_summary([2.99, 3.00, 3.02, 3.05])) == outcomes.STUCK
+
+
+def test_a_creep_smaller_than_the_flat_fall_is_stuck_and_a_large_noisy_fall_is_not_enough():
+    # exactly linear (no noise), but 0.006 over the last four evaluations < 0.5 % of b = 0.015
+    assert outcomes.classify(curve_summary([3.010, 3.008, 3.006, 3.004])) == outcomes.STUCK
+    # the same shape 4× steeper: 0.024 ≥ 0.015, and exactly linear: slow
+    assert outcomes.classify(curve_summary([3.040, 3.032, 3.024, 3.016])) == outcomes.SLOW
+    # down 0.03 along the fitted line, zig-zagging by ±0.1: slope/stderr = -0.2 > -t(0.95, 2) = -2.92
+    assert outcomes.classify(curve_summary([3.15, 3.00, 3.20, 3.05])) == outcomes.STUCK
+
+
+def test_only_the_last_evaluations_count():
+    # fell fast early (3.9 -> 3.2), then flat for the last four: stuck, not slow
+    assert outcomes.classify(curve_summary([3.9, 3.5, 3.2, 3.01, 3.03, 3.00, 3.02])) == outcomes.STUCK
+    # flat early, falling steadily over the last four: slow
+    assert outcomes.classify(curve_summary([3.3, 3.3, 3.3, 3.25, 3.17, 3.10, 3.02])) == outcomes.SLOW
+
+
+def test_fell_then_rose_is_collapsed_and_guard_is_diverged_whatever_the_curve():
+    s = summary("stalled", [5.0, 3.0, 2.6, 2.8, 3.1], [2.7, 2.9, 3.05, 3.2])
+    assert outcomes.classify(s) == COLLAPSED
+    assert outcomes.classify(summary("diverged", [5.0, 3.5], [3.40, 3.30, 3.18, 3.05])) == DIVERGED
+
+
+def test_two_evaluations_cannot_tell_slow_from_stuck_and_keep_the_old_name():
+    # a line through two points has no noise estimate: never_learned, as before the curve was read
+    assert outcomes.classify(curve_summary([3.30, 3.05])) == NEVER_LEARNED
+    assert outcomes.not_going(NEVER_LEARNED) and NEVER_LEARNED in outcomes.OUTCOMES

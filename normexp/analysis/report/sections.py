@@ -135,11 +135,19 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     two_edges = "upper_edge" in table.columns  # boundary.csv from before the outcome classes has one edge
     if two_edges:
         head += ["upper edge (why)", "lower edge: too slow .. learns"]
+    gaps = "upper_gap_why" in table.columns  # boundary.csv from before issue 39 names no gap reasons
+    checked = gaps and table["upper_budget"].fillna("").astype(str).str.len().any()
+    if gaps:
+        head += ["wider than the ratio: why"]
+    if checked:
+        head += ["budget check: upper edge", "budget check: lower edge"]
     rows = [[*(fmt_param(r[c]) for c in setting_cols), _or_word(r["last_stable"], "none"),
              _or_word(r["first_unstable"], "none (upper bound held)"), _or_word(r["ratio"], "-", "{:.2f}"),
              str(r["points_probed"]), str(r["runs_used"]), str(r["monotone"]), str(r["seeds"]),
              *([_edge_cell(r["upper_edge"], r["upper_why"]),
-                _lower_cell(r["highest_too_slow"], r["lowest_learning"], r["lower_why"])] if two_edges else [])]
+                _lower_cell(r["highest_too_slow"], r["lowest_learning"], r["lower_why"])] if two_edges else []),
+             *([_gap_cell(r)] if gaps else []),
+             *([_text(r["upper_budget"]) or "-", _text(r["lower_budget"]) or "-"] if checked else [])]
             for r in table.to_dict("records")]
     echo(f"\nboundary of {key} (last stable .. first unstable, every seed learned below):\n" + text_table(head, rows))
     return [f"## Boundary of {key}", "", f"The largest {key} at which every seed learned (last stable) and the "
@@ -148,7 +156,13 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             "above (unstable: some seed collapsed or diverged there; stalled: its seeds never learned at a higher "
             "value than one that learned; upper bound: it learned up to the search's upper bound; nothing learned: nothing "
             "learned and nothing was unstable — no stability limit). Lower edge: the largest value below the window "
-            "where runs were too slow, and the smallest that learned. Data: `boundary.csv`, "
+            "where runs were too slow, and the smallest that learned. A failed run is slow (its last validation losses "
+            "still falling beyond their noise), stuck (flat on the unigram plateau), collapsed or diverged; with "
+            "nothing learned the gap between slow and stuck or unstable is bisected too (no window: that gap). "
+            "Every bracket wider than its ratio says why (search bound reached, no value between, in progress, "
+            "search failed). Budget check (hydra.sweeper.budget_check=N): each edge's first failing point rerun "
+            "with every seed at N× the steps; an edge whose failures learn there is too slow for the budget, "
+            "not a stability limit (the reruns: boundary_points.csv's steps_factor). Data: `boundary.csv`, "
             "`boundary_points.csv` (every probed point and seed).", "", markdown_table(head, rows), "",
             f"![boundary of {key}](boundary_search.png)", ""]
 
@@ -203,6 +217,18 @@ def _edge_cell(edge, why) -> str:
     edge = "" if edge != edge or edge is None else str(edge)
     why = "" if why != why or why is None else str(why)
     return f"{edge} ({why})" if why else edge or "-"
+
+
+def _text(value) -> str:
+    return "" if value is None or value != value else str(value)
+
+
+def _gap_cell(r) -> str:
+    """The gap reasons of a row, "-" where both brackets are within their ratio."""
+    parts = [f"{edge}: {_text(r[c])}" for edge, c in (("upper", "upper_gap_why"), ("lower", "lower_gap_why"))
+             if _text(r[c])]
+    gap = _text(r.get("no_window_gap"))
+    return "; ".join(parts + ([f"searched gap {gap}"] if gap else [])) or "-"
 
 
 def _lower_cell(slow, start, why) -> str:
