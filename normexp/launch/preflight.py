@@ -240,7 +240,9 @@ def claim_output(args: list[str], cfg) -> list[str]:
         if key not in given and not resume:
             folder = claim_default_folder(folder, key)
         elif not multirun:
-            claim_folder(folder, resume, key)
+            released = claim_folder(folder, resume, key)
+            if released:  # a stranded claim (its process gone, e.g. after a reboot): say so once
+                typer.echo(f"normexp: {released}", err=True)
         elif not resume:
             claim_sweep_folder(folder)
     except FolderTaken as e:

@@ -277,40 +277,89 @@ def run_artefacts(run_dir: Path) -> list[str]:
     return found
 
 
-def claim_alive(claim: dict) -> bool:
-    """The claiming process is known to be alive: on this host, and its pid exists (and is not us)."""
+def boot_id() -> str | None:
+    """This boot of the machine: /proc/sys/kernel/random/boot_id (Linux), else psutil's boot
+    time if psutil is installed, else None (no telling)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        return str(psutil.boot_time())
+    except Exception:  # noqa: BLE001 - psutil missing, or it cannot tell
+        return None
+
+
+def process_start(pid: int) -> int | float | None:
+    """When process `pid` started: field 22 of /proc/<pid>/stat (clock ticks since boot), else
+    psutil's create_time if psutil is installed; None when there is no telling (or no such pid).
+    With the pid and the boot id it names one process: a pid is reused, its start time is not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19])  # after "pid (comm) ": field 3 onwards; comm may hold spaces
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - psutil missing, no such process, or access denied
+        return None
+
+
+def process_identity() -> dict:
+    """This process as a claim and summary.json record it: pid and host, and (to survive pid
+    reuse, e.g. after a reboot) its start time and the machine's boot id."""
     import socket
 
-    pid = claim.get("pid")
-    if not isinstance(pid, int) or claim.get("host") != socket.gethostname() or pid == os.getpid():
-        return False
+    return {"pid": os.getpid(), "host": socket.gethostname(), "pid_start": process_start(os.getpid()),
+            "boot_id": boot_id()}
+
+
+def process_alive(record: dict) -> bool | None:
+    """Is the process a claim or summary.json names (process_identity's fields) still running:
+    True, False (known gone), or None (no telling: another host, or no pid recorded).
+
+    A record with a start time and boot id is alive only if the pid exists, the machine has not
+    restarted since (same boot id) and the pid's process started when the recorded one did: a
+    pid that now belongs to another process (after a reboot, or pid reuse) is not the run's.
+    Records written before normexp kept a start time (old claims and summaries) are judged by
+    the pid alone, as they were: such a run whose pid was reused still looks alive."""
+    import socket
+
+    pid = record.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or record.get("host") != socket.gethostname():
+        return None
+    recorded_boot, recorded_start = record.get("boot_id"), record.get("pid_start")
+    if recorded_boot is not None and boot_id() is not None and recorded_boot != boot_id():
+        return False  # the machine restarted: nothing of the run's process survives a reboot
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only asks whether the pid exists
     except ProcessLookupError:
         return False
     except OSError:  # exists, owned by someone else
-        return True
+        pass
+    if recorded_start is not None:
+        now = process_start(pid)
+        if now is not None and now != recorded_start:
+            return False  # the pid belongs to another process now
     return True
 
 
-def _claim_dead(claim: dict | None) -> bool:
-    """The claiming process is known to be gone: on this host, no such pid."""
-    import socket
+def claim_alive(claim: dict) -> bool:
+    """The claiming process is known to be alive, and is not this process (process_alive)."""
+    return process_alive(claim) is True and claim.get("pid") != os.getpid()
 
-    if not claim or not isinstance(claim.get("pid"), int) or claim.get("host") != socket.gethostname():
-        return False
-    try:
-        os.kill(claim["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
+
+def _claim_dead(claim: dict | None) -> bool:
+    """The claiming process is known to be gone (process_alive: no such pid, or the pid is another process's now)."""
+    return bool(claim) and process_alive(claim) is False
 
 
 def _create_claim(folder: Path) -> bool:
     """Exclusive create of the claim (O_EXCL): True for exactly one process."""
-    import socket
     import time
     import uuid
 
@@ -321,8 +370,7 @@ def _create_claim(folder: Path) -> bool:
     except FileExistsError:
         return False
     with os.fdopen(fd, "w") as f:
-        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-                   "token": token}, f)
+        json.dump({**process_identity(), "since": time.strftime("%Y-%m-%d %H:%M:%S"), "token": token}, f)
     _OWN_CLAIMS[str(folder.resolve())] = token
     return True
 
@@ -344,17 +392,20 @@ def training_now(claim: dict | None, key: str = "hydra.run.dir") -> str:
             f"continues it), or choose another folder ({key}=PATH)")
 
 
-def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> None:
+def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> str | None:
     """Make this process the one run training into `run_dir`, or raise FolderTaken.
 
     A folder holding no run (nothing of run_artefacts, or only a run that failed before it
     trained) is claimed by an exclusive create: of two processes, one wins, the other is
     refused. A folder holding a run is refused unless `resume`; a resume takes the claim over
     (renamed aside, then created: one winner), unless the claiming process is alive on this
-    host and the run says it is running. `key`: the setting to name in the fix."""
+    host (process_alive: its pid, start time and boot id) and the run says it is running.
+    `key`: the setting to name in the fix. Returns one line to show when the resume released
+    a stranded claim (the run says running, its process is gone: killed, or the machine
+    restarted and its pid now belongs to another process), else None."""
     run_dir = Path(run_dir)
     if holds_own_claim(run_dir):
-        return
+        return None
     claim = read_claim(run_dir)
     summary = read_summary(run_dir)
     held = [] if trained_nothing(run_dir, summary) else run_artefacts(run_dir)
@@ -370,6 +421,7 @@ def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> Non
         what = f"status {summary.get('status')}" if summary else "no summary.json, but " + ", ".join(held)
         raise FolderTaken(f"{key}={run_dir}: already holds a run ({what}); pass resume=true to "
                           f"continue it, or {fix}")
+    stranded = bool(held) and _claim_dead(claim) and (summary or {}).get("status") == Status.RUNNING
     if claim is not None:  # hand the claim over: of several processes, one renames it
         aside = run_dir / f"{CLAIM}.{os.getpid()}.old"
         try:
@@ -379,6 +431,10 @@ def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> Non
         aside.unlink(missing_ok=True)
     if not _create_claim(run_dir):
         raise FolderTaken(f"{key}={run_dir}: another process claimed it just now{claim_holder(read_claim(run_dir))}; {fix}")
+    if stranded:
+        return (f"{key}={run_dir}: released the claim of a run whose process is gone{claim_holder(claim)} "
+                f"(killed, or the machine restarted); resuming it")
+    return None
 
 
 def claim_default_folder(folder: Path, key: str) -> Path:

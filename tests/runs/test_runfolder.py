@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY, make_corpus, read_summary
+from conftest import RAN_TO_THE_END, TINY, make_corpus, read_summary
 
 from normexp.runs import folder as runfolder
 from normexp.runs.schema import EXECUTION_SETTINGS
@@ -367,3 +367,105 @@ def test_a_claim_left_by_a_process_stopped_at_start_up_does_not_lock_the_folder(
     (other / CLAIM).write_text(json.dumps({"pid": 1, "host": "another-host", "token": "t"}))
     with pytest.raises(FolderTaken, match=f"another run claimed it .*remove {other / CLAIM}\\)$"):
         claim_folder(other, resume=False)
+
+
+# ------------------------------------------------------------------ claims that survive pid reuse (issue 38, item 5)
+
+def _proc_start(pid):
+    """Field 22 of /proc/<pid>/stat (the process's start, in clock ticks after boot), read here on its own."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _boot():
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def _stranded(run, pid, **identity):
+    """A run killed without a word (summary says running) whose claim names `pid`: a live
+    process now, but (per `identity`) not the one that claimed the folder."""
+    import socket
+
+    record = {"pid": pid, "host": socket.gethostname(), **identity}
+    run.mkdir(parents=True, exist_ok=True)
+    (run / CLAIM).write_text(json.dumps({**record, "since": "2026-11-24 10:00:00", "token": "before-reboot"}))
+    (run / "summary.json").write_text(json.dumps({"status": "running", **record}))
+
+
+@pytest.mark.parametrize("what", ["pid reused", "rebooted"])
+def test_a_claim_whose_pid_now_belongs_to_another_process_is_released_by_a_resume(tmp_path, what):
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = _proc_start(live.pid)
+        identity = ({"pid_start": start + 1, "boot_id": _boot()} if what == "pid reused"
+                    else {"pid_start": start, "boot_id": "another-boot"})
+        run = tmp_path / "run"
+        _stranded(run, live.pid, **identity)
+        with pytest.raises(FolderTaken, match="already holds a run \\(status running\\); pass resume=true"):
+            claim_folder(run, resume=False)
+        note = claim_folder(run, resume=True)
+        assert runfolder.holds_own_claim(run)
+        assert note.startswith(f"hydra.run.dir={run}: released the claim of a run whose process is gone (claimed by "
+                               f"pid {live.pid} ") and "\n" not in note
+        from normexp.runs.reading import Run
+
+        assert Run(run, "run", {}, [], json.loads((run / "summary.json").read_text())).status == "killed"
+        # the same claim with the live process's own start time and boot: it is training, refused
+        _stranded(tmp_path / "live", live.pid, pid_start=start, boot_id=_boot())
+        with pytest.raises(FolderTaken, match=f"a run is training into it now \\(claimed by pid {live.pid}"):
+            claim_folder(tmp_path / "live", resume=True)
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_an_old_claim_without_a_start_time_is_judged_by_its_pid_alone(tmp_path):
+    """Claims written before start times were kept: a live pid still holds the folder (documented)."""
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _stranded(tmp_path / "run", live.pid)
+        with pytest.raises(FolderTaken, match="a run is training into it now"):
+            claim_folder(tmp_path / "run", resume=True)
+    finally:
+        live.kill()
+        live.wait()
+    assert claim_folder(tmp_path / "run", resume=True).startswith(f"hydra.run.dir={tmp_path / 'run'}: released")
+
+
+def test_a_claim_records_the_process_start_time_and_boot(tmp_path):
+    claim_folder(tmp_path / "run", resume=False)
+    claim = json.loads((tmp_path / "run" / CLAIM).read_text())
+    assert claim["pid"] == os.getpid() and claim["pid_start"] == _proc_start(os.getpid()) and claim["boot_id"] == _boot()
+    assert runfolder.process_alive(claim) is True and runfolder.process_alive({**claim, "pid_start": 1}) is False
+
+
+def test_resume_continues_a_run_stranded_by_a_reboot_and_report_says_it_is_not_running(tmp_path, cli_env):
+    """The CLI end to end: a run whose claim and summary name a live pid (this test's process)
+    with another start time, as after a reboot: resume=true says it released the claim (one
+    line) and finishes the run; before, `report` shows it killed, not running."""
+    corpus = make_corpus(tmp_path / "c.txt", 20_000)
+    args = [*BASE, f"data.files=[{corpus}]", "steps=4", "checkpoint_every=2", f"hydra.run.dir={tmp_path / 'run'}"]
+    train = [sys.executable, "-m", "normexp.cli", "train"]
+    first = subprocess.run([*train, *args], env=cli_env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    # make it look killed after step 2 of 4 by a process that had this test's pid before a reboot
+    run = tmp_path / "run"
+    final = read_summary(run)["final_val_loss"]
+    (run / "checkpoints" / "step_00000004.pt").unlink()
+    summary = {**read_summary(run), "status": "running", "steps_completed": 2, "final_val_loss": None,
+               "pid": os.getpid(), "pid_start": _proc_start(os.getpid()) + 7, "boot_id": _boot()}
+    (run / "summary.json").write_text(json.dumps(summary))
+    claim = json.loads((run / CLAIM).read_text())
+    (run / CLAIM).write_text(json.dumps({**claim, "pid": os.getpid(), "pid_start": summary["pid_start"]}))
+    report = subprocess.run([sys.executable, "-m", "normexp.cli", "report", str(run)], env=cli_env,
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0 and "1 killed" in report.stdout and "running" not in report.stdout, report.stdout
+    resumed = subprocess.run([*train, *args, "resume=true"], env=cli_env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    released = [line for line in resumed.stderr.splitlines() if "released the claim" in line]
+    assert released == [f"normexp: hydra.run.dir={run}: released the claim of a run whose process is gone (claimed by "
+                        f"pid {os.getpid()} on {claim['host']} at {claim['since']}) (killed, or the machine restarted); "
+                        "resuming it"], resumed.stderr
+    after = read_summary(run)
+    assert after["status"] in RAN_TO_THE_END and after["steps_completed"] == 4 and after["pid"] != os.getpid()
+    assert after["final_val_loss"] == final  # it trained steps 3 and 4 again from the checkpoint of step 2
