@@ -62,7 +62,7 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
 
     if is_main():  # before the job writes anything: the folder is this job's alone (or FolderTaken)
         released = claim_folder(run_dir, bool(cfg.resume) or (previous or {}).get("status") == Status.REQUEUED,
-                                "hydra.sweep.dir" if in_sweep() else "hydra.run.dir")
+                                "hydra.sweep.dir" if in_sweep() else "hydra.run.dir", job=True)
         if released:
             log.info("normexp: %s", released)
     if existing and previous.get("status") == Status.REQUEUED:  # SLURM started the job again after a preemption
@@ -205,6 +205,9 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
         return batches
 
     Hydra.multirun = keep_results
+    from ..runs.folder import new_launch
+
+    new_launch()
     try:
         main()
     finally:

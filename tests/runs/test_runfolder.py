@@ -140,8 +140,9 @@ def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="threads does not change what a run computes"):
         check_job_folders(_sweep_cfg(), [["threads=1", "lr=0.1"], ["threads=2", "lr=0.1"]])
     check_job_folders(_sweep_cfg(), [["lr=0.1", "seed=0"], ["lr=0.1", "seed=1"], ["lr=0.2", "seed=0"]])
-    # a subdir of the user's own is theirs to name: the job claims still guard it
-    check_job_folders(_sweep_cfg("hydra.sweep.subdir=${hydra.job.num}"), jobs)
+    # a subdir of the user's own that gives each job its folder (each job carries the command's overrides)
+    numbered = "hydra.sweep.subdir=${hydra.job.num}"
+    check_job_folders(_sweep_cfg("data=text", numbered), [[*j, numbered] for j in jobs])
 
 
 def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
@@ -158,7 +159,60 @@ def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
                                 "value once")
     check_job_folders(_sweep_cfg(), [["grad_clip=1", "seed=0"], ["grad_clip=1.0", "seed=1"]])  # other seeds: fine
     # numbered job folders: a job repeated on purpose (a reproducibility check) is the user's to ask for
-    check_job_folders(_sweep_cfg("hydra.sweep.subdir=${hydra.job.num}"), [["seed=0"], ["seed=1"], ["seed=0"]])
+    numbered = "hydra.sweep.subdir=${hydra.job.num}"
+    check_job_folders(_sweep_cfg(numbered), [["seed=0", numbered], ["seed=1", numbered], ["seed=0", numbered]])
+
+
+@pytest.mark.parametrize("placing", [["hydra.sweep.subdir=fixed"], ["hydra.sweep.subdir=s${seed}"],
+                                     ["hydra.sweep.subdir=fixed", "hydra.job.chdir=true"], ["hydra.sweep.subdir=."],
+                                     ["hydra.sweep.subdir=${norm.name}"], ["hydra.sweep.subdir=${hydra:runtime.choices.norm}"]])
+def test_a_subdir_of_the_users_own_that_puts_two_jobs_in_one_folder_is_refused(tmp_path, placing):
+    """Issue 38, item 3: whatever places the jobs (a fixed subdir, an interpolation of a key the
+    sweep does not vary, hydra.job.chdir), two jobs resolving to one folder are refused."""
+    from normexp.config.checks import ConfigError
+    from normexp.runs.folder import check_job_folders
+
+    sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
+    jobs = [[f"lr={lr}", "norm=rms", "seed=0", sweep, *placing] for lr in ("1e-3", "2e-3")]
+    with pytest.raises(ConfigError) as e:
+        check_job_folders(_sweep_cfg(sweep, *placing), jobs)
+    subdir = placing[0].split("=", 1)[1]
+    assert str(e.value).startswith(f"hydra.sweep.subdir={subdir}: the jobs lr=1e-3 and lr=2e-3 would both write into "
+                                   f"{tmp_path / 'sweep'}")
+    assert "\n" not in str(e.value) and not (tmp_path / "sweep").exists()
+
+
+def test_each_job_gets_the_folder_hydra_gives_it(tmp_path):
+    """The folders job_folders predicts are those Hydra's own composition gives each job (any interpolation)."""
+    from omegaconf import OmegaConf
+
+    from normexp.config.compose import compose_config
+    from normexp.runs.folder import job_folders
+
+    sweep = f"hydra.sweep.dir={tmp_path}/${{norm.name}}"
+    subdir = "hydra.sweep.subdir=l${layers}_${hydra.job.override_dirname}_${hydra:job.num}"
+    jobs = [[f"norm={n}", f"layers={d}", "seed=0", "experiment=warmup_sensitivity", sweep, subdir]
+            for n in ("rms", "layer") for d in (2, 4)]
+    predicted = job_folders(_sweep_cfg(sweep, subdir), jobs)
+    for num, (job, folder) in enumerate(zip(jobs, predicted)):
+        cfg = compose_config(job, hydra=True)  # the whole job, composed as Hydra composes it
+        name = job[0].split("=")[1]
+        assert cfg.norm.name == name
+        dirname = ",".join(sorted(o for o in job if not o.startswith(("hydra.", "experiment"))))
+        assert folder == str(tmp_path / name / f"l{job[1].split('=')[1]}_{dirname}_{num}"), folder
+        assert OmegaConf.select(cfg, "layers") == int(job[1].split("=")[1])
+
+
+def test_a_second_job_of_one_process_into_a_folder_an_earlier_job_trained_in_is_refused(tmp_path):
+    """Behind the pre-flight check: a sweep's jobs run in one process (or reused workers), so the
+    claim an earlier job made is this process's own; a later job must not train into it too."""
+    run = tmp_path / "fixed"
+    runfolder.new_launch()
+    assert claim_folder(run, resume=False, key="hydra.sweep.dir", job=True) is None
+    with pytest.raises(FolderTaken, match=f"hydra.sweep.dir={run}: another job of this sweep trained into it; "):
+        claim_folder(run, resume=False, key="hydra.sweep.dir", job=True)
+    runfolder.new_launch()  # the next command of this process (an in-process resume) may take it
+    claim_folder(run, resume=True, key="hydra.sweep.dir", job=True)
 
 
 def test_every_excluded_key_is_a_path_a_preset_or_an_execution_setting():
@@ -287,6 +341,25 @@ def test_two_runs_started_in_the_same_second_keep_both_results(tmp_path, cli_env
         f"normexp: error: hydra.run.dir={shared}: holds a run's files (normexp_run.json, checkpoints, TensorBoard "
         "events) but no summary.json; pass resume=true to continue it, or choose another folder"]
     assert {p: p.read_bytes() for p in shared.rglob("*") if p.is_file()} == before
+
+
+def test_a_sweep_whose_subdir_puts_two_jobs_in_one_folder_is_refused_before_any_job_runs(tmp_path, cli_env):
+    """Issue 38, item 3, end to end: `hydra.sweep.subdir=fixed` over two seeds ran both jobs into one
+    folder (rc 0, one result). Refused now, one line, exit 2, nothing written; a subdir that does
+    tell the jobs apart runs each job into the folder the check resolved for it."""
+    corpus = make_corpus(tmp_path / "c.txt", 20_000)
+    train = [sys.executable, "-m", "normexp.cli", "train", "-m", *BASE, f"data.files=[{corpus}]"]
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([*train, "seed=0,1", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=fixed"], env=cli_env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"normexp: error: hydra.sweep.subdir=fixed: the jobs seed=0 and seed=1 would both write into {sweep}/fixed; give "
+        "each job a folder of its own (the default ${hydra.job.override_dirname} names each by its overrides)"]
+    assert not sweep.exists()
+    proc = subprocess.run([*train, "seed=0,1", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=s${seed}"], env=cli_env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert {r.name: read_summary(r)["seed"] for r in find_runs(sweep)} == {"s0": 0, "s1": 1}
 
 
 @pytest.mark.parametrize("written", [["normexp_run.json"], ["normexp_run.json", "summary.json"]])
