@@ -224,17 +224,18 @@ def claim_output(args: list[str], cfg) -> list[str]:
     from omegaconf import OmegaConf
 
     from ..runs.folder import FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder
+    from ..runs.resume import output_folder
 
     flags, overrides = split_hydra_args(args)
     multirun = "-m" in flags or "--multirun" in flags
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = {override_key(o): o for o in overrides}
-    folder = Path(str(OmegaConf.select(cfg, key)))
+    folder = output_folder(cfg, key)  # `~` expanded: Hydra would make a folder named `~`
     if key in given:  # as given (torchrun's join_run pins rank 0's folder after the pre-flight composed its own)
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         value = str(OverridesParser.create().parse_override(given[key]).value())
-        folder = folder if "${" in value else Path(value)
+        folder = folder if "${" in value else Path(value).expanduser()
     resume = OmegaConf.select(cfg, "resume") is True
     try:
         if key not in given and not resume:
