@@ -153,6 +153,11 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
         # decides. A default (time-stamped) folder is not refused: the launch picks a free name.
         # torchrun's other ranks follow rank 0's claim.
         raise ConfigError("hydra.run.dir", run_dir, training_now(claim))
+    if "hydra.run.dir" not in explicit and not resume:
+        # a new run's default (time-stamped) folder: what another run started in the same second
+        # has written there so far is that run's, and the launch gives this run a free name
+        # (runs.folder.claim_default_folder: <time>-2, ...), so there is nothing to refuse
+        return None
     previous = read_summary(run_dir)
     if previous is None and (run_dir / "summary.json").exists():
         raise ConfigError("hydra.run.dir", run_dir, "holds an unreadable summary.json; choose another folder")

@@ -363,6 +363,34 @@ def test_a_sweep_whose_subdir_puts_two_jobs_in_one_folder_is_refused_before_any_
 
 
 @pytest.mark.parametrize("written", [["normexp_run.json"], ["normexp_run.json", "summary.json"]])
+def test_what_a_run_started_in_the_same_second_wrote_does_not_refuse_the_next(tmp_path, written):
+    """The same-second race, made deterministic: the pre-flight of a second run reads the default
+    (time-stamped) folder a first run started in that second has claimed and begun writing. It
+    must not refuse (the launch gives the second run <time>-2); before, it said "holds a run's
+    files ... but no summary.json" or "already holds a run (status running)"."""
+    import socket
+
+    from normexp.config.compose import compose_config
+    from normexp.runs.resume import check_output_folder
+
+    stamp = tmp_path / "runs" / "2026-11-25" / "10-00-00"
+    stamp.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (stamp / CLAIM).write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(), "token": "first"}))
+        for name in written:
+            (stamp / name).write_text(json.dumps({"status": "running", "config": "lr: 1\n"}))
+        cfg = compose_config([f"hydra.run.dir={stamp}"], hydra=True)  # as if ${now:...} had resolved to it
+        assert check_output_folder(cfg, False, explicit=set()) is None
+        assert claim_default_folder(stamp, "hydra.run.dir") == stamp.with_name("10-00-00-2")
+        with pytest.raises(Exception, match="pass resume=true|training into it now"):  # named by the user: refused
+            check_output_folder(cfg, False, explicit={"hydra.run.dir"})
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("written", [["normexp_run.json"], ["normexp_run.json", "summary.json"]])
 def test_a_folder_another_process_is_starting_in_is_refused_by_its_claim(tmp_path, cli_env, written):
     """What a run writes in its first seconds (its record, then a summary saying running) must
     not decide the message a second run into the same folder gets: the live claim does. Seen
