@@ -544,3 +544,35 @@ def test_a_full_disk_before_a_resume_leaves_the_run_resumable(world, tmp_path):
     done = _train(env, [*args, "resume=true"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert read_summary(run)["steps_completed"] == 6
+
+
+def test_a_run_needs_a_folder_of_its_own(tmp_path):
+    """Issue 38, item 7: `hydra.run.dir=''` (or `.`, or a folder above this one) wrote the run
+    among the current folder's files; a sweep's folder took the run as one more job; a quoted
+    `~` made a folder named `~`. Refused in one line, exit 2, nothing written; `~` is expanded."""
+    env = {**cli_environment(tmp_path / "cache"), "HOME": str(tmp_path / "home")}
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
+    here = tmp_path / "work"
+    here.mkdir()
+    (here / "notes.txt").write_text("mine")
+    base = [sys.executable, "-m", "normexp.cli", "train", *BASE, "steps=2", f"data.files=[{corpus}]"]
+    sweep = tmp_path / "sweep"
+    done = subprocess.run([*base, "-m", "seed=0,1", f"hydra.sweep.dir={sweep}"], env=env, cwd=here,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and len(find_runs(sweep)) == 2, done.stderr
+    cases = {"''": "is the current folder, not a folder of its own", ".": "is the current folder, not a folder of its own",
+             str(tmp_path): "is a folder above the current one, not a folder of its own",
+             str(sweep): "is a sweep's folder (it holds multirun.yaml): a run there would be counted as one of its jobs",
+             str(sweep.parent / "sweep/../sweep"): "is a sweep's folder"}
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if "cache" not in p.parts}
+    for given, why in cases.items():
+        proc = subprocess.run([*base, f"hydra.run.dir={given}"], env=env, cwd=here, capture_output=True, text=True,
+                              timeout=300)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith(f"normexp: error: hydra.run.dir={given}: {why}"), lines[0]
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if "cache" not in p.parts} == before
+    proc = subprocess.run([*base, "hydra.run.dir='~/runs/first'"], env=env, cwd=here, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert read_summary(tmp_path / "home" / "runs" / "first")["status"] in RAN_TO_THE_END and not (here / "~").exists()

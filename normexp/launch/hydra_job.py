@@ -66,8 +66,10 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
     from ..train.distributed import is_main
 
     if is_main():  # before the job writes anything: the folder is this job's alone (or FolderTaken)
-        claim_folder(run_dir, bool(cfg.resume) or (previous or {}).get("status") == Status.REQUEUED,
-                     "hydra.sweep.dir" if in_sweep() else "hydra.run.dir")
+        released = claim_folder(run_dir, bool(cfg.resume) or (previous or {}).get("status") == Status.REQUEUED,
+                                "hydra.sweep.dir" if in_sweep() else "hydra.run.dir", job=True)
+        if released:
+            log.info("normexp: %s", released)
     if existing and previous.get("status") == Status.REQUEUED:  # SLURM started the job again after a preemption
         log.info("%s was requeued by SLURM: resuming from its last checkpoint", run_dir)
         cfg.resume = True
@@ -263,6 +265,9 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
             raise _StartRefused(e, Path(output_dir).parent) from None
 
     hydra_utils._save_config = saving
+    from ..runs.folder import new_launch
+
+    new_launch()
     try:
         main()
     except _StartRefused as e:

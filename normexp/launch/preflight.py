@@ -277,17 +277,18 @@ def claim_output(args: list[str], cfg) -> list[str]:
     from omegaconf import OmegaConf
 
     from ..runs.folder import FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder
+    from ..runs.resume import output_folder
 
     flags, overrides = split_hydra_args(args)
     multirun = "-m" in flags or "--multirun" in flags
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = {override_key(o): o for o in overrides}
-    folder = Path(str(OmegaConf.select(cfg, key)))
+    folder = output_folder(cfg, key)  # `~` expanded: Hydra would make a folder named `~`
     if key in given:  # as given (torchrun's join_run pins rank 0's folder after the pre-flight composed its own)
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         value = str(OverridesParser.create().parse_override(given[key]).value())
-        folder = folder if "${" in value else Path(value)
+        folder = folder if "${" in value else Path(value).expanduser()
     resume = OmegaConf.select(cfg, "resume") is True
     made = _missing_parents(folder)
     _MADE[:] = made
@@ -295,7 +296,9 @@ def claim_output(args: list[str], cfg) -> list[str]:
         if key not in given and not resume:
             folder = claim_default_folder(folder, key)
         elif not multirun:
-            claim_folder(folder, resume, key)
+            released = claim_folder(folder, resume, key)
+            if released:  # a stranded claim (its process gone, e.g. after a reboot): say so once
+                typer.echo(f"normexp: {released}", err=True)
         elif not resume:
             claim_sweep_folder(folder)
     except FolderTaken as e:

@@ -257,6 +257,14 @@ class FolderTaken(Exception):
 # the claims this process made ({resolved folder: token}): the pre-flight claims a single
 # run's folder before Hydra starts, and the job (same process) finds its own claim
 _OWN_CLAIMS: dict[str, str] = {}
+# the folders a Hydra job of this process has trained into since the command began (claim_folder's `job`)
+_JOB_FOLDERS: set[str] = set()
+
+
+def new_launch() -> None:
+    """A command starts its jobs (launch.hydra_job.run_hydra): the folders earlier commands of
+    this process trained into are theirs no more (an in-process resume may take them)."""
+    _JOB_FOLDERS.clear()
 
 
 def read_claim(folder: Path) -> dict | None:
@@ -280,40 +288,89 @@ def run_artefacts(run_dir: Path) -> list[str]:
     return found
 
 
-def claim_alive(claim: dict) -> bool:
-    """The claiming process is known to be alive: on this host, and its pid exists (and is not us)."""
+def boot_id() -> str | None:
+    """This boot of the machine: /proc/sys/kernel/random/boot_id (Linux), else psutil's boot
+    time if psutil is installed, else None (no telling)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        return str(psutil.boot_time())
+    except Exception:  # noqa: BLE001 - psutil missing, or it cannot tell
+        return None
+
+
+def process_start(pid: int) -> int | float | None:
+    """When process `pid` started: field 22 of /proc/<pid>/stat (clock ticks since boot), else
+    psutil's create_time if psutil is installed; None when there is no telling (or no such pid).
+    With the pid and the boot id it names one process: a pid is reused, its start time is not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19])  # after "pid (comm) ": field 3 onwards; comm may hold spaces
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - psutil missing, no such process, or access denied
+        return None
+
+
+def process_identity() -> dict:
+    """This process as a claim and summary.json record it: pid and host, and (to survive pid
+    reuse, e.g. after a reboot) its start time and the machine's boot id."""
     import socket
 
-    pid = claim.get("pid")
-    if not isinstance(pid, int) or claim.get("host") != socket.gethostname() or pid == os.getpid():
-        return False
+    return {"pid": os.getpid(), "host": socket.gethostname(), "pid_start": process_start(os.getpid()),
+            "boot_id": boot_id()}
+
+
+def process_alive(record: dict) -> bool | None:
+    """Is the process a claim or summary.json names (process_identity's fields) still running:
+    True, False (known gone), or None (no telling: another host, or no pid recorded).
+
+    A record with a start time and boot id is alive only if the pid exists, the machine has not
+    restarted since (same boot id) and the pid's process started when the recorded one did: a
+    pid that now belongs to another process (after a reboot, or pid reuse) is not the run's.
+    Records written before normexp kept a start time (old claims and summaries) are judged by
+    the pid alone, as they were: such a run whose pid was reused still looks alive."""
+    import socket
+
+    pid = record.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or record.get("host") != socket.gethostname():
+        return None
+    recorded_boot, recorded_start = record.get("boot_id"), record.get("pid_start")
+    if recorded_boot is not None and boot_id() is not None and recorded_boot != boot_id():
+        return False  # the machine restarted: nothing of the run's process survives a reboot
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only asks whether the pid exists
     except ProcessLookupError:
         return False
     except OSError:  # exists, owned by someone else
-        return True
+        pass
+    if recorded_start is not None:
+        now = process_start(pid)
+        if now is not None and now != recorded_start:
+            return False  # the pid belongs to another process now
     return True
 
 
-def _claim_dead(claim: dict | None) -> bool:
-    """The claiming process is known to be gone: on this host, no such pid."""
-    import socket
+def claim_alive(claim: dict) -> bool:
+    """The claiming process is known to be alive, and is not this process (process_alive)."""
+    return process_alive(claim) is True and claim.get("pid") != os.getpid()
 
-    if not claim or not isinstance(claim.get("pid"), int) or claim.get("host") != socket.gethostname():
-        return False
-    try:
-        os.kill(claim["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
+
+def _claim_dead(claim: dict | None) -> bool:
+    """The claiming process is known to be gone (process_alive: no such pid, or the pid is another process's now)."""
+    return bool(claim) and process_alive(claim) is False
 
 
 def _create_claim(folder: Path) -> bool:
     """Exclusive create of the claim (O_EXCL): True for exactly one process."""
-    import socket
     import time
     import uuid
 
@@ -324,8 +381,7 @@ def _create_claim(folder: Path) -> bool:
     except FileExistsError:
         return False
     with os.fdopen(fd, "w") as f:
-        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-                   "token": token}, f)
+        json.dump({**process_identity(), "since": time.strftime("%Y-%m-%d %H:%M:%S"), "token": token}, f)
     _OWN_CLAIMS[str(folder.resolve())] = token
     return True
 
@@ -347,17 +403,27 @@ def training_now(claim: dict | None, key: str = "hydra.run.dir") -> str:
             f"continues it), or choose another folder ({key}=PATH)")
 
 
-def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> None:
+def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir", job: bool = False) -> str | None:
     """Make this process the one run training into `run_dir`, or raise FolderTaken.
 
     A folder holding no run (nothing of run_artefacts, or only a run that failed before it
     trained) is claimed by an exclusive create: of two processes, one wins, the other is
     refused. A folder holding a run is refused unless `resume`; a resume takes the claim over
     (renamed aside, then created: one winner), unless the claiming process is alive on this
-    host and the run says it is running. `key`: the setting to name in the fix."""
+    host (process_alive: its pid, start time and boot id) and the run says it is running.
+    `key`: the setting to name in the fix. `job`: the claim of a Hydra job, which trains into
+    the folder: of the jobs of one process (a sweep's jobs run in one process, or in reused
+    worker processes) only the first may take a folder this process claimed. Returns one line
+    to show when the resume released a stranded claim (the run says running, its process is
+    gone: killed, or the machine restarted and its pid now belongs to another process), else None."""
     run_dir = Path(run_dir)
-    if holds_own_claim(run_dir):
-        return
+    if holds_own_claim(run_dir):  # claimed by this process: by the pre-flight for this job, or by an earlier job
+        if job and str(run_dir.resolve()) in _JOB_FOLDERS:
+            raise FolderTaken(f"{key}={run_dir}: another job of this sweep trained into it; give each job a folder "
+                              "of its own (the default hydra.sweep.subdir=${hydra.job.override_dirname})")
+        if job:
+            _JOB_FOLDERS.add(str(run_dir.resolve()))
+        return None
     claim = read_claim(run_dir)
     summary = read_summary(run_dir)
     held = [] if trained_nothing(run_dir, summary) else run_artefacts(run_dir)
@@ -373,6 +439,7 @@ def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> Non
         what = f"status {summary.get('status')}" if summary else "no summary.json, but " + ", ".join(held)
         raise FolderTaken(f"{key}={run_dir}: already holds a run ({what}); pass resume=true to "
                           f"continue it, or {fix}")
+    stranded = bool(held) and _claim_dead(claim) and (summary or {}).get("status") == Status.RUNNING
     if claim is not None:  # hand the claim over: of several processes, one renames it
         aside = run_dir / f"{CLAIM}.{os.getpid()}.old"
         try:
@@ -382,6 +449,12 @@ def claim_folder(run_dir: Path, resume: bool, key: str = "hydra.run.dir") -> Non
         aside.unlink(missing_ok=True)
     if not _create_claim(run_dir):
         raise FolderTaken(f"{key}={run_dir}: another process claimed it just now{claim_holder(read_claim(run_dir))}; {fix}")
+    if job:
+        _JOB_FOLDERS.add(str(run_dir.resolve()))
+    if stranded:
+        return (f"{key}={run_dir}: released the claim of a run whose process is gone{claim_holder(claim)} "
+                f"(killed, or the machine restarted); resuming it")
+    return None
 
 
 def claim_default_folder(folder: Path, key: str) -> Path:
@@ -411,18 +484,6 @@ def claim_sweep_folder(folder: Path) -> None:
 
 
 # ------------------------------------------------------------- sweeps' job folders
-
-def job_folder_name(job: list[str], dirname) -> str:
-    """The folder name Hydra gives a sweep job with these overrides (hydra.job.override_dirname:
-    the overrides but `dirname.exclude_keys`, sorted, joined). `dirname`: the config's
-    hydra.job.config.override_dirname."""
-    from hydra._internal.config_loader_impl import get_overrides_dirname
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    task = [o for o in job if not override_key(o).startswith("hydra.") and not override_key(o).startswith("hydra/")]
-    return get_overrides_dirname(OverridesParser.create().parse_overrides(task), exclude_keys=list(dirname.exclude_keys),
-                                 item_sep=dirname.item_sep, kv_sep=dirname.kv_sep)
-
 
 def _check_one_value_twice(jobs: list[list[str]]) -> None:
     """Refuse a sweep with two jobs of one setting spelled two ways (grad_clip=1,1.0; lr=1e-3,0.001):
@@ -458,33 +519,95 @@ def _check_one_value_twice(jobs: list[list[str]]) -> None:
         seen[identity], seen_jobs[identity] = values, job
 
 
+def job_folders(cfg, jobs: list[list[str]]) -> list[str | None]:
+    """The absolute folder each job of a sweep writes into, resolved as Hydra's launchers do:
+    each job's config composed from its overrides (a config group's option by composition, the
+    other overrides applied as Hydra applies them), hydra.job.override_dirname, num and id set
+    as the basic launcher sets them, then hydra.sweep.dir joined with hydra.sweep.subdir,
+    resolved (any interpolation: ${seed}, ${hydra.job.num}, ${hydra:...}) relative to the
+    current folder. None for a job whose folder cannot be resolved (its config does not
+    compose: that job fails on its own). Jobs of one choice of config groups share one
+    composition (about 0.1 s), so a sweep of thousands of jobs is resolved in seconds.
+    `cfg`: the sweep's composed config (with its hydra node), whose resolved values (the
+    `${now:...}` of the sweep folder) the jobs share, as Hydra's load_sweep_config copies them."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf, open_dict
+
+    from ..config.compose import compose_config, config_groups
+
+    parser, composed, folders = OverridesParser.create(), {}, []
+    str(OmegaConf.select(cfg, "hydra.sweep.dir"))  # the sweep's time stamp, resolved once, shared by its jobs
+    hydra_config, saved = HydraConfig.instance(), HydraConfig.instance().cfg
+    try:
+        for num, job in enumerate(jobs):
+            try:
+                parsed = parser.parse_overrides(job)
+                # config-group choices (norm=rms, hydra/launcher=joblib, +experiment=x) need a composition
+                groups = tuple(o.input_line for o in parsed
+                               if "/" in o.key_or_group or override_key(o.key_or_group) in config_groups())
+                if groups not in composed:
+                    composed[groups] = compose_config(list(groups), hydra=True)
+                job_cfg = composed[groups].copy()
+                OmegaConf.copy_cache(from_config=cfg, to_config=job_cfg)
+                values = [o for o in parsed if o.input_line not in groups]
+                ConfigLoaderImpl._apply_overrides_to_config(values, job_cfg)
+                dirname = job_cfg.hydra.job.config.override_dirname
+                with open_dict(job_cfg.hydra.job):
+                    job_cfg.hydra.job.override_dirname = get_overrides_dirname(
+                        overrides=[o for o in parsed if not o.is_hydra_override()], kv_sep=dirname.kv_sep,
+                        item_sep=dirname.item_sep, exclude_keys=dirname.exclude_keys)
+                    job_cfg.hydra.job.num = job_cfg.hydra.job.id = num
+                hydra_config.set_config(job_cfg)  # for the ${hydra:...} resolver
+                folder = os.path.join(str(OmegaConf.select(job_cfg, "hydra.sweep.dir")),
+                                      str(OmegaConf.select(job_cfg, "hydra.sweep.subdir")))
+                folders.append(os.path.abspath(os.path.expanduser(folder)))
+            except Exception:  # noqa: BLE001 - a job whose config does not compose is refused on its own
+                folders.append(None)
+    finally:
+        hydra_config.cfg = saved
+    return folders
+
+
 def check_job_folders(cfg, jobs: list[list[str]]) -> None:
-    """Refuse a sweep two of whose jobs would get one folder (raises ConfigError): a swept key
-    that job folder names leave out (train.yaml's exclude_keys: paths, presets, the run
-    settings). Every key that changes a run's result is either in the names or refused here;
-    behind this, each job claims its folder, so a collision can never merge two jobs."""
+    """Refuse a sweep two of whose jobs would write into one folder (raises ConfigError), before
+    any job runs: each job's folder resolved as Hydra will (job_folders), whatever places it
+    (hydra.sweep.subdir of the user's own, an interpolation, hydra.sweep.dir). With the default
+    subdir (${hydra.job.override_dirname}) a collision is a swept key that folder names leave
+    out (train.yaml's exclude_keys: paths, presets, the run settings); one value spelled two
+    ways is refused too. Behind this, each job claims its folder, so a collision the check
+    cannot foresee (a ${now:...} subdir) still never merges two jobs."""
     from omegaconf import OmegaConf
 
     from ..config.checks import ConfigError
 
-    if OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir") != "${hydra.job.override_dirname}":
-        return  # a subdir of the user's own (${hydra.job.num}: a job may repeat on purpose); the job claims guard it
-    _check_one_value_twice(jobs)
-    dirname = cfg.hydra.job.config.override_dirname
+    subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
+    default = subdir == "${hydra.job.override_dirname}"
+    if default:  # a subdir of the user's own (${hydra.job.num}) may repeat a job on purpose
+        _check_one_value_twice(jobs)
     seen: dict[str, list[str]] = {}
-    for job in jobs:
-        name = job_folder_name(job, dirname)
-        if name not in seen:
-            seen[name] = job
+    for job, folder in zip(jobs, job_folders(cfg, jobs)):
+        if folder is None:
             continue
-        first, second = (dict(o.split("=", 1) for o in j if "=" in o) for j in (seen[name], job))
+        if folder not in seen:
+            seen[folder] = job
+            continue
+        first, second = (dict(o.split("=", 1) for o in j if "=" in o) for j in (seen[folder], job))
         key = next((k for k in sorted(set(first) | set(second)) if first.get(k) != second.get(k)), "hydra.sweep.subdir")
         values = f"{first.get(key, '<unset>')},{second.get(key, '<unset>')}"
         if is_execution_setting(override_key(key)):
             why = (f"{key} does not change what a run computes, so these jobs are one run twice, in one folder; "
                    "give it one value")
-        else:
+        elif default:
+            name = os.path.relpath(folder, os.path.abspath(str(cfg.hydra.sweep.dir)))
             why = (f"job folder names leave {key} out (hydra.job.config.override_dirname.exclude_keys), so two jobs "
-                   f"would share the folder {name or '(the sweep folder)'}; sweep it with one sweep per value, "
-                   "each with its own hydra.sweep.dir")
+                   f"would share the folder {'(the sweep folder)' if name == '.' else name}; sweep it with one "
+                   "sweep per value, each with its own hydra.sweep.dir")
+        else:
+            a, b = (" ".join(o for o in x if o not in y) or "(the same overrides)"
+                    for x, y in ((seen[folder], job), (job, seen[folder])))
+            key, values = "hydra.sweep.subdir", subdir
+            why = (f"the jobs {a} and {b} would both write into {folder}; give each job a folder of its own (the "
+                   "default ${hydra.job.override_dirname} names each by its overrides)")
         raise ConfigError(key, values, why)

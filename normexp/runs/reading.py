@@ -25,13 +25,12 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .schema import NUMERIC_FIELDS, OUTCOME_FIELDS, STATUSES, TOKENS_PER_SECOND, TRAIN_LOSS, VAL_LOSS
 from .folder import find_runs, flat_settings
+from .folder import process_alive as _process_alive
 from .schema import Status
 
 # summary.json fields that load() puts in its frame besides the status (the hyperparameters come from the config)
@@ -97,17 +96,9 @@ class Run:
 
 
 def process_alive(summary: dict) -> bool:
-    """False only when the run's process is known to be gone: same host, no such pid."""
-    pid, host = summary.get("pid"), summary.get("host")
-    if not isinstance(pid, int) or host != socket.gethostname():
-        return True
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, but belongs to someone else
-        return True
-    return True
+    """False only when the run's process is known to be gone (runs.folder.process_alive: same
+    host, and no such pid, or the pid's process is not the run's, or the machine restarted)."""
+    return _process_alive(summary) is not False
 
 
 def summary_problem(summary) -> str | None:

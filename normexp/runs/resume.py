@@ -43,6 +43,37 @@ def check_creatable(key: str, folder: Path) -> None:
         raise ConfigError(key, folder, f"cannot create it in {parent} ({e.strerror}); choose another folder") from None
 
 
+def output_folder(cfg: DictConfig, key: str) -> Path:
+    """The folder hydra.run.dir or hydra.sweep.dir names, `~` expanded (Hydra would make a
+    folder literally named `~`); launch.preflight.claim_output pins this form for Hydra."""
+    return Path(str(OmegaConf.select(cfg, key))).expanduser()
+
+
+def check_own_folder(key: str, given, folder: Path) -> None:
+    """A run (or sweep) needs a folder of its own: not the current folder or one above it
+    (`hydra.run.dir=''`, `.`, `..`: the run's files would lie among everything else there),
+    and for a single run not a sweep's folder (one holding multirun.yaml, or other runs below
+    it: its report would count the run as one of its jobs). `given`: the value as written."""
+    here = Path.cwd().resolve()
+    where = folder.resolve()
+    if where == here or where in here.parents:
+        what = "the current folder" if where == here else "a folder above the current one"
+        run = "run" if key == "hydra.run.dir" else "sweep"
+        raise ConfigError(key, f"'{given}'" if not str(given).strip() else given,
+                          f"is {what}, not a folder of its own: the {run}'s files would lie among everything else "
+                          f"there; give the {run} a folder ({key}=runs/NAME), or leave {key} out for a new one")
+    if key != "hydra.run.dir" or not where.is_dir():
+        return
+    from .folder import find_runs
+
+    others = [r for r in find_runs(where) if r.resolve() != where]
+    if (where / "multirun.yaml").is_file() or others:
+        what = ("a sweep's folder (it holds multirun.yaml): a run there would be counted as one of its jobs"
+                if (where / "multirun.yaml").is_file() else f"a folder of other runs ({len(others)} below it, e.g. "
+                f"{others[0].relative_to(where)}): a run there would be counted among them")
+        raise ConfigError(key, given, f"is {what}; give the run a folder of its own ({key}=PATH)")
+
+
 def _flat(cfg) -> dict:
     """{dotted.key: value} of a job config, for comparing two of them."""
     return dotted(OmegaConf.to_container(cfg, resolve=False))
@@ -103,7 +134,8 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
     job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     resume = job.get("resume") is True
     if multirun:
-        sweep_dir = Path(str(cfg.hydra.sweep.dir))
+        sweep_dir = output_folder(cfg, "hydra.sweep.dir")
+        check_own_folder("hydra.sweep.dir", OmegaConf.select(cfg, "hydra.sweep.dir"), sweep_dir)
         check_creatable("hydra.sweep.dir", sweep_dir)
         if "hydra.sweep.dir" in explicit and not resume and sweep_dir.is_dir():
             held = [r for r in find_runs(sweep_dir) if run_artefacts(r)]
@@ -111,7 +143,8 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
                 raise ConfigError("hydra.sweep.dir", sweep_dir, f"already holds {len(held)} runs; pass resume=true "
                                   "to continue them (finished jobs are skipped), or choose another folder")
         return None
-    run_dir = Path(str(cfg.hydra.run.dir))
+    run_dir = output_folder(cfg, "hydra.run.dir")
+    check_own_folder("hydra.run.dir", OmegaConf.select(cfg, "hydra.run.dir"), run_dir)
     check_creatable("hydra.run.dir", run_dir)
     claim = read_claim(run_dir)
     if "hydra.run.dir" in explicit and claim and claim_alive(claim) and os.environ.get("RANK", "0") == "0":
@@ -120,6 +153,11 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
         # decides. A default (time-stamped) folder is not refused: the launch picks a free name.
         # torchrun's other ranks follow rank 0's claim.
         raise ConfigError("hydra.run.dir", run_dir, training_now(claim))
+    if "hydra.run.dir" not in explicit and not resume:
+        # a new run's default (time-stamped) folder: what another run started in the same second
+        # has written there so far is that run's, and the launch gives this run a free name
+        # (runs.folder.claim_default_folder: <time>-2, ...), so there is nothing to refuse
+        return None
     previous = read_summary(run_dir)
     if previous is None and (run_dir / "summary.json").exists():
         raise ConfigError("hydra.run.dir", run_dir, unreadable_summary(run_dir))

@@ -200,12 +200,12 @@ LOSS_TRAJECTORY = "loss_trajectory"
 
 # How a run is executed, in two kinds, side by side:
 # - EXECUTION_FACTS: summary.json fields that record where and how it ran (written by training;
-#   `normexp report` reads pid and host to tell a killed run);
+#   `normexp report` reads pid, host, pid_start and boot_id to tell a killed run: runs.folder.process_alive);
 # - EXECUTION_SETTINGS: config keys that choose how to run, not what is computed: a resumed run
 #   may change them, the report never calls them "varied", a setting's identity
 #   (folder.result_settings) and run names leave them out (train.yaml's exclude_keys holds them
 #   too, with the path keys; tests/runs/test_runfolder.py checks the two agree).
-EXECUTION_FACTS = ("device", "threads", "pid", "host")
+EXECUTION_FACTS = ("device", "threads", "pid", "host", "pid_start", "boot_id")
 # log.extra_signals and loss_spike only add to what is logged: checkpoints written before they existed resume.
 EXECUTION_SETTINGS = ("resume", "threads", "device", "compile", "log.progress", "checkpoint_every", "keep_checkpoints",
                       "log.extra_signals", "loss_spike.window", "loss_spike.k", "loss_spike.floor", "loss_spike.min_points")

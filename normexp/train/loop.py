@@ -20,9 +20,7 @@ import contextlib
 import errno
 import logging
 import math
-import os
 import random
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +39,8 @@ from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, 
 from ..model import GPT, IGNORE_TARGET, ModelConfig
 from ..runs import schema
 from ..runs import outcomes
-from ..runs.folder import beat_baseline, hparams_row, read_summary, result_settings, summary_record, write_summary
+from ..runs.folder import (beat_baseline, hparams_row, process_identity, read_summary, result_settings, summary_record,
+                           write_summary)
 from .schedules import lr_multiplier
 from .spikes import HampelSpikeRule
 from .signals import Interrupted, Preempted, StopSignals
@@ -355,7 +354,7 @@ class Trainer:
         purge_step = self._resume()
         self.start_step = self.step
         # who is running it: lets `normexp report` tell a live run from one killed without a word
-        self.summary.update(status=Status.RUNNING, pid=os.getpid(), host=socket.gethostname())
+        self.summary.update(status=Status.RUNNING, **process_identity())
         self._write_summary()
         self.writer = open_writer(run_dir, purge_step, self.main, layers=cfg.layers)
         self._first_events(purge_step)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY, make_corpus, read_summary
+from conftest import RAN_TO_THE_END, TINY, make_corpus, read_summary
 
 from normexp.runs import folder as runfolder
 from normexp.runs.schema import EXECUTION_SETTINGS
@@ -140,8 +140,9 @@ def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="threads does not change what a run computes"):
         check_job_folders(_sweep_cfg(), [["threads=1", "lr=0.1"], ["threads=2", "lr=0.1"]])
     check_job_folders(_sweep_cfg(), [["lr=0.1", "seed=0"], ["lr=0.1", "seed=1"], ["lr=0.2", "seed=0"]])
-    # a subdir of the user's own is theirs to name: the job claims still guard it
-    check_job_folders(_sweep_cfg("hydra.sweep.subdir=${hydra.job.num}"), jobs)
+    # a subdir of the user's own that gives each job its folder (each job carries the command's overrides)
+    numbered = "hydra.sweep.subdir=${hydra.job.num}"
+    check_job_folders(_sweep_cfg("data=text", numbered), [[*j, numbered] for j in jobs])
 
 
 def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
@@ -158,7 +159,60 @@ def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
                                 "value once")
     check_job_folders(_sweep_cfg(), [["grad_clip=1", "seed=0"], ["grad_clip=1.0", "seed=1"]])  # other seeds: fine
     # numbered job folders: a job repeated on purpose (a reproducibility check) is the user's to ask for
-    check_job_folders(_sweep_cfg("hydra.sweep.subdir=${hydra.job.num}"), [["seed=0"], ["seed=1"], ["seed=0"]])
+    numbered = "hydra.sweep.subdir=${hydra.job.num}"
+    check_job_folders(_sweep_cfg(numbered), [["seed=0", numbered], ["seed=1", numbered], ["seed=0", numbered]])
+
+
+@pytest.mark.parametrize("placing", [["hydra.sweep.subdir=fixed"], ["hydra.sweep.subdir=s${seed}"],
+                                     ["hydra.sweep.subdir=fixed", "hydra.job.chdir=true"], ["hydra.sweep.subdir=."],
+                                     ["hydra.sweep.subdir=${norm.name}"], ["hydra.sweep.subdir=${hydra:runtime.choices.norm}"]])
+def test_a_subdir_of_the_users_own_that_puts_two_jobs_in_one_folder_is_refused(tmp_path, placing):
+    """Issue 38, item 3: whatever places the jobs (a fixed subdir, an interpolation of a key the
+    sweep does not vary, hydra.job.chdir), two jobs resolving to one folder are refused."""
+    from normexp.config.checks import ConfigError
+    from normexp.runs.folder import check_job_folders
+
+    sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
+    jobs = [[f"lr={lr}", "norm=rms", "seed=0", sweep, *placing] for lr in ("1e-3", "2e-3")]
+    with pytest.raises(ConfigError) as e:
+        check_job_folders(_sweep_cfg(sweep, *placing), jobs)
+    subdir = placing[0].split("=", 1)[1]
+    assert str(e.value).startswith(f"hydra.sweep.subdir={subdir}: the jobs lr=1e-3 and lr=2e-3 would both write into "
+                                   f"{tmp_path / 'sweep'}")
+    assert "\n" not in str(e.value) and not (tmp_path / "sweep").exists()
+
+
+def test_each_job_gets_the_folder_hydra_gives_it(tmp_path):
+    """The folders job_folders predicts are those Hydra's own composition gives each job (any interpolation)."""
+    from omegaconf import OmegaConf
+
+    from normexp.config.compose import compose_config
+    from normexp.runs.folder import job_folders
+
+    sweep = f"hydra.sweep.dir={tmp_path}/${{norm.name}}"
+    subdir = "hydra.sweep.subdir=l${layers}_${hydra.job.override_dirname}_${hydra:job.num}"
+    jobs = [[f"norm={n}", f"layers={d}", "seed=0", "experiment=warmup_sensitivity", sweep, subdir]
+            for n in ("rms", "layer") for d in (2, 4)]
+    predicted = job_folders(_sweep_cfg(sweep, subdir), jobs)
+    for num, (job, folder) in enumerate(zip(jobs, predicted)):
+        cfg = compose_config(job, hydra=True)  # the whole job, composed as Hydra composes it
+        name = job[0].split("=")[1]
+        assert cfg.norm.name == name
+        dirname = ",".join(sorted(o for o in job if not o.startswith(("hydra.", "experiment"))))
+        assert folder == str(tmp_path / name / f"l{job[1].split('=')[1]}_{dirname}_{num}"), folder
+        assert OmegaConf.select(cfg, "layers") == int(job[1].split("=")[1])
+
+
+def test_a_second_job_of_one_process_into_a_folder_an_earlier_job_trained_in_is_refused(tmp_path):
+    """Behind the pre-flight check: a sweep's jobs run in one process (or reused workers), so the
+    claim an earlier job made is this process's own; a later job must not train into it too."""
+    run = tmp_path / "fixed"
+    runfolder.new_launch()
+    assert claim_folder(run, resume=False, key="hydra.sweep.dir", job=True) is None
+    with pytest.raises(FolderTaken, match=f"hydra.sweep.dir={run}: another job of this sweep trained into it; "):
+        claim_folder(run, resume=False, key="hydra.sweep.dir", job=True)
+    runfolder.new_launch()  # the next command of this process (an in-process resume) may take it
+    claim_folder(run, resume=True, key="hydra.sweep.dir", job=True)
 
 
 def test_every_excluded_key_is_a_path_a_preset_or_an_execution_setting():
@@ -289,6 +343,53 @@ def test_two_runs_started_in_the_same_second_keep_both_results(tmp_path, cli_env
     assert {p: p.read_bytes() for p in shared.rglob("*") if p.is_file()} == before
 
 
+def test_a_sweep_whose_subdir_puts_two_jobs_in_one_folder_is_refused_before_any_job_runs(tmp_path, cli_env):
+    """Issue 38, item 3, end to end: `hydra.sweep.subdir=fixed` over two seeds ran both jobs into one
+    folder (rc 0, one result). Refused now, one line, exit 2, nothing written; a subdir that does
+    tell the jobs apart runs each job into the folder the check resolved for it."""
+    corpus = make_corpus(tmp_path / "c.txt", 20_000)
+    train = [sys.executable, "-m", "normexp.cli", "train", "-m", *BASE, f"data.files=[{corpus}]"]
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([*train, "seed=0,1", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=fixed"], env=cli_env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"normexp: error: hydra.sweep.subdir=fixed: the jobs seed=0 and seed=1 would both write into {sweep}/fixed; give "
+        "each job a folder of its own (the default ${hydra.job.override_dirname} names each by its overrides)"]
+    assert not sweep.exists()
+    proc = subprocess.run([*train, "seed=0,1", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=s${seed}"], env=cli_env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert {r.name: read_summary(r)["seed"] for r in find_runs(sweep)} == {"s0": 0, "s1": 1}
+
+
+@pytest.mark.parametrize("written", [["normexp_run.json"], ["normexp_run.json", "summary.json"]])
+def test_what_a_run_started_in_the_same_second_wrote_does_not_refuse_the_next(tmp_path, written):
+    """The same-second race, made deterministic: the pre-flight of a second run reads the default
+    (time-stamped) folder a first run started in that second has claimed and begun writing. It
+    must not refuse (the launch gives the second run <time>-2); before, it said "holds a run's
+    files ... but no summary.json" or "already holds a run (status running)"."""
+    import socket
+
+    from normexp.config.compose import compose_config
+    from normexp.runs.resume import check_output_folder
+
+    stamp = tmp_path / "runs" / "2026-11-25" / "10-00-00"
+    stamp.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (stamp / CLAIM).write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(), "token": "first"}))
+        for name in written:
+            (stamp / name).write_text(json.dumps({"status": "running", "config": "lr: 1\n"}))
+        cfg = compose_config([f"hydra.run.dir={stamp}"], hydra=True)  # as if ${now:...} had resolved to it
+        assert check_output_folder(cfg, False, explicit=set()) is None
+        assert claim_default_folder(stamp, "hydra.run.dir") == stamp.with_name("10-00-00-2")
+        with pytest.raises(Exception, match="pass resume=true|training into it now"):  # named by the user: refused
+            check_output_folder(cfg, False, explicit={"hydra.run.dir"})
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.parametrize("written", [["normexp_run.json"], ["normexp_run.json", "summary.json"]])
 def test_a_folder_another_process_is_starting_in_is_refused_by_its_claim(tmp_path, cli_env, written):
     """What a run writes in its first seconds (its record, then a summary saying running) must
@@ -367,3 +468,105 @@ def test_a_claim_left_by_a_process_stopped_at_start_up_does_not_lock_the_folder(
     (other / CLAIM).write_text(json.dumps({"pid": 1, "host": "another-host", "token": "t"}))
     with pytest.raises(FolderTaken, match=f"another run claimed it .*remove {other / CLAIM}\\)$"):
         claim_folder(other, resume=False)
+
+
+# ------------------------------------------------------------------ claims that survive pid reuse (issue 38, item 5)
+
+def _proc_start(pid):
+    """Field 22 of /proc/<pid>/stat (the process's start, in clock ticks after boot), read here on its own."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _boot():
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def _stranded(run, pid, **identity):
+    """A run killed without a word (summary says running) whose claim names `pid`: a live
+    process now, but (per `identity`) not the one that claimed the folder."""
+    import socket
+
+    record = {"pid": pid, "host": socket.gethostname(), **identity}
+    run.mkdir(parents=True, exist_ok=True)
+    (run / CLAIM).write_text(json.dumps({**record, "since": "2026-11-24 10:00:00", "token": "before-reboot"}))
+    (run / "summary.json").write_text(json.dumps({"status": "running", **record}))
+
+
+@pytest.mark.parametrize("what", ["pid reused", "rebooted"])
+def test_a_claim_whose_pid_now_belongs_to_another_process_is_released_by_a_resume(tmp_path, what):
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = _proc_start(live.pid)
+        identity = ({"pid_start": start + 1, "boot_id": _boot()} if what == "pid reused"
+                    else {"pid_start": start, "boot_id": "another-boot"})
+        run = tmp_path / "run"
+        _stranded(run, live.pid, **identity)
+        with pytest.raises(FolderTaken, match="already holds a run \\(status running\\); pass resume=true"):
+            claim_folder(run, resume=False)
+        note = claim_folder(run, resume=True)
+        assert runfolder.holds_own_claim(run)
+        assert note.startswith(f"hydra.run.dir={run}: released the claim of a run whose process is gone (claimed by "
+                               f"pid {live.pid} ") and "\n" not in note
+        from normexp.runs.reading import Run
+
+        assert Run(run, "run", {}, [], json.loads((run / "summary.json").read_text())).status == "killed"
+        # the same claim with the live process's own start time and boot: it is training, refused
+        _stranded(tmp_path / "live", live.pid, pid_start=start, boot_id=_boot())
+        with pytest.raises(FolderTaken, match=f"a run is training into it now \\(claimed by pid {live.pid}"):
+            claim_folder(tmp_path / "live", resume=True)
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_an_old_claim_without_a_start_time_is_judged_by_its_pid_alone(tmp_path):
+    """Claims written before start times were kept: a live pid still holds the folder (documented)."""
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _stranded(tmp_path / "run", live.pid)
+        with pytest.raises(FolderTaken, match="a run is training into it now"):
+            claim_folder(tmp_path / "run", resume=True)
+    finally:
+        live.kill()
+        live.wait()
+    assert claim_folder(tmp_path / "run", resume=True).startswith(f"hydra.run.dir={tmp_path / 'run'}: released")
+
+
+def test_a_claim_records_the_process_start_time_and_boot(tmp_path):
+    claim_folder(tmp_path / "run", resume=False)
+    claim = json.loads((tmp_path / "run" / CLAIM).read_text())
+    assert claim["pid"] == os.getpid() and claim["pid_start"] == _proc_start(os.getpid()) and claim["boot_id"] == _boot()
+    assert runfolder.process_alive(claim) is True and runfolder.process_alive({**claim, "pid_start": 1}) is False
+
+
+def test_resume_continues_a_run_stranded_by_a_reboot_and_report_says_it_is_not_running(tmp_path, cli_env):
+    """The CLI end to end: a run whose claim and summary name a live pid (this test's process)
+    with another start time, as after a reboot: resume=true says it released the claim (one
+    line) and finishes the run; before, `report` shows it killed, not running."""
+    corpus = make_corpus(tmp_path / "c.txt", 20_000)
+    args = [*BASE, f"data.files=[{corpus}]", "steps=4", "checkpoint_every=2", f"hydra.run.dir={tmp_path / 'run'}"]
+    train = [sys.executable, "-m", "normexp.cli", "train"]
+    first = subprocess.run([*train, *args], env=cli_env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    # make it look killed after step 2 of 4 by a process that had this test's pid before a reboot
+    run = tmp_path / "run"
+    final = read_summary(run)["final_val_loss"]
+    (run / "checkpoints" / "step_00000004.pt").unlink()
+    summary = {**read_summary(run), "status": "running", "steps_completed": 2, "final_val_loss": None,
+               "pid": os.getpid(), "pid_start": _proc_start(os.getpid()) + 7, "boot_id": _boot()}
+    (run / "summary.json").write_text(json.dumps(summary))
+    claim = json.loads((run / CLAIM).read_text())
+    (run / CLAIM).write_text(json.dumps({**claim, "pid": os.getpid(), "pid_start": summary["pid_start"]}))
+    report = subprocess.run([sys.executable, "-m", "normexp.cli", "report", str(run)], env=cli_env,
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0 and "1 killed" in report.stdout and "running" not in report.stdout, report.stdout
+    resumed = subprocess.run([*train, *args, "resume=true"], env=cli_env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    released = [line for line in resumed.stderr.splitlines() if "released the claim" in line]
+    assert released == [f"normexp: hydra.run.dir={run}: released the claim of a run whose process is gone (claimed by "
+                        f"pid {os.getpid()} on {claim['host']} at {claim['since']}) (killed, or the machine restarted); "
+                        "resuming it"], resumed.stderr
+    after = read_summary(run)
+    assert after["status"] in RAN_TO_THE_END and after["steps_completed"] == 4 and after["pid"] != os.getpid()
+    assert after["final_val_loss"] == final  # it trained steps 3 and 4 again from the checkpoint of step 2
