@@ -63,7 +63,8 @@ def describe_error(e: BaseException) -> tuple[str, int]:
     if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
         what, fix = _ENVIRONMENT_ERRNOS[e.errno]
         where = f" writing {e.filename}" if e.filename else ""
-        return f"{what}{where}; {fix}", 2
+        then = f", {e.then}" if getattr(e, "then", None) else ""  # a run stopped mid-way says how it continues
+        return f"{what}{where}; {fix}{then}", 2
     if isinstance(e, MemoryError):
         return "out of memory; lower batch_size, seq_len or d_model", 2
     text = " ".join(f"{type(e).__name__}: {e}".split())[:500]

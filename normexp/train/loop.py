@@ -608,7 +608,9 @@ class Trainer:
                     else "it has no checkpoint yet")
             log.warning("stopped at step %d: %s could not be written (%s); %s: free some space, then resume with: %s",
                         self.step, where, e.strerror, kept, self.job.resume or ckpt.resume_command(self.run_dir))
-            raise OSError(e.errno, e.strerror, str(where)) from None
+            named = OSError(e.errno, e.strerror, str(where))
+            named.then = "then resume=true continues the run (the command is on the line above)"  # describe_error
+            raise named from None
 
     def save_checkpoint(self) -> None:
         self.summary["steps_completed"] = self.step

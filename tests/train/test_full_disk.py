@@ -34,7 +34,8 @@ def test_a_full_disk_mid_run_names_the_file_and_how_to_resume(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].endswith(f"normexp: error: no space left on the device writing "
-                              f"{run / 'checkpoints' / 'step_00000004.pt'}; free some space"), proc.stderr[-3000:]
+                              f"{run / 'checkpoints' / 'step_00000004.pt'}; free some space, then resume=true "
+                              "continues the run (the command is on the line above)"), proc.stderr[-3000:]
     assert sum("error" in ln.lower() for ln in lines) == 1, proc.stderr[-3000:]
     assert "its checkpoint of step 2 is kept: free some space, then resume with: " in lines[-2], lines[-2]
     assert "resume=true" in lines[-2] and str(run) in lines[-2], lines[-2]
