@@ -45,6 +45,19 @@ def imports(name: str, path: Path, known: dict) -> set[str]:
     return {d for d in deps if d in known}
 
 
+def where(root: Path) -> str:
+    """"at <commit>" (the checkout's short commit, "+" if it has changes), else "of <folder name>":
+    the output is pasted into docs, so it never names where the checkout lies on this machine."""
+    import subprocess
+
+    try:
+        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
+                                        check=True).stdout.strip()
+        return f"at {git('rev-parse', '--short', 'HEAD')}{'+' if git('status', '--porcelain', '--', 'normexp') else ''}"
+    except (OSError, subprocess.CalledProcessError):
+        return f"of {root.resolve().name}"
+
+
 def main() -> None:
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1]
     package = root / "normexp"
@@ -73,7 +86,7 @@ def main() -> None:
 
     for room in sorted(rooms):
         climb(room)
-    print(f"normexp/ of {root}: {len(rooms)} rooms on {max(floor.values())} floors")
+    print(f"normexp/ {where(root)}: {len(rooms)} rooms on {max(floor.values())} floors")
     for room in sorted(rooms, key=lambda r: (-floor[r], r)):
         print(f"floor {floor[room]:2d}  {room:<16} {lines[room]:5d} lines  imports: {', '.join(sorted(rooms[room])) or '-'}")
     print("import loops between rooms:", "; ".join(sorted(set(loops))) or "none")

@@ -1,5 +1,6 @@
 """The README and docs/ link to each other and to figures: every relative link must resolve to a
-file in the repository, and a `#fragment` to a heading of that file (GitHub's anchor rule)."""
+file in the repository, and a `#fragment` to a heading of that file (GitHub's anchor rule).
+And no file under docs/ nor the README holds an absolute path of the machine it was made on."""
 
 from __future__ import annotations
 
@@ -76,3 +77,37 @@ def test_checker_finds_a_broken_link(tmp_path):
 @pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_resolves(page):
     assert broken_links(page) == []
+
+
+# A machine's own folders: scratch, home, the project's checkout. Not preceded by a name, a dot or
+# a slash-free word (so `runs/tmp/x` and https://host/work/x are not paths of this kind).
+MACHINE_PATH = re.compile(rb"(?<![\w.~-])/(?:work|tmp|root|Users)/|(?<![\w.~-])/home/\w")
+
+
+def machine_paths(path: Path) -> list[str]:
+    """The lines of a text file (a binary one, e.g. a PNG, is skipped) that hold a machine path."""
+    data = path.read_bytes()
+    if b"\0" in data[:8192]:
+        return []
+    return [f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{i}: "
+            f"{line.decode(errors='replace').strip()[:120]}"
+            for i, line in enumerate(data.splitlines(), 1) if MACHINE_PATH.search(line)]
+
+
+def test_machine_path_checker_finds_them_and_only_them(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# normexp report: `/tmp/exp/depth`\nruns/tmp/x and ~/work/x and https://example.org/work/x\n"
+                    "hydra.sweep.dir='/work/studies/law'\n(/home/ana/data) and /Users/ana/x\n")
+    found = machine_paths(page)
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "# normexp report: `/tmp/exp/depth`", "hydra.sweep.dir='/work/studies/law'", "(/home/ana/data) and /Users/ana/x"]
+    (tmp_path / "figure.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0/tmp/")
+    assert machine_paths(tmp_path / "figure.png") == []
+
+
+def test_no_file_in_docs_or_the_readme_holds_a_machine_path():
+    """Committed results and pages name folders relative to themselves or by a placeholder
+    (`<sweep>`, `<run>`), never by where they were made (/tmp/..., /work/..., a home folder)."""
+    files = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*") if p.is_file())]
+    found = [hit for f in files for hit in machine_paths(f)]
+    assert not found, f"{len(found)} line(s) hold a machine path:\n" + "\n".join(found[:40])

@@ -291,3 +291,39 @@ def test_an_interval_over_seeds_needs_two_seeds():
     half = 12.706205 * math.sqrt((2.0 - 3.0) ** 2 + (4.0 - 3.0) ** 2) / math.sqrt(2)
     mean, text = _cell_text([run(0, 0, 2.0), run(1, 0, 4.0)])
     assert text.splitlines()[0] == f"3.000 ±{half:.3f}", text
+
+
+def test_files_the_report_writes_hold_no_absolute_path(tmp_path):
+    """report.md, the CSVs and the figures are committed and shared: they name the reported
+    folder by its name and each run relative to it, never by the machine's absolute path —
+    a killed run's resume hint included (the terminal still prints it absolute, to paste)."""
+    import socket
+
+    from normexp.analysis.report import make_report
+    from normexp.runs.folder import process_start
+
+    sweep = tmp_path / "machine" / "studies" / "lr_sweep"
+    for lr, loss in ((0.001, 2.0), (0.003, 1.8), (0.01, 2.2)):  # 3 lrs: the sensitivity section too
+        _unit_run(sweep, "pre", lr, "byte", 0, loss)
+    killed = _unit_run(sweep, "post", 0.003, "byte", 0, 2.1)
+    # a "running" run on this host whose pid now belongs to another process: killed
+    (killed / "summary.json").write_text(json.dumps({
+        "status": "running", "pid": os.getpid(), "host": socket.gethostname(),
+        "pid_start": process_start(os.getpid()) + 1, "initial_loss": 6.0, "baseline_loss": 7.0}))
+    (killed / "checkpoints").mkdir()
+    (killed / "checkpoints" / "step_5.pt").write_bytes(b"")
+    out = tmp_path / "elsewhere" / "report"
+    printed = []
+    make_report(sweep, out, echo=printed.append)
+
+    written = sorted(p for p in out.rglob("*") if p.is_file())
+    assert {"report.md", "runs.csv", "sensitivity.csv"} <= {p.name for p in written}
+    for p in written:
+        assert str(tmp_path).encode() not in p.read_bytes(), p.name
+    md = (out / "report.md").read_text()
+    assert md.startswith("# normexp report: `lr_sweep`"), md.splitlines()[0]
+    assert "4 runs under lr_sweep:" in md
+    rel = killed.relative_to(sweep)
+    assert f"hydra.run.dir=lr_sweep/{rel}`" in md, md  # from the folder that holds lr_sweep
+    # the terminal's hint stays absolute: it is pasted wherever the user is
+    assert any(f"hydra.run.dir={killed.resolve()}`" in str(ln) for ln in printed), printed

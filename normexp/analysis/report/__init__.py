@@ -59,7 +59,9 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     """Build the tables (one row per run; one per setting, seeds pooled), runs.csv,
     settings.csv, report.md and the figures, each figure with a .csv of the data it draws;
     with lr swept, sensitivity.csv and lr_sensitivity.png; with layers swept, depth.csv and
-    depth_sweep.png. Returns what was written."""
+    depth_sweep.png. The files name the reported folder by its name and each run relative to it
+    (they are committed and shared); only the terminal shows absolute paths. Returns what was
+    written."""
     root = Path(path)
     out_dir = _check_paths(root, out)
     runs = read_runs(root)
@@ -76,13 +78,17 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     head, rows = table_rows(runs, run_keys, left_out_short)
     cell_head, cell_body = cell_rows(runs, keys)
     study.cell_table(runs, keys, sort_key).rename(columns=display_name).to_csv(out_dir / "settings.csv", index=False)
+    # report.md is committed and shared: it names the folder by its name and each run relative
+    # to it, never by this machine's absolute path; the terminal shows the path as typed
+    folder_name = root.resolve().name
     overview = overview_line(runs, keys, root)
     figures, notes = draw_figures(runs, keys, out_dir)
-    notes += kept_apart_note(keys) + screening_notes(left_out) + run_notes(runs)
+    notes += kept_apart_note(keys) + screening_notes(left_out)
     pooled = [k for k in keys[2:] if not sets_the_unit(k)]  # the grid splits its rows by the others
-    if pooled:
-        notes.append(f"the final-loss grid shows {display_name(keys[0])} × {display_name(keys[1])} and "
-                     f"pools {', '.join(map(display_name, pooled))}")
+    pools = [f"the final-loss grid shows {display_name(keys[0])} × {display_name(keys[1])} and "
+             f"pools {', '.join(map(display_name, pooled))}"] if pooled else []
+    md_notes = notes + run_notes(runs, folder=folder_name) + pools
+    notes = notes + run_notes(runs) + pools
     sections, extra = [], []
     searched = sorted(root.rglob("boundary.csv"))
     if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
@@ -100,13 +106,14 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
         extra += ["depth.csv", "depth_sweep.png"]
     csv_path, md_path = out_dir / "runs.csv", out_dir / "report.md"
     write_csv(csv_path, runs, run_keys, left_out_short)
-    md = [f"# normexp report: `{root}`", "", overview, "", "## Settings (seeds pooled)", "",
+    md = [f"# normexp report: `{folder_name}`", "", overview_line(runs, keys, folder_name), "",
+          "## Settings (seeds pooled)", "",
           "Mean final validation loss over seeds, a diverged run counted as its initial loss; 95 % t-interval "
           "over seeds (none for n = 1); below baseline: how far the mean sits below the unigram baseline. "
           "n: the runs in the mean, finished ones only and one per seed; left out: the others and why (Notes).", "",
           markdown_table(cell_head, cell_body), "", *sections, "## Runs", "", markdown_table(head, rows), ""]
-    if notes:
-        md += ["## Notes", "", *(f"- {n}" for n in notes), ""]
+    if md_notes:
+        md += ["## Notes", "", *(f"- {n}" for n in md_notes), ""]
     md += ["## Figures", ""]
     for title, name in figures:
         md += [f"### {title}", "", f"![{title}]({name})", ""]

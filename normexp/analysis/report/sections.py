@@ -15,7 +15,8 @@ from .figures import plot_boundary_search, plot_sweep, save_figure
 from .tables import display_name, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
 
 
-def overview_line(runs: list[Run], keys: list[str], root: Path) -> str:
+def overview_line(runs: list[Run], keys: list[str], root: Path | str) -> str:
+    """"N runs under ROOT: ..."; ROOT as the caller names it (report.md: the folder's name only)."""
     counts = {}
     for r in runs:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -38,15 +39,21 @@ def screening_notes(left_out: list[tuple[Run, str, str]]) -> list[str]:
     return notes
 
 
-def run_notes(runs: list[Run]) -> list[str]:
-    """A line for each run that did not finish cleanly: failed, killed, still running."""
+def run_notes(runs: list[Run], folder: str | None = None) -> list[str]:
+    """A line for each run that did not finish cleanly: failed, killed, still running.
+
+    A killed run's resume hint names its folder absolute for the terminal (pasted from wherever
+    the user is); with `folder` (the reported folder's name, for report.md, which is committed
+    and shared) as `folder/<run>`, to run from the folder that holds it."""
     notes = []
     for r in runs:
         if r.status == Status.FAILED:
             notes.append(f"run #{r.index} failed: {r.summary.get('error') or 'no error recorded'} ({r.rel})")
         elif r.status == Status.KILLED:
-            # absolute: the hint is pasted from wherever the user is, not from the report's folder
-            resume = (f"`normexp train ... resume=true hydra.run.dir={r.path.resolve()}` continues it from its last "
+            run_dir = (str(r.path.resolve()) if folder is None
+                       else folder if r.rel == "." else f"{folder}/{r.rel}")
+            where = "" if folder is None else f" (from the folder that holds {folder})"
+            resume = (f"`normexp train ... resume=true hydra.run.dir={run_dir}`{where} continues it from its last "
                       "checkpoint" if any(r.path.glob("checkpoints/step_*.pt")) else
                       "it saved no checkpoint, so it can only be run again from step 0")
             notes.append(f"run #{r.index} was killed (its process {r.summary.get('pid')} is gone) before it could "
