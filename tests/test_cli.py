@@ -21,6 +21,34 @@ def test_help_lists_commands_and_config_groups(cli_env):
     assert "schedule: constant, cosine, inverse_sqrt, linear" in groups  # and one written out
 
 
+def test_version_is_normexps_own(cli_env):
+    """`normexp --version` prints the installed package's version; `normexp train --version`
+    says normexp's too, not only Hydra's ("Hydra 1.3.8" read like normexp's version)."""
+    from importlib.metadata import version
+
+    import hydra
+
+    top = run_cli(["--version"], cli_env)
+    assert top.stdout.strip() == f"normexp {version('normexp')}"
+    sub = run_cli(["train", "--version"], cli_env)
+    assert sub.stdout.strip() == f"normexp {version('normexp')} (Hydra {hydra.__version__})"
+
+
+def test_top_help_has_no_type_tags_and_whole_lines(cli_env):
+    """`normexp --help`: flags without a `<bool>` tag, and each command's summary a whole
+    sentence (no line break carried over from a docstring mid-example)."""
+    import re
+
+    proc = run_cli(["--help"], {**cli_env, "COLUMNS": "100"})
+    assert "<bool>" not in proc.stdout and "--version" in proc.stdout
+    # an entry: "  name  text" and its continuation lines (indented deeper)
+    entries = dict(re.findall(r"^  (\w+) +(.*(?:\n {4,}.*)*)", proc.stdout.split("Commands:")[1], re.M))
+    assert set(entries) == {"train", "report", "probe", "bench"}
+    for name, entry in entries.items():
+        summary = " ".join(entry.split())
+        assert summary.endswith(".") and "..." not in summary, (name, summary)
+
+
 def test_cfg_job_shows_the_composed_config_and_runs_nothing(tmp_path, cli_env):
     proc = run_cli(["train", "--cfg", "job", "placement=deepnorm", "layers=48", "norm=rms"], cli_env, cwd=tmp_path)
     cfg = yaml.safe_load(proc.stdout)
