@@ -118,6 +118,18 @@ def compose_config(overrides=(), hydra: bool = False):
         return compose(config_name=CONFIG_NAME, overrides=list(overrides), return_hydra_config=hydra)
 
 
+@lru_cache(maxsize=None)
+def hydra_groups() -> tuple[str, ...]:
+    """Hydra's own config groups (hydra/launcher, hydra/sweeper, ...) with normexp's plugins."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    expose_plugins()
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        return tuple(sorted(f"hydra/{g}" for g in loader.list_groups("hydra")))
+
+
 # Hydra flags that take a value.
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}

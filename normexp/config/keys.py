@@ -20,3 +20,26 @@ def dotted(node, prefix: str = "") -> dict:
             out.update(dotted(v, f"{prefix}{k}."))
         return out
     return {prefix[:-1]: node}
+
+
+def did_you_mean(word: str, candidates) -> str:
+    """"did you mean X? " for the candidate closest to a misspelled `word` (difflib's
+    ratio >= 0.6), or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(set(candidates)), n=1)
+    return f"did you mean {close[0]}? " if close else ""
+
+
+def suggest_key(key: str, keys, groups=()) -> str:
+    """did_you_mean for a dotted key no config declares: its first part against the top-level
+    names (`placment.alpha` -> placement.alpha), else the whole key against the keys below
+    that name (`placement.alhpa` -> placement.alpha). `keys`: the config's dotted leaves;
+    `groups`: config groups, which count as top-level names (`placment=pre` -> placement)."""
+    keys = list(keys)
+    head, dot, rest = key.partition(".")
+    heads = {k.split(".")[0] for k in keys} | set(groups)
+    if head not in heads:
+        hint = did_you_mean(head, heads)
+        return hint.replace("? ", f"{dot}{rest}? ") if hint else ""
+    return did_you_mean(key, [k for k in keys if k.startswith(f"{head}.")])

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ..config.compose import compose_config, config_groups, group_options, split_hydra_args
-from ..config.keys import override_key
+from ..config.keys import did_you_mean, override_key, suggest_key
 from ..train.signals import exit_if_early_signal
 from .exits import fail
 
@@ -102,7 +102,7 @@ def _check_overrides(parsed: list, multirun: bool) -> list[str]:
             valid = group_options(override_key(key))
             for v in values:
                 if v not in valid:
-                    fail(f"{key}={v}: unknown option; choose from {', '.join(valid)}")
+                    fail(f"{key}={v}: unknown option; {did_you_mean(str(v), valid)}choose from {', '.join(valid)}")
         if o.is_sweep_override() and not multirun:
             fail(f"{o.input_line}: a sweep needs -m (normexp train -m {o.input_line})")
         first.append(f"{o.input_line.split('=')[0]}={values[0]}" if o.is_sweep_override() else o.input_line)
@@ -139,7 +139,12 @@ def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
             chosen = next((o for o in job if o.split("=")[0] == key), None)  # e.g. placement=pre
             where = f" of {chosen}" if chosen and key in config_groups() else ""
             swept = "; a setting of only some swept options needs a sweep of its own" if sweep and where else ""
-            fail(f"{given}: no such setting{where}{swept}; see `normexp train --cfg job` for the keys")
+            hint = _suggest_override(missing[1], [o for o in job if o != given], hydra)
+            fail(f"{given}: no such setting{where}{swept}; {hint}see `normexp train --cfg job` for the keys")
+        group_option = re.search(r"Could not find '([^']+)/([^'/]+)' Available options in '[^']+': (.*?) Config search", msg)
+        if group_option:  # hydra/launcher=joblb (normexp's own groups are checked in _check_overrides)
+            group, option, valid = group_option[1], group_option[2], group_option[3].split()
+            fail(f"{group}={option}: unknown option; {did_you_mean(option, valid)}choose from {', '.join(valid)}")
         if "Key '" in msg:
             msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
         cause = e.__cause__
@@ -149,6 +154,28 @@ def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
             msg = (f"{key}{cause.value if hasattr(cause, 'value') and key else ''}: {str(cause).splitlines()[0]}; "
                    "give a value of that type")
         fail(msg)
+
+
+def _suggest_override(key: str, others: list[str], hydra: bool) -> str:
+    """"did you mean K? " for a key no config declares (`placment=pre`, `placement.alhpa=2`,
+    `hydra.run.dri=x`, `hydra/launchr=joblib`): the keys and groups of the config the other
+    overrides compose, or "" when none is close."""
+    from omegaconf import OmegaConf
+
+    from ..config.compose import hydra_groups
+    from ..config.keys import dotted
+
+    if "/" in key:  # a Hydra group: hydra/launcher, hydra/sweeper, ...
+        return did_you_mean(key, hydra_groups())
+    try:
+        cfg = compose_config(others, hydra=hydra or key.startswith("hydra."))
+    except Exception:  # noqa: BLE001 - another override is broken too: suggest nothing rather than fail here
+        return ""
+    groups = config_groups()
+    # a group's `name` is set by choosing the option (placement=deepnorm), never suggested as a key
+    keys = [k for k in dotted(OmegaConf.to_container(cfg, resolve=False)) if k.split(".")[0] not in groups
+            or k.split(".", 1)[1] != "name"]
+    return suggest_key(key, keys, groups)
 
 
 def check_job(job, explicit) -> None:
