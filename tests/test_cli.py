@@ -21,6 +21,22 @@ def test_help_lists_commands_and_config_groups(cli_env):
     assert "schedule: constant, cosine, inverse_sqrt, linear" in groups  # and one written out
 
 
+def test_every_preset_has_a_one_line_description_shown_in_help(cli_env):
+    """The convention: the comment line right after `# @package _global_` describes the preset
+    in one sentence; `normexp train --help` shows it beside the preset's name."""
+    presets = sorted(CONFIGS.glob("experiment/*.yaml"))
+    assert len(presets) >= 2
+    help_lines = run_cli(["train", "--help"], cli_env).stdout.splitlines()
+    for path in presets:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        assert lines[0] == "# @package _global_", path.name
+        assert lines[1].startswith("# ") and lines[2] == "#", f"{path.name}: line 2 is the description, then '#'"
+        description = lines[1][2:]
+        assert description[-1] in ".?" and len(description) <= 100, (path.name, description)
+        shown = [line.split() for line in help_lines if line.split()[:1] == [path.stem]]
+        assert [" ".join(words[1:]) for words in shown] == [description], path.name
+
+
 def test_version_is_normexps_own(cli_env):
     """`normexp --version` prints the installed package's version; `normexp train --version`
     says normexp's too, not only Hydra's ("Hydra 1.3.8" read like normexp's version)."""

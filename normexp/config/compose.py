@@ -36,6 +36,17 @@ def group_options(group: str) -> tuple[str, ...]:
     return tuple(sorted(p.name[: -len(".yaml")] for p in (_package() / group).iterdir() if p.name.endswith(".yaml")))
 
 
+def preset_description(name: str) -> str | None:
+    """A preset's one-line description: the comment line right after `# @package _global_` in
+    configs/experiment/NAME.yaml (the convention every preset follows; tests/test_cli.py checks
+    it), or None when the file has none."""
+    lines = (_package() / "experiment" / f"{name}.yaml").read_text().splitlines()
+    body = lines[1:] if lines and lines[0].startswith("# @package") else lines
+    first = body[0] if body else ""
+    text = first[1:].strip() if first.startswith("#") else ""
+    return text or None
+
+
 def option_config(group: str, option: str):
     """An option file of a group as written (e.g. configs/data/text.yaml), a DictConfig."""
     from omegaconf import OmegaConf

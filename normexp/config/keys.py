@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .checks import did_you_mean
+
 
 def override_key(override: str) -> str:
     """The key an override sets: the text before the first `=`, without Hydra's `+`, `++`
@@ -20,15 +22,6 @@ def dotted(node, prefix: str = "") -> dict:
             out.update(dotted(v, f"{prefix}{k}."))
         return out
     return {prefix[:-1]: node}
-
-
-def did_you_mean(word: str, candidates) -> str:
-    """"did you mean X? " for the candidate closest to a misspelled `word` (difflib's
-    ratio >= 0.6), or "" when none is close."""
-    import difflib
-
-    close = difflib.get_close_matches(word, sorted(set(candidates)), n=1)
-    return f"did you mean {close[0]}? " if close else ""
 
 
 def suggest_key(key: str, keys, groups=()) -> str:

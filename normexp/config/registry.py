@@ -10,9 +10,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 
-from .checks import ConfigError
+from .checks import ConfigError, did_you_mean
 from .defaults import option_default
-from .keys import did_you_mean
 
 
 def register(registry: dict, *names: str):

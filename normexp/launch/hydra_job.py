@@ -248,6 +248,12 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
         return batches
 
     Hydra.multirun = keep_results
+    get_help = Hydra.get_help
+
+    def with_presets(self, *a, **kw):  # `normexp train --help`: each preset with its one-line description
+        return get_help(self, *a, **kw).replace("$PRESETS", _presets_help())
+
+    Hydra.get_help = with_presets
     import hydra.core.utils as hydra_utils
 
     save_config = hydra_utils._save_config
@@ -270,8 +276,17 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
 
         fail(folder_refusal(e.error, "hydra.run.dir", e.run_dir, resumable=_undo_start(e.run_dir)))
     finally:
-        sys.argv, Hydra.multirun, hydra_utils._save_config = saved, multirun, save_config
+        sys.argv, Hydra.multirun, Hydra.get_help, hydra_utils._save_config = saved, multirun, get_help, save_config
     return results if any(f in ("-m", "--multirun") for f in flags) else None
+
+
+def _presets_help() -> str:
+    """The presets of `normexp train --help`: one line each, name and description."""
+    from ..config.compose import group_options, preset_description
+
+    names = group_options("experiment")
+    width = max(map(len, names), default=0)
+    return "\n".join(f"  {n:<{width}}  {preset_description(n) or ''}".rstrip() for n in names)
 
 
 def _sweep_outcome(results: list) -> None:
