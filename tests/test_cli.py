@@ -74,6 +74,22 @@ def test_cfg_job_shows_the_composed_config_and_runs_nothing(tmp_path, cli_env):
     assert not (tmp_path / "runs").exists()
 
 
+
+@pytest.mark.parametrize("layers", [48, 1000])
+def test_cfg_job_shows_the_deepnorm_constants_the_run_uses(tmp_path, cli_env, layers):
+    """`alpha: auto` alone does not say what the run uses: each auto setting carries the number
+    as a comment, DeepNorm's α = (2N)^(1/4) and β = (8N)^(-1/4) for N = layers (Wang et al. 2022)."""
+    import re
+
+    proc = run_cli(["train", "--cfg", "job", "placement=deepnorm", f"layers={layers}", "d_model=32", "heads=2",
+                    "batch_size=1", "seq_len=16"], cli_env, cwd=tmp_path)  # small enough to fit in memory
+    assert yaml.safe_load(proc.stdout)["placement"] == {"name": "deepnorm", "alpha": "auto", "beta": "auto"}
+    shown = dict(re.findall(r"^  (alpha|beta): auto  # ([0-9.e+-]+) for layers=" + str(layers), proc.stdout, re.M))
+    assert float(shown["alpha"]) == pytest.approx((2 * layers) ** 0.25, rel=1e-5)
+    assert float(shown["beta"]) == pytest.approx((8 * layers) ** -0.25, rel=1e-5)
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 def test_deepnorm_run_records_the_papers_constants(tmp_path, corpus, cli_env):
     run = tmp_path / "run"

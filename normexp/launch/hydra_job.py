@@ -254,6 +254,23 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
         return get_help(self, *a, **kw).replace("$PRESETS", _presets_help())
 
     Hydra.get_help = with_presets
+    show_cfg = Hydra.show_cfg
+
+    def with_resolved(self, config_name, overrides, cfg_type, package, resolve=False):
+        import contextlib
+        import io
+
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):
+            show_cfg(self, config_name, overrides, cfg_type, package, resolve)
+        text = shown.getvalue()
+        if cfg_type in ("job", "all") and package is None:
+            from hydra.types import RunMode
+
+            text = _annotate_auto(text, lambda: self.compose_config(config_name, overrides, run_mode=RunMode.RUN))
+        sys.stdout.write(text)
+
+    Hydra.show_cfg = with_resolved
     import hydra.core.utils as hydra_utils
 
     save_config = hydra_utils._save_config
@@ -276,8 +293,36 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
 
         fail(folder_refusal(e.error, "hydra.run.dir", e.run_dir, resumable=_undo_start(e.run_dir)))
     finally:
-        sys.argv, Hydra.multirun, Hydra.get_help, hydra_utils._save_config = saved, multirun, get_help, save_config
+        sys.argv, Hydra.multirun, Hydra.get_help, Hydra.show_cfg = saved, multirun, get_help, show_cfg
+        hydra_utils._save_config = save_config
     return results if any(f in ("-m", "--multirun") for f in flags) else None
+
+
+def _annotate_auto(text: str, compose) -> str:
+    """`--cfg job`: each "auto" setting of the norm and the placement (placement.alpha: auto) gets
+    a comment with the number the run will use (DeepNorm's α = (2N)^(1/4) at the run's depth),
+    as the model works it out. The text is otherwise Hydra's: the config as the run saves it."""
+    import re
+
+    try:
+        cfg = compose()  # the job's config, as Hydra composed it for the display
+        groups = ("norm", "placement")
+        if not any(v == "auto" for g in groups for v in cfg[g].values()):
+            return text
+        from ..model.gpt import resolved_settings  # imports torch: only when there is an "auto" to show
+
+        values = resolved_settings(cfg.norm, cfg.placement, cfg.layers)
+    except Exception:  # noqa: BLE001 - the pre-flight refused bad settings already; never block the display
+        return text
+    lines, section = [], None
+    for line in text.splitlines():
+        top = re.match(r"^(\w+):", line)
+        section = top[1] if top else section
+        setting = re.match(r"^  (\w+): auto$", line)
+        if setting and section in values and setting[1] in values[section]:
+            line += f"  # {values[section][setting[1]]:.6g} for layers={cfg.layers}: what the run uses"
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
 def _presets_help() -> str:
