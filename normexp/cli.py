@@ -217,8 +217,32 @@ def _utf8_mode() -> None:
         os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
+_COMPLETION_FLAGS = ("-sc", "--shell-completion")
+
+
+def _completion_for_train() -> None:
+    """Hydra's shell completion through this command line. The script that
+    `normexp train -sc install=bash` prints asks `normexp -sc query=bash` for the words that
+    complete COMP_LINE (the whole line typed, `normexp train placement=de`): that query goes
+    to train, with COMP_LINE as Hydra reads it (the app name, then the overrides). On the
+    command's own word (`normexp tr`), the commands are the completions."""
+    if len(sys.argv) < 2 or sys.argv[1].split("=")[0] not in _COMPLETION_FLAGS:
+        return
+    line = os.environ.get("COMP_LINE")
+    if line is not None and any(a.startswith("query=") for a in sys.argv[1:]):
+        words = line.split()
+        if len(words) < 2 or words[1] != "train":  # still typing the command's name
+            typed = words[1] if len(words) > 1 and not line.endswith(" ") else ""
+            names = [c.name or c.callback.__name__ for c in app.registered_commands]
+            print(" ".join(n for n in names if n.startswith(typed)))
+            raise SystemExit(0)
+        os.environ["COMP_LINE"] = " ".join([words[0], *words[2:]]) + (" " if line.endswith(" ") else "")
+    sys.argv[1:1] = ["train"]
+
+
 def main():
     _utf8_mode()
+    _completion_for_train()
     # first thing, before typer dispatches and hydra/torch are imported: a Ctrl-C during start-up
     # is remembered and acted on at a safe point, never raised halfway through an import
     catch_early_signals()

@@ -1,6 +1,7 @@
 """The command line end to end: help, config display, a single run and a full sweep grid."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,35 @@ def test_every_preset_has_a_one_line_description_shown_in_help(cli_env):
         assert description[-1] in ".?" and len(description) <= 100, (path.name, description)
         shown = [line.split() for line in help_lines if line.split()[:1] == [path.stem]]
         assert [" ".join(words[1:]) for words in shown] == [description], path.name
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_shell_completion_that_hydra_help_advertises_works(tmp_path, cli_env):
+    """`eval "$(normexp train -sc install=bash)"` (what `normexp train --hydra-help` says) and then
+    TAB in bash: the script asks `normexp -sc query=bash` for the completions of the typed line.
+    Run here in a real bash with a `normexp` on PATH, as a user's shell would."""
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "normexp").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m normexp.cli "$@"\n')
+    (bin_dir / "normexp").chmod(0o755)
+    script = """eval "$(normexp train -sc install=bash)"
+complete_line() { COMP_LINE="$1"; COMP_POINT=${#COMP_LINE}; COMP_CWORD=$2; hydra_bash_completion; echo "${COMPREPLY[*]}"; }
+complete_line "normexp train placement=de" 2
+complete_line "normexp train -m experiment=depth_l" 3
+complete_line "normexp tr" 1
+complete -p train >/dev/null 2>&1 && echo "train hijacked" || echo "train untouched"
+"""
+    env = {**cli_env, "PATH": f"{bin_dir}:{cli_env['PATH']}"}
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path).stdout.splitlines()
+    placements = sorted(p.stem for p in (CONFIGS / "placement").glob("de*.yaml"))
+    presets = sorted(p.stem for p in (CONFIGS / "experiment").glob("depth_l*.yaml"))
+    assert sorted(out[0].split()) == [f"placement={p}" for p in placements], out
+    assert sorted(out[1].split()) == [f"experiment={p}" for p in presets], out
+    assert out[2:] == ["train", "train untouched"], out  # the command's name, and no completion for `train`
 
 
 def test_version_is_normexps_own(cli_env):

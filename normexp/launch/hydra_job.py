@@ -238,7 +238,10 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
     flags, overrides = split_hydra_args(args)
     saved, results = sys.argv, []
     # flags first: Hydra's argparse refuses a flag (-m, --cfg job) after the overrides
-    sys.argv = ["normexp train", *flags, *overrides]
+    # the shell completion script Hydra prints registers itself for sys.argv[0]'s name: the
+    # `normexp` command (its query comes back through cli._completion_for_train)
+    completion = any(f.split("=")[0] in ("-sc", "--shell-completion") for f in flags)
+    sys.argv = ["normexp" if completion else "normexp train", *flags, *overrides]
     # hydra.main drops the sweep's results; keep them to count the failed jobs (any launcher)
     multirun = Hydra.multirun
 
