@@ -67,6 +67,42 @@ complete -p train >/dev/null 2>&1 && echo "train hijacked" || echo "train untouc
     assert out[2:] == ["train", "train untouched"], out  # the command's name, and no completion for `train`
 
 
+def test_sweep_dry_run_lists_the_jobs_and_writes_nothing(tmp_path, cli_env):
+    """`normexp train -m ... --cfg job`: every job of the sweep, numbered as Hydra numbers them,
+    after the overrides they share; exit 0, and no folder or file is made (not even the sweep's)."""
+    import itertools
+
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = run_cli(["train", "-m", "placement=pre,post,deepnorm", "warmup=0,100", "layers=4", "d_model=64",
+                    "steps=200", "--cfg", "job", f"hydra.sweep.dir={work / 'sweep'}"], cli_env, cwd=work)
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith("normexp train -m: 6 jobs")
+    assert lines[1] == f"every job: layers=4 d_model=64 steps=200 hydra.sweep.dir={work / 'sweep'}"
+    expected = [f"placement={p} warmup={w}" for p, w in itertools.product(("pre", "post", "deepnorm"), (0, 100))]
+    assert lines[2:] == [f"#{i} {job}" for i, job in enumerate(expected)]
+    assert list(work.iterdir()) == []  # nothing written: no sweep folder, no runs/
+    # -m with --cfg hydra/all (one run's config) is still one line, exit 2
+    refused = run_cli(["train", "-m", "placement=pre,post", "--cfg", "all"], cli_env, cwd=work, check=False)
+    assert refused.returncode == 2 and "use -m --cfg job to list the sweep's jobs" in refused.stderr
+
+
+def test_sweep_jobs_come_in_hydras_order():
+    """The job list (the dry run's numbers, the pre-flight's checks) is the order in which Hydra's
+    basic sweeper runs the jobs: the preset's params first, a command-line key in its place."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from normexp.config.compose import sweep_jobs
+
+    params = {"placement": "post,pre", "warmup": "0,10", "seed": "0,1"}
+    command_line = ["layers=2,3", "warmup=0,5,50", "experiment=x"]
+    parser = OverridesParser.create()
+    hydra_order = BasicSweeper.split_arguments(
+        parser.parse_overrides([f"{k}={v}" for k, v in params.items()] + command_line), None)[0]
+    assert sweep_jobs(parser.parse_overrides(command_line), params) == hydra_order
+
+
 def test_version_is_normexps_own(cli_env):
     """`normexp --version` prints the installed package's version; `normexp train --version`
     says normexp's too, not only Hydra's ("Hydra 1.3.8" read like normexp's version)."""

@@ -163,17 +163,23 @@ def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def sweep_jobs(parsed: list, sweeper_params) -> list[list[str]]:
-    """The override list of every job of a sweep, as Hydra's basic sweeper forms them: the
-    cross product of the command line's sweeps and the preset's `hydra.sweeper.params`
-    (a key on the command line replaces the preset's). `parsed`: Hydra's parsed overrides."""
+    """The override list of every job of a sweep, in Hydra's basic sweeper's order (so the
+    position is the job's number): the cross product of the preset's `hydra.sweeper.params`
+    first, then the command line's overrides; a key on the command line replaces the
+    preset's in the preset's place. `parsed`: Hydra's parsed overrides."""
     import itertools
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    given = {override_key(o.key_or_group) for o in parsed}
-    extra = [f"{k}={v}" for k, v in (sweeper_params or {}).items() if str(k) not in given]
+    given = {override_key(o.key_or_group): o for o in parsed}
+    preset = OverridesParser.create().parse_overrides(
+        [f"{k}={v}" for k, v in (sweeper_params or {}).items() if str(k) not in given])
+    preset_keys = [str(k) for k in (sweeper_params or {})]
+    by_key = {override_key(o.key_or_group): o for o in preset}
+    ordered = [given[k] if k in given else by_key[k] for k in preset_keys]
+    ordered += [o for o in parsed if override_key(o.key_or_group) not in preset_keys]
     axes = []
-    for o in [*parsed, *OverridesParser.create().parse_overrides(extra)]:
+    for o in ordered:
         if o.is_sweep_override():
             key = o.input_line.split("=")[0]
             axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])

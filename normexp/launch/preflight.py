@@ -246,8 +246,9 @@ def preflight(args: list[str]):
         return None
     multirun = "-m" in flags or "--multirun" in flags
     show = any(f in ("--cfg", "-c") for f in flags)
-    if multirun and show:
-        fail("--cfg shows the config of one run: drop -m (or use --cfg with a single value per key)")
+    if multirun and show and _cfg_choice(flags) != "job":
+        fail(f"--cfg {_cfg_choice(flags)} shows the config of one run: drop -m, or use -m --cfg job to list the "
+             "sweep's jobs")
     from omegaconf import OmegaConf
 
     from ..config.compose import sweep_jobs
@@ -289,10 +290,39 @@ def preflight(args: list[str]):
         nothing_to_do = check_output_folder(cfg, multirun, explicit)
     except ConfigError as e:
         fail(str(e))
+    if multirun and show:  # the dry run of a sweep: every check above, then the job list; nothing is written
+        typer.echo(sweep_preview(sweep_jobs(parsed, sweeper_params), cfg.hydra.sweeper))
+        raise SystemExit(0)
     if nothing_to_do:  # resume=true on a finished run: say so, write nothing
         typer.echo(f"normexp: {nothing_to_do}", err=True)
         raise SystemExit(0)
     return None if show else cfg
+
+
+def _cfg_choice(flags: list[str]) -> str:
+    """The value of --cfg/-c among the flags (job, hydra or all)."""
+    for i, f in enumerate(flags):
+        flag, eq, value = f.partition("=")
+        if flag in ("--cfg", "-c"):
+            return value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+    return ""
+
+
+def sweep_preview(jobs: list[list[str]], sweeper) -> str:
+    """`normexp train -m ... --cfg job`: the sweep's jobs, one line each (Hydra's job number and
+    the overrides that differ between jobs), after the overrides every job shares. With the
+    boundary sweeper the lines are its settings; it picks the searched key's values as it goes."""
+    shared = [o for o in jobs[0] if all(o in job for job in jobs)] if jobs else []
+    boundary = "boundary_sweeper" in str(sweeper.get("_target_"))
+    what = (f"{len(jobs)} settings, each a search of {sweeper.key} in [{sweeper.lower}, {sweeper.upper}] by the "
+            "boundary sweeper" if boundary else f"{len(jobs)} jobs")
+    lines = [f"normexp train -m: {what} (a dry run: nothing was trained or written)"]
+    if shared:
+        lines.append(f"every job: {' '.join(shared)}")
+    width = len(str(len(jobs) - 1))
+    lines += [f"#{i:<{width}} {' '.join(o for o in job if o not in shared) or '(no overrides)'}"
+              for i, job in enumerate(jobs)]
+    return "\n".join(lines)
 
 
 def claim_output(args: list[str], cfg) -> list[str]:
