@@ -282,14 +282,14 @@ def training_memory_bytes(cfg) -> int:
 
 
 def available_memory_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (Linux); None where there is no such file."""
+    """The memory a new process can use without swapping (psutil: MemAvailable on Linux, free +
+    inactive pages on macOS, the available physical memory on Windows); None if unreadable."""
+    import psutil
+
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):  # a sandbox that hides the system's counters
+        return None
 
 
 def _on_cpu(device) -> bool:
