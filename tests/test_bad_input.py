@@ -93,6 +93,7 @@ CASES = [
     ("misspelled-hydra-group", ["hydra/launchr=joblib"], "hydra/launchr=joblib: no such setting; did you mean hydra/launcher?"),
     ("misspelled-hydra-group-option", ["hydra/launcher=joblb"],
      "hydra/launcher=joblb: unknown option; did you mean joblib? choose from basic, joblib,"),
+    ("misspelled-flag", ["--mulitrun"], "unknown option --mulitrun; did you mean --multirun? overrides are key=value"),
     ("misspelled-option-in-a-sweep", ["norm=layer,rsm", "seed=0,1", "-m"], "norm=rsm: unknown option; did you mean rms?"),
     # keys no group option or train.yaml declares
     ("unknown-schedule-key", ["+schedule.typo_key=0.5"], "schedule.typo_key=0.5: schedule cosine takes min_lr_ratio"),

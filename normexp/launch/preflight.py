@@ -34,7 +34,10 @@ def _check_flags(args: list[str]) -> None:
             fail("--experimental-rerun loads a pickle, which can run any code, so normexp refuses it; to run a "
                  "job again, pass its overrides (listed in its folder's .hydra/overrides.yaml)")
         if flag not in _HYDRA_FLAGS:
-            fail(f"unknown option {flag}; overrides are key=value (no dashes), flags are -m/--multirun, "
+            # compared without the dashes, which every flag shares (--foo is not close to --info)
+            hint = did_you_mean(flag[2:], [f[2:] for f in _HYDRA_FLAGS if f.startswith("--")]).replace(
+                "mean ", "mean --") if flag.startswith("--") else ""
+            fail(f"unknown option {flag}; {hint}overrides are key=value (no dashes), flags are -m/--multirun, "
                  "--cfg job, --info, --help (see `normexp train --help`)")
         if flag in ("--cfg", "-c"):
             value = value or (args[i + 1] if i + 1 < len(args) else "")
