@@ -226,7 +226,10 @@ def _undo_start(run_dir: Path) -> bool:
 
 def run_hydra(args: list[str], hooks=None) -> list | None:
     """Hydra's main with `args` as its command line; each job runs `hydra_task`. Returns a
-    sweep's job results (Hydra's JobReturn objects), None for a single run."""
+    sweep's job results (Hydra's JobReturn objects), None for a single run. For the length of
+    the call, Hydra's methods are wrapped: the sweep's results are kept, `--help` gets the
+    presets' descriptions (_presets_help), `--cfg` the numbers behind "auto" (_annotate_auto),
+    and a refused write of its .hydra files becomes one line."""
     import hydra
     from hydra._internal.hydra import Hydra
 
