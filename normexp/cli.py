@@ -26,12 +26,33 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    # plain click help: typer's rich panels show flags as `--help <bool>` (typer 0.29 with click 8.5)
+    # and keep a docstring's line breaks, cutting examples mid-line; click rewraps paragraphs
+    rich_markup_mode=None,
 )
+
+
+def version_line() -> str:
+    """`normexp X.Y.Z` from the installed package's metadata (pyproject.toml's version)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"normexp {version('normexp')}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "normexp (version unknown: not installed; pip install -e .)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
 
 
 
 @app.callback()
-def _root(ctx: typer.Context):
+def _root(ctx: typer.Context,
+          version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print normexp's version and exit.")):
     """normexp: Post-LN vs Pre-LN vs DeepNorm (and more) across depth and warmup."""
     if ctx.invoked_subcommand != "train":  # only training defers Ctrl-C (see main)
         release_early_signals()
@@ -40,17 +61,23 @@ def _root(ctx: typer.Context):
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
     add_help_option=False,
+    short_help="Train one model, or a sweep with -m; `normexp train --help` lists the settings and presets.",
 )
 def train(ctx: typer.Context):
     """Train one model, or a sweep with -m. Arguments are Hydra overrides: `normexp train
     norm=rms placement=pre layers=48`, `normexp train -m placement=pre,post warmup=0,500`.
     `normexp train --help` lists the config groups and their options."""
+    if "--version" in ctx.args:  # Hydra's own --version would print only "Hydra 1.3.8"
+        import hydra
+
+        typer.echo(f"{version_line()} (Hydra {hydra.__version__})")
+        return
     from .launch.hydra_job import run_train
 
     run_train(list(ctx.args))
 
 
-@app.command()
+@app.command(short_help="Compare runs: a table, runs.csv, report.md and figures.")
 def report(
     path: Path = typer.Argument(..., help="A sweep folder, one run folder, or any folder holding run folders."),
     out: Path = typer.Option(None, "--out", help="Where to write runs.csv, report.md and the PNGs (default: PATH)."),
@@ -65,7 +92,7 @@ def report(
         fail(str(e))
 
 
-@app.command()
+@app.command(short_help="Gradient and activation scale per layer at initialisation, without training.")
 def probe(
     # the defaults are configs/probe.yaml's (read without importing torch at start-up)
     placements: str = typer.Option(None, help="Comma-separated placements [default: "
@@ -138,7 +165,7 @@ class _OneLineUsage(typer.core.TyperCommand):
         return self._one_line(ctx, lambda: super(_OneLineUsage, self).invoke(ctx))
 
 
-@app.command(cls=_OneLineUsage)
+@app.command(cls=_OneLineUsage, short_help="Time training steps on this machine: throughput, MFU, overheads.")
 def bench(
     # the defaults are configs/bench.yaml's (read without importing torch at start-up)
     only: str = typer.Option(bench_default("only"), help="Shapes to run, from A,B,C,deep and --shape names "
@@ -190,8 +217,32 @@ def _utf8_mode() -> None:
         os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
+_COMPLETION_FLAGS = ("-sc", "--shell-completion")
+
+
+def _completion_for_train() -> None:
+    """Hydra's shell completion through this command line. The script that
+    `normexp train -sc install=bash` prints asks `normexp -sc query=bash` for the words that
+    complete COMP_LINE (the whole line typed, `normexp train placement=de`): that query goes
+    to train, with COMP_LINE as Hydra reads it (the app name, then the overrides). On the
+    command's own word (`normexp tr`), the commands are the completions."""
+    if len(sys.argv) < 2 or sys.argv[1].split("=")[0] not in _COMPLETION_FLAGS:
+        return
+    line = os.environ.get("COMP_LINE")
+    if line is not None and any(a.startswith("query=") for a in sys.argv[1:]):
+        words = line.split()
+        if len(words) < 2 or words[1] != "train":  # still typing the command's name
+            typed = words[1] if len(words) > 1 and not line.endswith(" ") else ""
+            names = [c.name or c.callback.__name__ for c in app.registered_commands]
+            print(" ".join(n for n in names if n.startswith(typed)))
+            raise SystemExit(0)
+        os.environ["COMP_LINE"] = " ".join([words[0], *words[2:]]) + (" " if line.endswith(" ") else "")
+    sys.argv[1:1] = ["train"]
+
+
 def main():
     _utf8_mode()
+    _completion_for_train()
     # first thing, before typer dispatches and hydra/torch are imported: a Ctrl-C during start-up
     # is remembered and acted on at a safe point, never raised halfway through an import
     catch_early_signals()

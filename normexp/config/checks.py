@@ -45,3 +45,13 @@ def require(ok: bool, key: str, value, allowed: str) -> None:
     """ConfigError(key, value, allowed) unless ok: a variant's check of its own setting."""
     if not ok:
         raise ConfigError(key, value, allowed)
+
+
+def did_you_mean(word: str, candidates) -> str:
+    """"did you mean X? " for the candidate closest to a misspelled `word` (difflib's
+    ratio >= 0.6), or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(set(candidates)), n=1)
+    return f"did you mean {close[0]}? " if close else ""
+

@@ -36,6 +36,17 @@ def group_options(group: str) -> tuple[str, ...]:
     return tuple(sorted(p.name[: -len(".yaml")] for p in (_package() / group).iterdir() if p.name.endswith(".yaml")))
 
 
+def preset_description(name: str) -> str | None:
+    """A preset's one-line description: the comment line right after `# @package _global_` in
+    configs/experiment/NAME.yaml (the convention every preset follows; tests/test_cli.py checks
+    it), or None when the file has none."""
+    lines = (_package() / "experiment" / f"{name}.yaml").read_text().splitlines()
+    body = lines[1:] if lines and lines[0].startswith("# @package") else lines
+    first = body[0] if body else ""
+    text = first[1:].strip() if first.startswith("#") else ""
+    return text or None
+
+
 def option_config(group: str, option: str):
     """An option file of a group as written (e.g. configs/data/text.yaml), a DictConfig."""
     from omegaconf import OmegaConf
@@ -118,6 +129,18 @@ def compose_config(overrides=(), hydra: bool = False):
         return compose(config_name=CONFIG_NAME, overrides=list(overrides), return_hydra_config=hydra)
 
 
+@lru_cache(maxsize=None)
+def hydra_groups() -> tuple[str, ...]:
+    """Hydra's own config groups (hydra/launcher, hydra/sweeper, ...) with normexp's plugins."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    expose_plugins()
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        return tuple(sorted(f"hydra/{g}" for g in loader.list_groups("hydra")))
+
+
 # Hydra flags that take a value.
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
@@ -140,17 +163,23 @@ def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def sweep_jobs(parsed: list, sweeper_params) -> list[list[str]]:
-    """The override list of every job of a sweep, as Hydra's basic sweeper forms them: the
-    cross product of the command line's sweeps and the preset's `hydra.sweeper.params`
-    (a key on the command line replaces the preset's). `parsed`: Hydra's parsed overrides."""
+    """The override list of every job of a sweep, in Hydra's basic sweeper's order (so the
+    position is the job's number): the cross product of the preset's `hydra.sweeper.params`
+    first, then the command line's overrides; a key on the command line replaces the
+    preset's in the preset's place. `parsed`: Hydra's parsed overrides."""
     import itertools
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    given = {override_key(o.key_or_group) for o in parsed}
-    extra = [f"{k}={v}" for k, v in (sweeper_params or {}).items() if str(k) not in given]
+    given = {override_key(o.key_or_group): o for o in parsed}
+    preset = OverridesParser.create().parse_overrides(
+        [f"{k}={v}" for k, v in (sweeper_params or {}).items() if str(k) not in given])
+    preset_keys = [str(k) for k in (sweeper_params or {})]
+    by_key = {override_key(o.key_or_group): o for o in preset}
+    ordered = [given[k] if k in given else by_key[k] for k in preset_keys]
+    ordered += [o for o in parsed if override_key(o.key_or_group) not in preset_keys]
     axes = []
-    for o in [*parsed, *OverridesParser.create().parse_overrides(extra)]:
+    for o in ordered:
         if o.is_sweep_override():
             key = o.input_line.split("=")[0]
             axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .checks import did_you_mean
+
 
 def override_key(override: str) -> str:
     """The key an override sets: the text before the first `=`, without Hydra's `+`, `++`
@@ -20,3 +22,17 @@ def dotted(node, prefix: str = "") -> dict:
             out.update(dotted(v, f"{prefix}{k}."))
         return out
     return {prefix[:-1]: node}
+
+
+def suggest_key(key: str, keys, groups=()) -> str:
+    """did_you_mean for a dotted key no config declares: its first part against the top-level
+    names (`placment.alpha` -> placement.alpha), else the whole key against the keys below
+    that name (`placement.alhpa` -> placement.alpha). `keys`: the config's dotted leaves;
+    `groups`: config groups, which count as top-level names (`placment=pre` -> placement)."""
+    keys = list(keys)
+    head, dot, rest = key.partition(".")
+    heads = {k.split(".")[0] for k in keys} | set(groups)
+    if head not in heads:
+        hint = did_you_mean(head, heads)
+        return hint.replace("? ", f"{dot}{rest}? ") if hint else ""
+    return did_you_mean(key, [k for k in keys if k.startswith(f"{head}.")])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 
-from .checks import ConfigError
+from .checks import ConfigError, did_you_mean
 from .defaults import option_default
 
 
@@ -42,7 +42,9 @@ def variant(registry: dict, group: str, spec: str | Mapping) -> tuple[type, dict
     names = setting_names(cls)
     for key, value in spec.items():
         if key not in names:
-            raise ConfigError(f"{group}.{key}", value, f"{group} {name} takes {', '.join(sorted(names)) or 'no settings'}")
+            hint = did_you_mean(str(key), names).replace("mean ", f"mean {group}.")
+            raise ConfigError(f"{group}.{key}", value,
+                              f"{hint}{group} {name} takes {', '.join(sorted(names)) or 'no settings'}")
     shipped = option_default(group, name)
     return cls, {key: spec[key] if key in spec else shipped[key] for key in names}
 

@@ -536,18 +536,12 @@ def temp_dir(parent: Path, prefix: str):
 
 @contextlib.contextmanager
 def file_lock(path: Path):
-    """An exclusive inter-process lock (POSIX); a no-op where fcntl is missing."""
-    try:
-        import fcntl
-    except ImportError:
+    """An exclusive inter-process lock on `path` (the filelock package: fcntl on Linux and
+    macOS, the Windows API on Windows, a lock file where neither is there)."""
+    from filelock import FileLock
+
+    with FileLock(str(path)):
         yield
-        return
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def status(progress: bool, message: str) -> None:

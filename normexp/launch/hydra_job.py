@@ -228,7 +228,10 @@ def _undo_start(run_dir: Path) -> bool:
 
 def run_hydra(args: list[str], hooks=None) -> list | None:
     """Hydra's main with `args` as its command line; each job runs `hydra_task`. Returns a
-    sweep's job results (Hydra's JobReturn objects), None for a single run."""
+    sweep's job results (Hydra's JobReturn objects), None for a single run. For the length of
+    the call, Hydra's methods are wrapped: the sweep's results are kept, `--help` gets the
+    presets' descriptions (_presets_help), `--cfg` the numbers behind "auto" (_annotate_auto),
+    and a refused write of its .hydra files becomes one line."""
     import hydra
     from hydra._internal.hydra import Hydra
 
@@ -240,7 +243,10 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
     flags, overrides = split_hydra_args(args)
     saved, results = sys.argv, []
     # flags first: Hydra's argparse refuses a flag (-m, --cfg job) after the overrides
-    sys.argv = ["normexp train", *flags, *overrides]
+    # the shell completion script Hydra prints registers itself for sys.argv[0]'s name: the
+    # `normexp` command (its query comes back through cli._completion_for_train)
+    completion = any(f.split("=")[0] in ("-sc", "--shell-completion") for f in flags)
+    sys.argv = ["normexp" if completion else "normexp train", *flags, *overrides]
     # hydra.main drops the sweep's results; keep them to count the failed jobs (any launcher)
     multirun = Hydra.multirun
 
@@ -250,6 +256,29 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
         return batches
 
     Hydra.multirun = keep_results
+    get_help = Hydra.get_help
+
+    def with_presets(self, *a, **kw):  # `normexp train --help`: each preset with its one-line description
+        return get_help(self, *a, **kw).replace("$PRESETS", _presets_help())
+
+    Hydra.get_help = with_presets
+    show_cfg = Hydra.show_cfg
+
+    def with_resolved(self, config_name, overrides, cfg_type, package, resolve=False):
+        import contextlib
+        import io
+
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):
+            show_cfg(self, config_name, overrides, cfg_type, package, resolve)
+        text = shown.getvalue()
+        if cfg_type in ("job", "all") and package is None:
+            from hydra.types import RunMode
+
+            text = _annotate_auto(text, lambda: self.compose_config(config_name, overrides, run_mode=RunMode.RUN))
+        sys.stdout.write(text)
+
+    Hydra.show_cfg = with_resolved
     import hydra.core.utils as hydra_utils
 
     save_config = hydra_utils._save_config
@@ -275,8 +304,45 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
 
         fail(folder_refusal(e.error, "hydra.run.dir", e.run_dir, resumable=_undo_start(e.run_dir)))
     finally:
-        sys.argv, Hydra.multirun, hydra_utils._save_config = saved, multirun, save_config
+        sys.argv, Hydra.multirun, Hydra.get_help, Hydra.show_cfg = saved, multirun, get_help, show_cfg
+        hydra_utils._save_config = save_config
     return results if any(f in ("-m", "--multirun") for f in flags) else None
+
+
+def _annotate_auto(text: str, compose) -> str:
+    """`--cfg job`: each "auto" setting of the norm and the placement (placement.alpha: auto) gets
+    a comment with the number the run will use (DeepNorm's α = (2N)^(1/4) at the run's depth),
+    as the model works it out. The text is otherwise Hydra's: the config as the run saves it."""
+    import re
+
+    try:
+        cfg = compose()  # the job's config, as Hydra composed it for the display
+        groups = ("norm", "placement")
+        if not any(v == "auto" for g in groups for v in cfg[g].values()):
+            return text
+        from ..model.gpt import resolved_settings  # imports torch: only when there is an "auto" to show
+
+        values = resolved_settings(cfg.norm, cfg.placement, cfg.layers)
+    except Exception:  # noqa: BLE001 - the pre-flight refused bad settings already; never block the display
+        return text
+    lines, section = [], None
+    for line in text.splitlines():
+        top = re.match(r"^(\w+):", line)
+        section = top[1] if top else section
+        setting = re.match(r"^  (\w+): auto$", line)
+        if setting and section in values and setting[1] in values[section]:
+            line += f"  # {values[section][setting[1]]:.6g} for layers={cfg.layers}: what the run uses"
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+def _presets_help() -> str:
+    """The presets of `normexp train --help`: one line each, name and description."""
+    from ..config.compose import group_options, preset_description
+
+    names = group_options("experiment")
+    width = max(map(len, names), default=0)
+    return "\n".join(f"  {n:<{width}}  {preset_description(n) or ''}".rstrip() for n in names)
 
 
 def _sweep_outcome(results: list) -> None:

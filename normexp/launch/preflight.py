@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ..config.compose import compose_config, config_groups, group_options, split_hydra_args
-from ..config.keys import override_key
+from ..config.keys import did_you_mean, override_key, suggest_key
 from ..train.signals import exit_if_early_signal
 from .exits import fail
 
@@ -34,7 +34,10 @@ def _check_flags(args: list[str]) -> None:
             fail("--experimental-rerun loads a pickle, which can run any code, so normexp refuses it; to run a "
                  "job again, pass its overrides (listed in its folder's .hydra/overrides.yaml)")
         if flag not in _HYDRA_FLAGS:
-            fail(f"unknown option {flag}; overrides are key=value (no dashes), flags are -m/--multirun, "
+            # compared without the dashes, which every flag shares (--foo is not close to --info)
+            hint = did_you_mean(flag[2:], [f[2:] for f in _HYDRA_FLAGS if f.startswith("--")]).replace(
+                "mean ", "mean --") if flag.startswith("--") else ""
+            fail(f"unknown option {flag}; {hint}overrides are key=value (no dashes), flags are -m/--multirun, "
                  "--cfg job, --info, --help (see `normexp train --help`)")
         if flag in ("--cfg", "-c"):
             value = value or (args[i + 1] if i + 1 < len(args) else "")
@@ -102,7 +105,7 @@ def _check_overrides(parsed: list, multirun: bool) -> list[str]:
             valid = group_options(override_key(key))
             for v in values:
                 if v not in valid:
-                    fail(f"{key}={v}: unknown option; choose from {', '.join(valid)}")
+                    fail(f"{key}={v}: unknown option; {did_you_mean(str(v), valid)}choose from {', '.join(valid)}")
         if o.is_sweep_override() and not multirun:
             fail(f"{o.input_line}: a sweep needs -m (normexp train -m {o.input_line})")
         first.append(f"{o.input_line.split('=')[0]}={values[0]}" if o.is_sweep_override() else o.input_line)
@@ -139,7 +142,12 @@ def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
             chosen = next((o for o in job if o.split("=")[0] == key), None)  # e.g. placement=pre
             where = f" of {chosen}" if chosen and key in config_groups() else ""
             swept = "; a setting of only some swept options needs a sweep of its own" if sweep and where else ""
-            fail(f"{given}: no such setting{where}{swept}; see `normexp train --cfg job` for the keys")
+            hint = _suggest_override(missing[1], [o for o in job if o != given], hydra)
+            fail(f"{given}: no such setting{where}{swept}; {hint}see `normexp train --cfg job` for the keys")
+        group_option = re.search(r"Could not find '([^']+)/([^'/]+)' Available options in '[^']+': (.*?) Config search", msg)
+        if group_option:  # hydra/launcher=joblb (normexp's own groups are checked in _check_overrides)
+            group, option, valid = group_option[1], group_option[2], group_option[3].split()
+            fail(f"{group}={option}: unknown option; {did_you_mean(option, valid)}choose from {', '.join(valid)}")
         if "Key '" in msg:
             msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
         cause = e.__cause__
@@ -149,6 +157,28 @@ def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
             msg = (f"{key}{cause.value if hasattr(cause, 'value') and key else ''}: {str(cause).splitlines()[0]}; "
                    "give a value of that type")
         fail(msg)
+
+
+def _suggest_override(key: str, others: list[str], hydra: bool) -> str:
+    """"did you mean K? " for a key no config declares (`placment=pre`, `placement.alhpa=2`,
+    `hydra.run.dri=x`, `hydra/launchr=joblib`): the keys and groups of the config the other
+    overrides compose, or "" when none is close."""
+    from omegaconf import OmegaConf
+
+    from ..config.compose import hydra_groups
+    from ..config.keys import dotted
+
+    if "/" in key:  # a Hydra group: hydra/launcher, hydra/sweeper, ...
+        return did_you_mean(key, hydra_groups())
+    try:
+        cfg = compose_config(others, hydra=hydra or key.startswith("hydra."))
+    except Exception:  # noqa: BLE001 - another override is broken too: suggest nothing rather than fail here
+        return ""
+    groups = config_groups()
+    # a group's `name` is set by choosing the option (placement=deepnorm), never suggested as a key
+    keys = [k for k in dotted(OmegaConf.to_container(cfg, resolve=False)) if k.split(".")[0] not in groups
+            or k.split(".", 1)[1] != "name"]
+    return suggest_key(key, keys, groups)
 
 
 def check_job(job, explicit) -> None:
@@ -219,8 +249,9 @@ def preflight(args: list[str]):
         return None
     multirun = "-m" in flags or "--multirun" in flags
     show = any(f in ("--cfg", "-c") for f in flags)
-    if multirun and show:
-        fail("--cfg shows the config of one run: drop -m (or use --cfg with a single value per key)")
+    if multirun and show and _cfg_choice(flags) != "job":
+        fail(f"--cfg {_cfg_choice(flags)} shows the config of one run: drop -m, or use -m --cfg job to list the "
+             "sweep's jobs")
     from omegaconf import OmegaConf
 
     from ..config.compose import sweep_jobs
@@ -262,10 +293,39 @@ def preflight(args: list[str]):
         nothing_to_do = check_output_folder(cfg, multirun, explicit)
     except ConfigError as e:
         fail(str(e))
+    if multirun and show:  # the dry run of a sweep: every check above, then the job list; nothing is written
+        typer.echo(sweep_preview(sweep_jobs(parsed, sweeper_params), cfg.hydra.sweeper))
+        raise SystemExit(0)
     if nothing_to_do:  # resume=true on a finished run: say so, write nothing
         typer.echo(f"normexp: {nothing_to_do}", err=True)
         raise SystemExit(0)
     return None if show else cfg
+
+
+def _cfg_choice(flags: list[str]) -> str:
+    """The value of --cfg/-c among the flags (job, hydra or all)."""
+    for i, f in enumerate(flags):
+        flag, eq, value = f.partition("=")
+        if flag in ("--cfg", "-c"):
+            return value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+    return ""
+
+
+def sweep_preview(jobs: list[list[str]], sweeper) -> str:
+    """`normexp train -m ... --cfg job`: the sweep's jobs, one line each (Hydra's job number and
+    the overrides that differ between jobs), after the overrides every job shares. With the
+    boundary sweeper the lines are its settings; it picks the searched key's values as it goes."""
+    shared = [o for o in jobs[0] if all(o in job for job in jobs)] if jobs else []
+    boundary = "boundary_sweeper" in str(sweeper.get("_target_"))
+    what = (f"{len(jobs)} settings, each a search of {sweeper.key} in [{sweeper.lower}, {sweeper.upper}] by the "
+            "boundary sweeper" if boundary else f"{len(jobs)} jobs")
+    lines = [f"normexp train -m: {what} (a dry run: nothing was trained or written)"]
+    if shared:
+        lines.append(f"every job: {' '.join(shared)}")
+    width = len(str(len(jobs) - 1))
+    lines += [f"#{i:<{width}} {' '.join(o for o in job if o not in shared) or '(no overrides)'}"
+              for i, job in enumerate(jobs)]
+    return "\n".join(lines)
 
 
 def claim_output(args: list[str], cfg) -> list[str]:

@@ -11,7 +11,7 @@ sleep (GOMP_SPINCOUNT, 300,000 spins by default). Measured on 2 cores (issue 31,
   0.48× with passive waiting (about what losing one of two cores costs).
 
 So `configure()` looks at the machine first: over SAMPLE_SECONDS it reads how many cores other
-processes kept busy (/proc/stat; the load average where there is none). At BUSY_CORES or more it
+processes kept busy (psutil's system-wide CPU times, on Linux, macOS and Windows alike). At BUSY_CORES or more it
 sets OMP_WAIT_POLICY=PASSIVE (OpenMP spec §6.7; libgomp and Intel's libiomp both honour it);
 otherwise it leaves OpenMP's default. The choice holds for the process's life (OpenMP reads its
 environment once) and never changes a number, only how threads wait.
@@ -30,7 +30,6 @@ is left alone: `OMP_WAIT_POLICY=PASSIVE normexp train ...` always waits passivel
 from __future__ import annotations
 
 import os
-import time
 
 WAIT_POLICY = "PASSIVE"
 USER_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
@@ -40,31 +39,12 @@ SAMPLE_SECONDS = 0.1
 CHOICE = None  # what configure() decided in this process, for the run's log (see current_choice)
 
 
-def _cpu_times() -> tuple[int, int] | None:
-    """(busy, total) jiffies summed over every core since boot, from /proc/stat; None without it."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    total = sum(fields[:8])  # guest time is already counted in user time
-    return total - idle, total
-
-
 def others_busy_cores(seconds: float = SAMPLE_SECONDS) -> float:
-    """How many cores other processes keep busy: measured over `seconds` while this process sleeps
-    (/proc/stat), or the 1-minute load average where /proc/stat is missing."""
-    before = _cpu_times()
-    if before is None:
-        try:
-            return os.getloadavg()[0]
-        except OSError:
-            return 0.0
-    time.sleep(seconds)
-    after = _cpu_times()
-    busy, total = after[0] - before[0], after[1] - before[1]
-    return (os.cpu_count() or 1) * busy / total if total > 0 else 0.0
+    """How many cores other processes keep busy: the machine's CPU use over `seconds` while this
+    process sleeps (psutil.cpu_percent: the share of all cores' time not idle), in cores."""
+    import psutil
+
+    return (psutil.cpu_count() or 1) * psutil.cpu_percent(interval=seconds) / 100
 
 
 def configure(environ=os.environ, busy_cores=None) -> str:

@@ -10,7 +10,6 @@ settings (eps, alpha, ratio, ...) are checked by its class in model.py, which ow
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ..config.checks import FLOAT32_MAX, ConfigError, is_integer, is_number
 from ..config.compose import config_groups, declared_keys, declared_names, top_level_keys
-from ..config.keys import dotted, override_key
+from ..config.keys import did_you_mean, dotted, override_key
 from ..data.files import cache_root
 from ..runs.resume import check_creatable
 
@@ -187,10 +186,10 @@ def _known_keys(cfg) -> None:
             name = cfg[group].get("name")
             if setting.split(".")[0] not in declared_keys(group, name):
                 takes = ", ".join(declared_keys(group, name)) or "no settings"
-                raise ConfigError(key, value, f"{group} {name} takes {takes}")
+                hint = did_you_mean(setting, declared_keys(group, name)).replace("mean ", f"mean {group}.")
+                raise ConfigError(key, value, f"{hint}{group} {name} takes {takes}")
         elif key not in allowed:
-            close = difflib.get_close_matches(key, sorted(allowed), n=1)
-            hint = f"did you mean {close[0]}? " if close else ""
+            hint = did_you_mean(key, allowed)
             raise ConfigError(key, value, f"unknown setting; {hint}see `normexp train --cfg job` for the keys")
 
 
@@ -283,14 +282,14 @@ def training_memory_bytes(cfg) -> int:
 
 
 def available_memory_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (Linux); None where there is no such file."""
+    """The memory a new process can use without swapping (psutil: MemAvailable on Linux, free +
+    inactive pages on macOS, the available physical memory on Windows); None if unreadable."""
+    import psutil
+
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):  # a sandbox that hides the system's counters
+        return None
 
 
 def _on_cpu(device) -> bool:

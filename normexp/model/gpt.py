@@ -69,6 +69,18 @@ class Block(nn.Module):
         return {"attn_out": self.attn.sublayer.proj.weight, "mlp_out": self.mlp.sublayer.fc_out.weight}
 
 
+def resolved_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -> dict:
+    """{"norm": {...}, "placement": {...}}: the settings a model of `layers` blocks uses ("auto"
+    worked out, as GPT.settings() reports them), from the norm and a placement around a
+    stand-in sublayer (as check_settings builds them): what `--cfg job` shows beside "auto"."""
+    norm_cls, norm_settings = variant(NORMS, "norm", norm)
+    placement_cls, placement_settings = variant(PLACEMENTS, "placement", placement)
+    stand_in = Sublayer(8)
+    built = placement_cls(stand_in, lambda width=8: norm_cls(width, **norm_settings), index=0, depth=layers,
+                          **placement_settings)
+    return {"norm": norm_cls(8, **norm_settings).resolved(), "placement": built.resolved()}
+
+
 # ----------------------------------------------------------------------------- GPT
 
 IGNORE_TARGET = -100  # a target position that adds nothing to the loss
