@@ -102,7 +102,7 @@ class ProbeSettings:
         if self.d_model % self.heads:
             raise ProbeError(f"--heads {self.heads} must divide --d-model {self.d_model}")
         if self.norm == "batch" and self.batch_size * self.seq_len < 2:
-            from ..launch.validate import batch_norm_needs
+            from ..config.resources import batch_norm_needs
 
             raise ProbeError(f"--batch-size {self.batch_size}: " + batch_norm_needs(
                 f"--seq-len {self.seq_len}", "--batch-size × --seq-len", "--batch-size or --seq-len"))
@@ -179,11 +179,11 @@ def probe_model(placement: str, layers: int, seed: int, tokens: np.ndarray, voca
 
 
 def check_probe_memory(s: ProbeSettings, vocab_size: int, available: int | None = None) -> None:
-    """The training run's memory check (validate.memory_problem) for the deepest model of the
+    """The training run's memory check (config.resources.memory_problem) for the deepest model of the
     probe, without an optimizer: refused up front rather than killed by the OOM killer."""
     from omegaconf import OmegaConf
 
-    from ..launch.validate import memory_problem
+    from ..config.resources import memory_problem
 
     # an encoder-decoder holds an encoder as deep as its decoder, over a source as long as its target
     twice = 2 if s.encoder_decoder else 1

@@ -5,6 +5,8 @@ layer `train(cfg)` reads nothing global."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 from pathlib import Path
@@ -228,12 +230,9 @@ def _undo_start(run_dir: Path) -> bool:
 
 def run_hydra(args: list[str], hooks=None) -> list | None:
     """Hydra's main with `args` as its command line; each job runs `hydra_task`. Returns a
-    sweep's job results (Hydra's JobReturn objects), None for a single run. For the length of
-    the call, Hydra's methods are wrapped: the sweep's results are kept, `--help` gets the
-    presets' descriptions (_presets_help), `--cfg` the numbers behind "auto" (_annotate_auto),
-    and a refused write of its .hydra files becomes one line."""
+    sweep's job results (Hydra's JobReturn objects), None for a single run. Hydra's methods are
+    wrapped for the length of the call (`_hydra_wrapped`)."""
     import hydra
-    from hydra._internal.hydra import Hydra
 
     def task(cfg):
         return hydra_task(cfg, hooks)
@@ -247,27 +246,43 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
     # `normexp` command (its query comes back through cli._completion_for_train)
     completion = any(f.split("=")[0] in ("-sc", "--shell-completion") for f in flags)
     sys.argv = ["normexp" if completion else "normexp train", *flags, *overrides]
-    # hydra.main drops the sweep's results; keep them to count the failed jobs (any launcher)
-    multirun = Hydra.multirun
+    from ..runs.folder import new_launch
+
+    new_launch()
+    try:
+        with _hydra_wrapped(results):
+            main()
+    except _StartRefused as e:
+        from .exits import folder_refusal
+
+        fail(folder_refusal(e.error, "hydra.run.dir", e.run_dir, resumable=_undo_start(e.run_dir)))
+    finally:
+        sys.argv = saved
+    return results if any(f in ("-m", "--multirun") for f in flags) else None
+
+
+@contextlib.contextmanager
+def _hydra_wrapped(results: list):
+    """Hydra's methods, wrapped while the block runs, put back after: the sweep's results are
+    kept in `results` (hydra.main drops them; they count the failed jobs, any launcher),
+    `--help` gets the presets' descriptions (_presets_help), `--cfg` the numbers behind "auto"
+    (_annotate_auto), and a refused write of its .hydra files becomes one line (_StartRefused).
+    These are Hydra's internals (hydra._internal.hydra.Hydra, hydra.core.utils._save_config):
+    the one place that touches them."""
+    import hydra.core.utils as hydra_utils
+    from hydra._internal.hydra import Hydra
+
+    multirun, get_help, show_cfg, save_config = Hydra.multirun, Hydra.get_help, Hydra.show_cfg, hydra_utils._save_config
 
     def keep_results(self, *a, **kw):
         batches = multirun(self, *a, **kw)
         results.extend(r for batch in batches or [] for r in batch)
         return batches
 
-    Hydra.multirun = keep_results
-    get_help = Hydra.get_help
-
     def with_presets(self, *a, **kw):  # `normexp train --help`: each preset with its one-line description
         return get_help(self, *a, **kw).replace("$PRESETS", _presets_help())
 
-    Hydra.get_help = with_presets
-    show_cfg = Hydra.show_cfg
-
     def with_resolved(self, config_name, overrides, cfg_type, package, resolve=False):
-        import contextlib
-        import io
-
         shown = io.StringIO()
         with contextlib.redirect_stdout(shown):
             show_cfg(self, config_name, overrides, cfg_type, package, resolve)
@@ -277,11 +292,6 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
 
             text = _annotate_auto(text, lambda: self.compose_config(config_name, overrides, run_mode=RunMode.RUN))
         sys.stdout.write(text)
-
-    Hydra.show_cfg = with_resolved
-    import hydra.core.utils as hydra_utils
-
-    save_config = hydra_utils._save_config
 
     def saving(config, filename, output_dir):  # Hydra's .hydra/*.yaml, written before the job starts
         try:
@@ -293,20 +303,13 @@ def run_hydra(args: list[str], hooks=None) -> list | None:
                 raise
             raise _StartRefused(e, Path(output_dir).parent) from None
 
-    hydra_utils._save_config = saving
-    from ..runs.folder import new_launch
-
-    new_launch()
+    Hydra.multirun, Hydra.get_help, Hydra.show_cfg, hydra_utils._save_config = (keep_results, with_presets,
+                                                                                with_resolved, saving)
     try:
-        main()
-    except _StartRefused as e:
-        from .exits import folder_refusal
-
-        fail(folder_refusal(e.error, "hydra.run.dir", e.run_dir, resumable=_undo_start(e.run_dir)))
+        yield
     finally:
-        sys.argv, Hydra.multirun, Hydra.get_help, Hydra.show_cfg = saved, multirun, get_help, show_cfg
-        hydra_utils._save_config = save_config
-    return results if any(f in ("-m", "--multirun") for f in flags) else None
+        Hydra.multirun, Hydra.get_help, Hydra.show_cfg, hydra_utils._save_config = (multirun, get_help, show_cfg,
+                                                                                    save_config)
 
 
 def _annotate_auto(text: str, compose) -> str:

@@ -289,34 +289,25 @@ def run_artefacts(run_dir: Path) -> list[str]:
 
 
 def boot_id() -> str | None:
-    """This boot of the machine: /proc/sys/kernel/random/boot_id (Linux), else psutil's boot
-    time if psutil is installed, else None (no telling)."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
-    except OSError:
-        pass
-    try:
-        import psutil
+    """This boot of the machine, as psutil tells it (its boot time, any platform), or None
+    where it cannot tell."""
+    import psutil
 
-        return str(psutil.boot_time())
-    except Exception:  # noqa: BLE001 - psutil missing, or it cannot tell
+    try:
+        return f"{psutil.boot_time():.0f}"
+    except Exception:  # noqa: BLE001 - a sandbox that hides the system's counters
         return None
 
 
-def process_start(pid: int) -> int | float | None:
-    """When process `pid` started: field 22 of /proc/<pid>/stat (clock ticks since boot), else
-    psutil's create_time if psutil is installed; None when there is no telling (or no such pid).
-    With the pid and the boot id it names one process: a pid is reused, its start time is not."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[19])  # after "pid (comm) ": field 3 onwards; comm may hold spaces
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil
+def process_start(pid: int) -> float | None:
+    """When process `pid` started (psutil's create_time, to the hundredth of a second), or None
+    when there is no telling (no such pid, access denied). With the pid and the boot id it names
+    one process: a pid is reused, its start time is not."""
+    import psutil
 
-        return psutil.Process(pid).create_time()
-    except Exception:  # noqa: BLE001 - psutil missing, no such process, or access denied
+    try:
+        return round(psutil.Process(pid).create_time(), 2)
+    except Exception:  # noqa: BLE001 - no such process, or access denied
         return None
 
 

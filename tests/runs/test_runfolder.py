@@ -472,14 +472,25 @@ def test_a_claim_left_by_a_process_stopped_at_start_up_does_not_lock_the_folder(
 
 # ------------------------------------------------------------------ claims that survive pid reuse (issue 38, item 5)
 
+def _btime() -> int:
+    """The boot time the kernel gives (/proc/stat's btime, seconds since the epoch), read here on its own."""
+    return next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+
+
 def _proc_start(pid):
-    """Field 22 of /proc/<pid>/stat (the process's start, in clock ticks after boot), read here on its own."""
+    """The process's start in seconds since the epoch, from /proc on its own: btime plus field 22
+    of /proc/<pid>/stat (clock ticks after boot); checked against runfolder.process_start."""
+    import os
+
     stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    start = _btime() + int(stat.rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    assert runfolder.process_start(pid) == pytest.approx(start, abs=0.02)
+    return runfolder.process_start(pid)
 
 
 def _boot():
-    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert runfolder.boot_id() == str(_btime())
+    return runfolder.boot_id()
 
 
 def _stranded(run, pid, **identity):
