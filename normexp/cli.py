@@ -12,6 +12,7 @@ from .launch.threads_env import configure as _configure_threads_env
 _configure_threads_env()  # before anything imports torch: OpenMP reads it once, when torch loads
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def _root(ctx: typer.Context,
           version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                        help="Print normexp's version and exit.")):
     """normexp: Post-LN vs Pre-LN vs DeepNorm (and more) across depth and warmup."""
-    if ctx.invoked_subcommand != "train":  # only training defers Ctrl-C (see main)
+    if ctx.invoked_subcommand not in ("train", "resume"):  # only training defers Ctrl-C (see main)
         release_early_signals()
 
 
@@ -75,6 +76,24 @@ def train(ctx: typer.Context):
     from .launch.hydra_job import run_train
 
     run_train(list(ctx.args))
+
+
+@app.command(short_help="Continue a stopped run or sweep from its folder, with the settings it began with.")
+def resume(folder: Path = typer.Argument(..., help="A run's folder (runs/<date>/<time>) or a sweep's "
+                                                    "(runs/multirun/<date>/<time>).")):
+    """Continue a run (or every unfinished job of a sweep) from its newest checkpoint, with the
+    overrides it was started with: `normexp resume runs/2026-11-25/10-00-00` is `normexp train
+    <its overrides> resume=true hydra.run.dir=runs/2026-11-25/10-00-00`."""
+    from .config.checks import ConfigError
+    from .launch.hydra_job import run_train
+    from .runs.resume import resume_arguments
+
+    try:
+        args = resume_arguments(folder)
+    except ConfigError as e:
+        fail(str(e))
+    typer.echo(f"normexp: resuming with: normexp train {shlex.join(args)}", err=True)
+    run_train(args)
 
 
 @app.command(short_help="Compare runs: a table, runs.csv, report.md and figures.")

@@ -206,3 +206,45 @@ def test_sweep_grid_writes_one_completed_run_per_combination(tmp_path, corpus, c
     # readable run names: the job's overrides sorted by key (paths and thread counts left out)
     names = {p.name for p in sweep.iterdir() if p.is_dir()}
     assert "batch_size=4,d_model=32,data=text,eval_batches=1,heads=2,layers=2,norm=rms,placement=post,seq_len=32,steps=5" in names
+
+
+@pytest.mark.slow
+def test_resume_takes_a_folder_and_continues_with_the_settings_it_began_with(tmp_path, corpus, cli_env):
+    """`normexp resume RUN_DIR` (from another folder, no override typed again) continues an
+    interrupted run to its last step; `normexp resume SWEEP_DIR` gives the sweep's own command
+    with -m and skips its finished jobs; a folder without a run is one line, exit 2."""
+    import signal
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    args = ["train", *TINY, "data=text", f"data.files=[{corpus}]", "steps=60", "log_every=1", "eval_every=20",
+            "checkpoint_every=0", f"hydra.run.dir={run}"]
+    job = subprocess.Popen([sys.executable, "-m", "normexp.cli", *args], env=cli_env, text=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for line in job.stderr:
+        if "step 5 " in line:
+            job.send_signal(signal.SIGINT)
+            break
+    job.communicate(timeout=120)
+    stopped = read_summary(run)
+    assert job.returncode == 130 and stopped["status"] == "interrupted" and stopped["steps_completed"] < 60
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    resumed = run_cli(["resume", str(run)], cli_env, cwd=elsewhere)
+    assert "resuming with: normexp train " in resumed.stderr and "steps=60" in resumed.stderr
+    assert f"resumed from step {stopped['steps_completed']}" in resumed.stderr
+    summary = read_summary(run)
+    assert summary["status"] in RAN_TO_THE_END and summary["steps_completed"] == 60
+
+    sweep = tmp_path / "sweep"
+    run_cli(["train", "-m", *TINY, "data=text", f"data.files=[{corpus}]", "steps=3", "seed=0,1",
+             f"hydra.sweep.dir={sweep}"], cli_env)
+    again = run_cli(["resume", str(sweep)], cli_env, cwd=elsewhere)
+    (command,) = [ln for ln in again.stderr.splitlines() if "resuming with:" in ln]
+    assert " -m " in command and "seed=0,1" in command and f"hydra.sweep.dir={sweep}" in command
+    assert again.stderr.count("already finished") == 2
+
+    nothing = run_cli(["resume", str(elsewhere)], cli_env, check=False)
+    assert nothing.returncode == 2 and len(nothing.stderr.strip().splitlines()) == 1
+    assert "holds no run normexp started" in nothing.stderr

@@ -13,7 +13,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ..config.checks import ConfigError
 from ..config.keys import dotted
-from .folder import FINISHED, RECORD
+from .folder import FINISHED, RECORD, read_record
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -195,3 +195,33 @@ def unreadable_summary(run_dir: Path) -> str:
 
 
 # ------------------------------------------------------------------------ memory
+
+
+def resume_arguments(folder: Path) -> list[str]:
+    """The `normexp train` arguments that continue the run or sweep in `folder` with its own
+    settings (`normexp resume FOLDER`): a sweep folder (multirun.yaml) gives the sweep's command
+    line (its overrides and Hydra's, -m) into that folder; a run folder its recorded overrides
+    (normexp_run.json, else .hydra/overrides.yaml) into that folder; both with resume=true."""
+    from ..config.keys import override_key
+
+    folder = Path(folder).expanduser().absolute()
+    drop = ("resume", "hydra.run.dir", "hydra.sweep.dir")
+
+    def kept(overrides) -> list[str]:
+        return [str(o) for o in overrides or [] if override_key(str(o)) not in drop]
+
+    if (folder / "multirun.yaml").is_file():
+        try:
+            overrides = OmegaConf.load(folder / "multirun.yaml").hydra.overrides
+            return ["-m", *kept(overrides.hydra), *kept(overrides.task), "resume=true", f"hydra.sweep.dir={folder}"]
+        except (OmegaConfBaseException, OSError, AttributeError) as e:
+            raise ConfigError("FOLDER", folder, f"its multirun.yaml does not read ({' '.join(str(e).split())[:120]}); "
+                              "resume it with the sweep's own command and resume=true") from None
+    record = read_record(folder)
+    text = record.get("overrides") if record else None
+    if text is None and (folder / ".hydra" / "overrides.yaml").is_file():
+        text = (folder / ".hydra" / "overrides.yaml").read_text()
+    if text is None:
+        raise ConfigError("FOLDER", folder, "holds no run normexp started (no normexp_run.json, no "
+                          ".hydra/overrides.yaml, no multirun.yaml); give a run's or a sweep's folder")
+    return [*kept(OmegaConf.create(text)), "resume=true", f"hydra.run.dir={folder}"]
