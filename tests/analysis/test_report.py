@@ -37,6 +37,9 @@ def sweep(tmp_path_factory):
     summary.update(status="running", steps_completed=0, final_train_loss=None, final_val_loss=None,
                    best_val_loss=None, tokens_per_second=None, wall_seconds=None,
                    pid=os.getpid())  # a live process on this host: the run counts as still going
+    from normexp.runs.folder import process_identity
+
+    summary.update(process_identity())  # (the finished run's start time and boot would name its own process)
     (running / "summary.json").write_text(json.dumps(summary))
     out = run_cli(["report", str(sweep_dir)], env, timeout=120)
     return sweep_dir, finished, running, out.stdout, env
