@@ -125,7 +125,7 @@ def test_top_help_has_no_type_tags_and_whole_lines(cli_env):
     assert "<bool>" not in proc.stdout and "--version" in proc.stdout
     # an entry: "  name  text" and its continuation lines (indented deeper)
     entries = dict(re.findall(r"^  (\w+) +(.*(?:\n {4,}.*)*)", proc.stdout.split("Commands:")[1], re.M))
-    assert set(entries) == {"train", "report", "probe", "bench"}
+    assert set(entries) == {"train", "resume", "report", "probe", "bench"}
     for name, entry in entries.items():
         summary = " ".join(entry.split())
         assert summary.endswith(".") and "..." not in summary, (name, summary)
