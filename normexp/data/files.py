@@ -65,3 +65,13 @@ def cache_root() -> Path:
     if os.environ.get("XDG_CACHE_HOME"):
         return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "normexp"
     return Path.home() / ".cache" / "normexp"
+
+
+def content_id(data: bytes) -> dict:
+    """{bytes, sha256} of the bytes given: the identity of a local file in the cache key and in
+    the run's record. By content, not path, size and mtime: a file edited in place with its size
+    and mtime kept gets a new key (stale tokens are never served), a copy reuses its tokens.
+    It hashes bytes already read, never the file: what is hashed is what is tokenized."""
+    import hashlib
+
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}

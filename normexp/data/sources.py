@@ -38,6 +38,7 @@ from pathlib import Path
 
 from ..config.checks import ConfigError, is_integer, is_number
 from ..config.registry import register
+from .files import content_id
 
 log = logging.getLogger("normexp.data.batches")
 
@@ -321,16 +322,6 @@ def _local_paths(value) -> list[Path]:
     """The files a data.files-like value names, absolute (symlinks kept as named)."""
     value = [value] if isinstance(value, (str, os.PathLike)) else list(value or [])  # data.files=a.txt: one file
     return [Path(os.path.abspath(Path(str(v)).expanduser())) for v in value]
-
-
-def content_id(data: bytes) -> dict:
-    """{bytes, sha256} of the bytes given: the identity of a local file in the cache key and in
-    the run's record. By content, not path, size and mtime: a file edited in place with its size
-    and mtime kept gets a new key (stale tokens are never served), a copy reuses its tokens.
-    It hashes bytes already read, never the file: what is hashed is what is tokenized."""
-    import hashlib
-
-    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def _read_bytes(p: Path, key: str) -> bytes:

@@ -51,18 +51,12 @@ def _check_config_name(flags: list[str]) -> None:
     path and exit 1)."""
     from ..config.compose import CONFIG_NAME
 
-    def value(*names):
-        for i, f in enumerate(flags):
-            flag, eq, v = f.partition("=")
-            if flag in names:
-                return v if eq else (flags[i + 1] if i + 1 < len(flags) else "")
-        return None
-
-    name = value("--config-name", "-cn")
+    name = _flag_value(flags, "--config-name", "-cn")
     if name is None:
         return
     stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
-    folders = [Path(d) for d in (value("--config-dir", "-cd"), value("--config-path", "-cp")) if d]
+    folders = [Path(d) for d in (_flag_value(flags, "--config-dir", "-cd"), _flag_value(flags, "--config-path", "-cp"))
+               if d]
     if stem == CONFIG_NAME or any((d / f"{stem}.yaml").is_file() for d in folders):
         return
     where = f" in {', '.join(map(str, folders))} or" if folders else ""
@@ -302,13 +296,19 @@ def preflight(args: list[str]):
     return None if show else cfg
 
 
-def _cfg_choice(flags: list[str]) -> str:
-    """The value of --cfg/-c among the flags (job, hydra or all)."""
+def _flag_value(flags: list[str], *names: str) -> str | None:
+    """The value given to the first of `names` among the flags (`--flag=value` or `--flag value`),
+    "" for a flag given last without one, None when none of them is there."""
     for i, f in enumerate(flags):
         flag, eq, value = f.partition("=")
-        if flag in ("--cfg", "-c"):
+        if flag in names:
             return value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
-    return ""
+    return None
+
+
+def _cfg_choice(flags: list[str]) -> str:
+    """The value of --cfg/-c among the flags (job, hydra or all)."""
+    return _flag_value(flags, "--cfg", "-c") or ""
 
 
 def sweep_preview(jobs: list[list[str]], sweeper) -> str:

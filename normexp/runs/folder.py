@@ -17,7 +17,7 @@ from pathlib import Path
 from .schema import (EXECUTION_FACTS, FINISHED, HPARAMS, LOSS_TRAJECTORY, OUTCOME_FIELDS, SETTINGS_FIELDS,  # noqa: F401
                      STATUSES, Status, is_execution_setting)  # (some re-exported)
 from ..config.keys import dotted, override_key
-from ..data.files import atomic_write_bytes
+from ..data.files import atomic_write_bytes, content_id
 
 def data_label(cfg) -> str:
     """A readable corpus name: the Hub config or path for Hub presets, else the group name."""
@@ -165,16 +165,11 @@ RECORD = "normexp_run.json"
 
 
 def file_identity(path) -> dict:
-    """{path (absolute), bytes, mtime_ns, sha256} of a data file."""
-    import hashlib
-
+    """{path (absolute), bytes, mtime_ns, sha256} of a data file (data.files.content_id of its bytes,
+    the identity the token cache keys them by)."""
     p = Path(str(path)).expanduser().resolve()
-    digest = hashlib.sha256()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    st = p.stat()
-    return {"path": str(p), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest.hexdigest()}
+    mtime_ns = p.stat().st_mtime_ns
+    return {"path": str(p), **content_id(p.read_bytes()), "mtime_ns": mtime_ns}
 
 
 def changed_data_file(recorded: list[dict], given: list[str]) -> tuple[str, str] | None:
