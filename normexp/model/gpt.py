@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Iterator, Mapping
 
 import torch
@@ -31,6 +32,22 @@ from .layers import MLP, CausalSelfAttention, CrossAttention, Sublayer, softcap
 from .norms import NORMS
 from .placements import PLACEMENTS, Placement
 from .readouts import Readout, _first, _second, read_outputs
+
+
+# ATEN_CPU_CAPABILITY's values and the SIMD width (bits) inductor's C++ code is written for at each.
+_SIMD_BITS = {"default": 1, "avx2": 256, "avx512": 512}
+
+
+def key_inductor_cache_by_cpu_capability() -> None:
+    """Name inductor's CPU vector width when ATEN_CPU_CAPABILITY asks for one. Inductor picks its
+    width from that variable but leaves the variable out of its cache key, so kernels cached under
+    one setting fail to compile under another ("'at::vec' has not been declared", torch 2.13);
+    a width in its config is part of the key. A width the user set is left alone."""
+    import torch._inductor.config as inductor_config  # here: importing inductor costs ~0.8 s, paid only by compile=true
+
+    bits = _SIMD_BITS.get(os.environ.get("ATEN_CPU_CAPABILITY", "").lower())
+    if bits is not None and inductor_config.cpp.simdlen is None:
+        inductor_config.cpp.simdlen = bits
 
 
 class Block(nn.Module):
@@ -161,6 +178,7 @@ class GPT(nn.Module):
         names, checkpoints and the instruments' hooks are unchanged, and a forward inside
         `eager()` (the instruments' recording ones) does not use the compiled code. Inductor's
         fused kernels round differently from eager, so losses agree to float tolerance, not bit for bit."""
+        key_inductor_cache_by_cpu_capability()
         self.compiled_blocks = [torch.compile(block) for block in self.blocks]
 
     @contextlib.contextmanager

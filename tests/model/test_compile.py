@@ -4,6 +4,9 @@ shared code once for all blocks, keeps the parameter names, and leaves the instr
 recording forwards eager (bit for bit the eager model's trace)."""
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -75,3 +78,30 @@ def test_a_compiled_run_logs_every_step_and_ends_as_the_eager_run(tmp_path, corp
     logged = {mode: [loss for _, loss in run["loss_trajectory"]["train"]] for mode, run in runs.items()}
     assert len(logged["true"]) == len(logged["false"]) > 0
     assert logged["true"] == pytest.approx(logged["false"], rel=1e-4)
+
+
+COMPILE_ONE_BLOCK = """
+import torch
+from normexp.model import GPT, ModelConfig
+torch.manual_seed(0)
+model = GPT(ModelConfig(layers=2, d_model=32, heads=2, seq_len=16, placement="deepnorm"))
+x = torch.randint(0, 256, (4, 16)); y = torch.randint(0, 256, (4, 16))
+eager = model(x, y)[1].item()
+model.compile_blocks()
+print(abs(model(x, y)[1].item() - eager))
+"""
+
+
+def test_compile_under_aten_cpu_capability_default_after_vectorized_kernels_were_cached(tmp_path):
+    """Inductor's cache key leaves out ATEN_CPU_CAPABILITY: a block compiled first with the CPU's
+    own vector width, then under ATEN_CPU_CAPABILITY=default from the same cache, failed to
+    compile ("'at::vec' has not been declared") until compile_blocks named the width."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    for capability in (None, "default"):
+        if capability:
+            env["ATEN_CPU_CAPABILITY"] = capability
+        proc = subprocess.run([sys.executable, "-c", COMPILE_ONE_BLOCK], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, f"ATEN_CPU_CAPABILITY={capability}: {proc.stderr[-1500:]}"
+        assert float(proc.stdout.split()[-1]) < 1e-4  # the compiled loss is the eager one
