@@ -71,6 +71,15 @@ HIGH_FAILURES = ("unstable", "stuck")          # point classes of a failure abov
 TOO_SLOW_FOR_THE_BUDGET = "too slow for the budget"
 
 
+def at_search_budget(points):
+    """boundary_points rows (a DataFrame) of the search itself, without the budget check's reruns
+    (steps_factor > 1: the same lr and seed at N× the steps, a different experiment); all rows
+    of a file from before the budget check (no steps_factor column)."""
+    if "steps_factor" not in points.columns:
+        return points
+    return points[points["steps_factor"].astype(int) == 1]
+
+
 def _point_class(seeds: dict) -> str:
     """A point's class from its seeds' outcomes (Search.point_class)."""
     seeds = seeds.values()

@@ -31,6 +31,8 @@ import math
 
 import numpy as np
 
+from .boundary import TOO_SLOW_FOR_THE_BUDGET, at_search_budget
+
 FIT_EDGES = ("unstable", "stalled")       # upper edges that are a limit
 AT_LEAST = ("upper bound",)               # the search learned up to its bound: limit ≥ last stable
 EXTRAPOLATE_TO = 1000                     # blocks
@@ -105,7 +107,8 @@ def laws(table, line_cols: list[str], points=None) -> list[dict]:
     """One dict per line (placement × init ...): its depths by kind, the bootstrap fit (see
     `fit`) and, given `points` (boundary_points rows: line columns, layers, lr, seed, learned;
     with a `loss` column, each run's final loss clipped at ℓ₀), the likelihood fit ("lik",
-    see `likelihood_fit`; "lik_left_out": depths where no seed learned), the optimal lr per
+    see `likelihood_fit`; "lik_left_out": [(depth, why)] of depths it leaves out — no seed learned,
+    or the upper edge too slow for the budget), the optimal lr per
     depth ("optima": [(depth, `optimum`)]) and its slope ("opt_slope": (slope, low, high))."""
     out = []
     for key, rows in table.groupby(line_cols, sort=True) if line_cols else [((), table)]:
@@ -118,7 +121,12 @@ def laws(table, line_cols: list[str], points=None) -> list[dict]:
         mine = _line_points(points, line_cols, key)
         lik, left, optima, opt_slope = None, [], [], (math.nan,) * 3
         if mine is not None and len(mine):
-            lows, highs, z, left = upper_side(mine)
+            # A depth whose upper edge learns at N× the steps (the budget check) bounds the budget,
+            # not stability: like the bootstrap, the likelihood fit leaves it out and says so.
+            budget_limited = sorted({int(r["layers"]) for r in rows if r.get("upper_edge") == TOO_SLOW_FOR_THE_BUDGET})
+            mine = at_search_budget(mine)
+            lows, highs, z, no_seed = upper_side(mine[~mine["layers"].astype(int).isin(budget_limited)])
+            left = sorted([(d, "no seed learned") for d in no_seed] + [(d, TOO_SLOW_FOR_THE_BUDGET) for d in budget_limited])
             fitted = sorted({round(math.exp(v)) for v in z})
             lik = likelihood_fit(lows, highs, z, at_depths=[*fitted[:1], EXTRAPOLATE_TO])
             if "loss" in mine.columns:
@@ -174,13 +182,20 @@ def likelihood_cells(r: dict) -> list[str]:
     lik = r["lik"]
     if lik is None or not math.isfinite(lik["slope"]):
         runs = f"{lik['runs']} seed limits, none placed (needs a failure above a learned lr at 2 depths)" if lik else "0"
-        return ["-", "-", "-", runs + (f" ({', '.join(map(str, r['lik_left_out']))}: no seed learned)"
-                                       if r["lik_left_out"] else "")]
+        return ["-", "-", "-", runs + _left_out(r)]
     (shallow, at), (far, extra) = list(lik["limits"].items())
     return [_interval(lik["slope"], lik["slope_low"], lik["slope_high"], "{:.2f}"),
             _interval(*at, "{:.3g}") + f" at {shallow}", _interval(*extra, "{:.2g}"),
             f"{lik['runs']} seed limits at {lik['depths']} depths, σ {lik['width']:.2f}"
-            + (f" ({', '.join(map(str, r['lik_left_out']))}: no seed learned)" if r["lik_left_out"] else "")]
+            + _left_out(r)]
+
+
+def _left_out(r: dict) -> str:
+    """" (8: no seed learned; 2, 4: too slow for the budget)": the depths the likelihood fit left out, by reason."""
+    by_why: dict[str, list[int]] = {}
+    for depth, why in r["lik_left_out"]:
+        by_why.setdefault(why, []).append(depth)
+    return f" ({'; '.join(', '.join(map(str, d)) + ': ' + why for why, d in by_why.items())})" if by_why else ""
 
 
 def optimum_cells(r: dict) -> list[str]:
@@ -518,14 +533,24 @@ def with_losses(points, runs, columns: list[str]):
     def config_value(r, c):
         return r.config.get(c, r.config.get(f"{c}.name"))
 
-    losses = {}
+    # {point: {steps: loss}}: a budget check reran the same lr and seed at N× the steps, so a
+    # point's own run is the one with the fewest steps (steps_factor 1) or the most (N).
+    losses: dict[tuple, dict[int, float]] = {}
     for r in runs or []:
         v = study.run_loss(r)
         if v is None:
             continue
         l0 = r.summary.get("initial_loss")
         v = min(v, l0) if l0 is not None and math.isfinite(l0) else v
-        losses[tuple(_value_key(config_value(r, c)) for c in [*columns, "seed"])] = v
-    points["loss"] = [losses.get(tuple(_value_key(row[c]) for c in [*columns, "seed"]), math.nan)
-                      for row in points.to_dict("records")]
+        key = tuple(_value_key(config_value(r, c)) for c in [*columns, "seed"])
+        losses.setdefault(key, {})[int(r.config.get("steps") or 0)] = v
+
+    def loss_of(row) -> float:
+        by_steps = losses.get(tuple(_value_key(row[c]) for c in [*columns, "seed"]))
+        if not by_steps:
+            return math.nan
+        factor = int(row.get("steps_factor", 1) or 1)
+        return by_steps[min(by_steps) if factor == 1 else max(by_steps)]
+
+    points["loss"] = [loss_of(row) for row in points.to_dict("records")]
     return points

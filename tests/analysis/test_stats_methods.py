@@ -216,3 +216,43 @@ def test_losses_are_matched_to_the_points_from_the_run_folders():
     got = depth_law.with_losses(pts, runs, ["placement", "layers", "lr"])["loss"].tolist()
     # clipped at ℓ₀ (6.0 -> 5.5), a diverged run as ℓ₀, a point without a run: NaN
     assert got[:3] == [2.8, 5.5, 5.5] and math.isnan(got[3])
+
+
+def test_a_budget_check_rerun_keeps_its_own_loss_apart_from_the_search_run():
+    """The budget check reruns a point (same lr, seed) at N× the steps: each row of
+    boundary_points gets its own run's loss, by steps_factor (before: the run read last won)."""
+    from normexp.runs.reading import Run
+
+    def run(steps, final):
+        cfg = {"placement.name": "post", "layers": 2, "lr": 0.03, "seed": 1, "steps": steps}
+        return Run(Path(f"r{steps}"), "x", cfg, [], {"status": "completed", "final_val_loss": final, "initial_loss": 5.5})
+
+    pts = pd.DataFrame([{"placement": "post", "layers": 2, "lr": 0.03, "seed": 1, "steps_factor": f} for f in (1, 4)])
+    for runs in ([run(200, 3.3), run(800, 2.5)], [run(800, 2.5), run(200, 3.3)]):
+        assert depth_law.with_losses(pts, runs, ["placement", "layers", "lr"])["loss"].tolist() == [3.3, 2.5]
+
+
+def test_the_likelihood_fit_leaves_out_budget_reruns_and_depths_too_slow_for_the_budget():
+    """A depth whose upper edge learns at N× the steps bounds the budget, not stability: the fit
+    must equal the fit over the other depths' search runs alone (its independent expectation),
+    however that depth's runs and any budget reruns would have pulled it."""
+    rng = np.random.default_rng(5)
+    law = simulate_points(rng, slope=-0.5, sigma=0.2, depths=(2, 4, 8))
+    law["placement"], law["steps_factor"] = "post", 1
+    # depth 16: everything fails from 2e-4 up at the search's budget (would drag the slope far down) ...
+    slow = pd.DataFrame([{"layers": 16, "lr": lr, "seed": k, "learned": "yes" if lr < 2e-4 else "no"}
+                         for lr in (1e-4, 2e-4, 4e-4) for k in range(3)])
+    slow["placement"], slow["steps_factor"] = "post", 1
+    # ... and the budget check's reruns, all learned at 4× the steps, at depth 8 far above its limit
+    reruns = pd.DataFrame([{"layers": 8, "lr": 0.5, "seed": k, "learned": "yes", "placement": "post", "steps_factor": 4}
+                           for k in range(3)])
+    points = pd.concat([law, slow, reruns], ignore_index=True)
+    edges = {2: "stalled", 4: "stalled", 8: "stalled", 16: "too slow for the budget"}
+    table = pd.DataFrame([{"placement": "post", "layers": d, "last_stable": 1e-3, "first_unstable": 2e-3,
+                           "upper_edge": e} for d, e in edges.items()])
+    got = depth_law.laws(table, ["placement"], points)[0]
+    expected = depth_law.likelihood_fit(*depth_law.upper_side(law)[:3])
+    assert got["lik"]["slope"] == pytest.approx(expected["slope"], abs=1e-9)
+    assert got["lik_left_out"] == [(16, "too slow for the budget")]
+    with_all = depth_law.likelihood_fit(*depth_law.upper_side(points)[:3])   # what it would have been
+    assert abs(with_all["slope"] - expected["slope"]) > 0.3

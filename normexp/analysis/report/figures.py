@@ -11,6 +11,7 @@ from pathlib import Path
 from ...runs.reading import Run
 from ...runs.schema import LAYER_FAMILIES, VAL_LOSS, Status, layer_index, layer_tag_pattern
 from .. import study
+from ..boundary import at_search_budget
 from .tables import display_name, fmt_param, is_missing, sets_the_unit, sort_key
 
 
@@ -373,6 +374,7 @@ def plot_boundary_search(table, points, key: str, setting_cols: list[str], label
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(table) + 1.4))
+    points = at_search_budget(points)  # the budget check's reruns are the table's, not the search's
     for y, row in enumerate(table.to_dict("records")):
         mine = points
         for c in setting_cols:

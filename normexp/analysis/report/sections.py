@@ -207,7 +207,7 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
             "limit (nothing learned; upper bound: learned up to the search's bound) are listed, never "
             "fitted. Data: `depth_law_slopes.csv` (this table), `depth_law.csv` (the figure's points).", "",
             *(["Beside it, the likelihood fit: every run of the upper side (from each depth's smallest lr where some "
-               "seed learned upwards; depths where no seed learned left out), seeds as data, P(learned) a logistic "
+               "seed learned upwards; depths where no seed learned, or whose upper edge learns at N× the steps — too slow for the budget — left out; the budget check's reruns never enter), seeds as data, P(learned) a logistic "
                "in log lr whose 50 % point falls as a power of depth; the slope, the 50 % limit at the shallowest "
                "depth and at 1,000 blocks, 95 % profile-likelihood intervals; w: the logistic's width in log lr. "
                "The optimal lr: per depth the vertex of a parabola in log lr through the lowest mean final loss "
