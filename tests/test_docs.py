@@ -1,13 +1,21 @@
 """The README and docs/ link to each other and to figures: every relative link must resolve to a
 file in the repository, and a `#fragment` to a heading of that file (GitHub's anchor rule).
-And no file under docs/ nor the README holds an absolute path of the machine it was made on."""
+And no file under docs/ nor the README holds an absolute path of the machine it was made on.
+And each LR sensitivity a results page prints is what the report's functions give from the
+`runs.csv` beside it, so a number on a page cannot drift from its runs."""
 
 from __future__ import annotations
 
+import csv
 import re
+import shutil
+from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from normexp.analysis.study import bootstrap_sensitivity, seed_sensitivity
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -111,3 +119,103 @@ def test_no_file_in_docs_or_the_readme_holds_a_machine_path():
     files = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*") if p.is_file())]
     found = [hit for f in files for hit in machine_paths(f)]
     assert not found, f"{len(found)} line(s) hold a machine path:\n" + "\n".join(found[:40])
+
+
+# ------------------------------------------------------------------ LR sensitivity on the results pages
+
+T_COLUMN, BOOT_COLUMN = "LR sensitivity [95 % t over seeds]", "old: [95 % bootstrap]"
+# Each page: the varied keys of runs.csv other than lr and seed, and how a row of its sensitivity
+# table names a setting (the row's cells -> those keys' values as runs.csv writes them).
+SENSITIVITY_PAGES = {
+    "lr_sensitivity": (("placement", "warmup"), lambda c: (c[0], c[1])),
+    "stabilizers": (("placement", "qk_norm"), lambda c: (c[0], {"no": "False", "yes": "True"}[c[1]])),
+    "stabilizers_2025": (("placement", "placement.exponent"),
+                         lambda c: {"depth_mup ½": ("depth_mup", "0.5"), "depth_mup 1": ("depth_mup", "1")}.get(
+                             c[0], (c[0], ""))),
+    "stabilizers_more": (("placement", "attn_softcap", "norm", "logit_softcap"),
+                         lambda c: (c[0].split(",")[0].split(" (")[0], "50" if "soft-capped" in c[0] else "",
+                                    "scale" if "norm=scale" in c[0] else "layer", "30" if "soft-capped" in c[0] else "")),
+}
+
+
+def printed_sensitivity(page: Path, setting_of) -> dict[tuple, tuple[str, str]]:
+    """{setting: (t cell, old bootstrap cell)} from the page's table headed by T_COLUMN."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("|") and T_COLUMN in line)
+    columns = [c.strip() for c in lines[head].strip("|").split("|")]
+    t, boot = columns.index(T_COLUMN), columns.index(BOOT_COLUMN)
+    out = {}
+    for line in lines[head + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        out[setting_of(cells)] = (cells[t], cells[boot])
+    return out
+
+
+def lr_grids(runs_csv: Path, keys) -> dict[tuple, list[dict]]:
+    """{setting: one {seed: final loss} per lr, lr ascending}: seed_sensitivity's input. runs.csv
+    holds no ℓ₀, so a diverged run (which the report counts at ℓ₀) cannot be recomputed here."""
+    grids: dict[tuple, dict] = defaultdict(lambda: defaultdict(dict))
+    for r in csv.DictReader(runs_csv.open(encoding="utf-8")):
+        if r.get("left_out"):
+            continue
+        assert r["status"] in ("completed", "stalled"), f"{runs_csv}: run {r['run']} is {r['status']}: no ℓ₀ to count it at"
+        grids[tuple(r[k] for k in keys)][float(r["lr"])][r["seed"]] = float(r["final_val_loss"])
+    return {s: [g[lr] for lr in sorted(g)] for s, g in grids.items()}
+
+
+def same_value(a: str, b: str) -> bool:
+    """Whether two CSV cells hold one value: runs.csv writes an exponent 1 where sensitivity.csv has 1.0."""
+    try:
+        return a == b or float(a) == float(b)
+    except ValueError:
+        return False
+
+
+def three_places(x: float) -> str:
+    return f"{x:.3f}".replace("-", "−")
+
+
+def sensitivity_mismatches(folder: Path, keys, setting_of) -> list[str]:
+    """Where the page's sensitivity table differs from seed_sensitivity and bootstrap_sensitivity
+    recomputed from the runs.csv beside it, to the 3 decimals printed; and where that recomputation
+    differs from the report's own sensitivity.csv (which saw ℓ₀: a difference would mean a clipped
+    loss or a runs.csv that is not the report's input)."""
+    grids, printed = lr_grids(folder / "runs.csv", keys), printed_sensitivity(folder / "README.md", setting_of)
+    problems = [f"setting {s} is in runs.csv but not in the table" for s in grids.keys() - printed.keys()]
+    problems += [f"setting {s} is in the table but not in runs.csv" for s in printed.keys() - grids.keys()]
+    report = {tuple(r[k] for k in keys): r for r in csv.DictReader((folder / "sensitivity.csv").open(encoding="utf-8"))}
+    for setting in grids.keys() & printed.keys():
+        by_seed = grids[setting]
+        point, low, high = seed_sensitivity(by_seed)
+        boot_low, boot_high = bootstrap_sensitivity([np.asarray(list(g.values()), dtype=float) for g in by_seed])
+        want = (f"{three_places(point)} [{three_places(low)}, {three_places(high)}]",
+                f"[{three_places(boot_low)}, {three_places(boot_high)}]")
+        if printed[setting] != want:
+            problems.append(f"{setting}: the page prints {printed[setting]}, runs.csv gives {want}")
+        row = next(r for k, r in report.items() if all(map(same_value, k, setting)))
+        boot = ("lr_sensitivity_boot_low", "lr_sensitivity_boot_high")
+        reported = [float(row[k]) for k in ("lr_sensitivity", *(boot if boot[0] in row else
+                                                                 ("lr_sensitivity_low", "lr_sensitivity_high")))]
+        if not np.allclose(reported, [point, boot_low, boot_high], rtol=0, atol=1e-12):
+            problems.append(f"{setting}: sensitivity.csv has {reported}, runs.csv gives {[point, boot_low, boot_high]}")
+    return problems
+
+
+@pytest.mark.parametrize("name", sorted(SENSITIVITY_PAGES))
+def test_printed_lr_sensitivity_is_what_the_pages_runs_give(name):
+    problems = sensitivity_mismatches(ROOT / "docs" / "results" / name, *SENSITIVITY_PAGES[name])
+    assert not problems, "\n".join(problems)
+
+
+def test_sensitivity_checker_finds_an_altered_number(tmp_path):
+    source = ROOT / "docs" / "results" / "stabilizers_2025"
+    for f in ("README.md", "runs.csv", "sensitivity.csv"):
+        shutil.copy(source / f, tmp_path / f)
+    page = tmp_path / "README.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("| 0.060 [0.055, 0.065] |", "| 0.060 [0.055, 0.070] |"),
+                    encoding="utf-8")
+    assert sensitivity_mismatches(tmp_path, *SENSITIVITY_PAGES["stabilizers_2025"]) == [
+        "('reordered', ''): the page prints ('0.060 [0.055, 0.070]', '[0.055, 0.070]'), "
+        "runs.csv gives ('0.060 [0.055, 0.065]', '[0.055, 0.070]')"]
