@@ -122,8 +122,10 @@ def laws(table, line_cols: list[str], points=None) -> list[dict]:
         lik, left, optima, opt_slope = None, [], [], (math.nan,) * 3
         if mine is not None and len(mine):
             # A depth whose upper edge learns at N× the steps (the budget check) bounds the budget,
-            # not stability: like the bootstrap, the likelihood fit leaves it out and says so.
-            budget_limited = sorted({int(r["layers"]) for r in rows if r.get("upper_edge") == TOO_SLOW_FOR_THE_BUDGET})
+            # not stability: like the bootstrap, the likelihood fit leaves it out and says so (also a
+            # depth with no window whose lowest failing point learns at N× the steps: stuck everywhere).
+            budget_limited = sorted({int(r["layers"]) for r in rows if r.get("upper_edge") == TOO_SLOW_FOR_THE_BUDGET
+                                     or TOO_SLOW_FOR_THE_BUDGET in str(r.get("upper_budget", ""))})
             mine = at_search_budget(mine)
             lows, highs, z, no_seed = upper_side(mine[~mine["layers"].astype(int).isin(budget_limited)])
             left = sorted([(d, "no seed learned") for d in no_seed] + [(d, TOO_SLOW_FOR_THE_BUDGET) for d in budget_limited])
@@ -143,9 +145,18 @@ def laws(table, line_cols: list[str], points=None) -> list[dict]:
                     "opt_slope": opt_slope,
                     "shallowest": shallow and (int(shallow["layers"]), float(shallow["last_stable"]),
                                                float(shallow["first_unstable"])),
-                    "not_limits": [(int(r["layers"]), depth_kind(r), str(r.get("upper_edge", ""))) for r in rows
+                    "not_limits": [(int(r["layers"]), depth_kind(r), _edge_words(r)) for r in rows
                                    if depth_kind(r) != "limit"]})
     return out
+
+
+def _edge_words(row: dict) -> str:
+    """A depth's upper edge in words, with the budget check's verdict where it is "too slow for
+    the budget" and the edge does not say so already ("stuck everywhere; too slow for the budget")."""
+    edge = str(row.get("upper_edge", ""))
+    if TOO_SLOW_FOR_THE_BUDGET in str(row.get("upper_budget", "")) and edge != TOO_SLOW_FOR_THE_BUDGET:
+        return f"{edge}; {TOO_SLOW_FOR_THE_BUDGET}"
+    return edge
 
 
 def table_rows(results: list[dict], line_cols: list[str]) -> tuple[list[str], list[list[str]]]:

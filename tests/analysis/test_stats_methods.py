@@ -249,9 +249,16 @@ def test_the_likelihood_fit_leaves_out_budget_reruns_and_depths_too_slow_for_the
     points = pd.concat([law, slow, reruns], ignore_index=True)
     edges = {2: "stalled", 4: "stalled", 8: "stalled", 16: "too slow for the budget"}
     table = pd.DataFrame([{"placement": "post", "layers": d, "last_stable": 1e-3, "first_unstable": 2e-3,
-                           "upper_edge": e} for d, e in edges.items()])
+                           "upper_edge": e, "upper_budget": ""} for d, e in edges.items()])
     got = depth_law.laws(table, ["placement"], points)[0]
     expected = depth_law.likelihood_fit(*depth_law.upper_side(law)[:3])
+    assert got["lik"]["slope"] == pytest.approx(expected["slope"], abs=1e-9)
+    assert got["lik_left_out"] == [(16, "too slow for the budget")]
+    # the same depth without a window ("stuck everywhere": the search's word), its lowest failing
+    # point learning at 4× the steps (the budget check's word): left out all the same
+    table.loc[table["layers"] == 16, ["upper_edge", "upper_budget"]] = \
+        ["stuck everywhere", "learns at ×4 steps at 0.0003 (learned 3): too slow for the budget"]
+    got = depth_law.laws(table, ["placement"], points)[0]
     assert got["lik"]["slope"] == pytest.approx(expected["slope"], abs=1e-9)
     assert got["lik_left_out"] == [(16, "too slow for the budget")]
     with_all = depth_law.likelihood_fit(*depth_law.upper_side(points)[:3])   # what it would have been
