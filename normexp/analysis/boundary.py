@@ -71,6 +71,21 @@ HIGH_FAILURES = ("unstable", "stuck")          # point classes of a failure abov
 TOO_SLOW_FOR_THE_BUDGET = "too slow for the budget"
 
 
+def budget_check_rows(points, setting_cols: list[str], key: str) -> list[dict]:
+    """The budget check per seed, one row per rerun point and seed (boundary_points rows): the
+    setting, the value, the seed's outcome in the search (steps ×1; "-" where that seed was not
+    run there: the point was decided without it) and at N× the steps. [] without reruns."""
+    if "steps_factor" not in points.columns:
+        return []
+    reruns = points[points["steps_factor"].astype(int) > 1]
+    search = {tuple(str(r[c]) for c in [*setting_cols, key, "seed"]): r["outcome"]
+              for r in at_search_budget(points).to_dict("records")}
+    return [{**{c: r[c] for c in setting_cols}, key: r[key], "seed": r["seed"],
+             "outcome at ×1": search.get(tuple(str(r[c]) for c in [*setting_cols, key, "seed"]), "-"),
+             "steps factor": int(r["steps_factor"]), "outcome at ×N": r["outcome"]}
+            for r in reruns.to_dict("records")]
+
+
 def at_search_budget(points):
     """boundary_points rows (a DataFrame) of the search itself, without the budget check's reruns
     (steps_factor > 1: the same lr and seed at N× the steps, a different experiment); all rows

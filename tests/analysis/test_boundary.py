@@ -478,3 +478,20 @@ def test_budget_check_setting_is_checked():
     assert boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, budget_check=4) is None
     assert "budget_check=1" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, budget_check=1)
     assert "budget_check" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, budget_check=-2)
+
+
+def test_budget_check_rows_pair_each_rerun_with_the_seeds_search_outcome():
+    import pandas as pd
+
+    from normexp.analysis.boundary import budget_check_rows
+
+    points = pd.DataFrame([
+        # lr 0.03: seed 0 stuck in the search, seed 1 never ran there (the point was decided); both rerun at ×4
+        {"placement": "post", "lr": 0.03, "seed": 0, "learned": "no", "outcome": "stuck", "steps_factor": 1},
+        {"placement": "post", "lr": 0.01, "seed": 0, "learned": "yes", "outcome": "learned", "steps_factor": 1},
+        {"placement": "post", "lr": 0.03, "seed": 0, "learned": "yes", "outcome": "learned", "steps_factor": 4},
+        {"placement": "post", "lr": 0.03, "seed": 1, "learned": "no", "outcome": "slow", "steps_factor": 4}])
+    rows = budget_check_rows(points, ["placement"], "lr")
+    assert [(r["lr"], r["seed"], r["outcome at ×1"], r["steps factor"], r["outcome at ×N"]) for r in rows] == \
+        [(0.03, 0, "stuck", 4, "learned"), (0.03, 1, "-", 4, "slow")]
+    assert budget_check_rows(points.drop(columns="steps_factor"), ["placement"], "lr") == []

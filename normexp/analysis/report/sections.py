@@ -10,7 +10,7 @@ from pathlib import Path
 from ...runs.reading import Run
 from ...runs.schema import Status
 from .. import study
-from ..boundary import RESULT_COLUMNS
+from ..boundary import RESULT_COLUMNS, budget_check_rows
 from .figures import plot_boundary_search, plot_sweep, save_figure
 from .tables import display_name, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
 
@@ -138,6 +138,9 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     setting_cols = [c for c in table.columns if c not in RESULT_COLUMNS]
     label = lambda row: ", ".join(f"{c}={fmt_param(row[c])}" for c in setting_cols) or "all runs"  # noqa: E731
     plot_boundary_search(table, points, key, setting_cols, label, out_dir / "boundary_search.png")
+    budget_rows = budget_check_rows(points, setting_cols, key)
+    if budget_rows:
+        pd.DataFrame(budget_rows).to_csv(out_dir / "budget_check.csv", index=False)
     head = [*setting_cols, "last stable", "first unstable", "ratio", "points", "runs", "monotone", "seeds"]
     two_edges = "upper_edge" in table.columns  # boundary.csv from before the outcome classes has one edge
     if two_edges:
@@ -169,8 +172,8 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             "Every bracket wider than its ratio says why (search bound reached, no value between, in progress, "
             "search failed). Budget check (hydra.sweeper.budget_check=N): each edge's first failing point rerun "
             "with every seed at N× the steps; an edge whose failures learn there is too slow for the budget, "
-            "not a stability limit (the reruns: boundary_points.csv's steps_factor). Data: `boundary.csv`, "
-            "`boundary_points.csv` (every probed point and seed).", "", markdown_table(head, rows), "",
+            "not a stability limit (the reruns: boundary_points.csv's steps_factor; per seed, beside its outcome in the "
+            "search: `budget_check.csv`). Data: `boundary.csv`, `boundary_points.csv` (every probed point and seed).", "", markdown_table(head, rows), "",
             f"![boundary of {key}](boundary_search.png)", ""]
 
 
