@@ -37,7 +37,6 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from filelock import FileLock
 from omegaconf import ListConfig, OmegaConf
 
 from ..config.checks import ConfigError, is_integer, is_number
@@ -524,6 +523,8 @@ def temp_dir(parent: Path, prefix: str):
 def file_lock(path: Path):
     """An exclusive inter-process lock on `path` (the filelock package: fcntl on Linux and
     macOS, the Windows API on Windows, a lock file where neither is there)."""
+    from filelock import FileLock  # why here: it imports asyncio (~0.1 s); the pre-flight imports this module
+
     with FileLock(str(path)):
         yield
 

@@ -26,7 +26,6 @@ from .schema import (EXECUTION_FACTS, FINISHED, HPARAMS, LOSS_TRAJECTORY, OUTCOM
                      STATUSES, Status, is_execution_setting)  # (some re-exported)
 from ..config.keys import dotted, override_key
 from ..data.files import atomic_write_bytes, content_id
-from ..data.sources import source_for
 
 def data_label(cfg) -> str:
     """A readable corpus name: the Hub config or path for Hub presets, else the group name."""
@@ -196,6 +195,8 @@ def changed_data_file(recorded: list[dict], given: list[str]) -> tuple[str, str]
 def data_files(data) -> list[str]:
     """The local files a data config reads (its source's local_files: data=text's files and
     val_files, ...), as written."""
+    from ..data.sources import source_for  # why here: the pre-flight imports this module; data.sources costs ~0.1 s
+
     return source_for(data).local_files()
 
 

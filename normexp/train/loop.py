@@ -427,7 +427,7 @@ class Trainer:
         x, y = self.next_batch()
         watch = self.watch_step()  # None on a plain step
         loss = self.forward_backward(x, y, watch)
-        values = watch.before_update(loss, targets=y, z_loss=cfg.z_loss) if watch else None  # the step's one sync
+        values = watch.before_update(loss, targets=y, z_loss=cfg.z_loss) if watch else None  # one sync
         self.check_health(x, y, loss, values)
         if cfg.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=True)
