@@ -323,10 +323,10 @@ class Instruments:
 class StepWatch:
     """The instruments on one logging step, in the order the step meets them:
 
-        forward      `with_reference_rows` (the reference batch rides along) and `recording` (hooks on)
-        before the update  `before_update`: the step's scalars (one sync), the model update at
-                     θ_step, and the weights kept for the update size; clipping leaves them as they are
-        after the update   `after_update`: update sizes, Adam's moments and the model update (a second sync)
+        the forward        `with_reference_rows` (the reference batch rides along), `recording` (hooks on)
+        before the update  `before_update`: the step's scalars (one sync), the model update at θ_step,
+                           the weights kept for the update size (clipping changes none of them)
+        after the update   `after_update`: update sizes, Adam's moments, the model update (a second sync)
 
     `measure_update`: this step measures the model update (Instruments.model_update_due).
     `autocast`: the run's autocast, for the model update's own forward where it needs one."""
