@@ -1,6 +1,6 @@
-from .launch.threads_env import configure
+from .train.threads import configure
 
-configure()  # before torch loads (see threads_env.py)
+configure()  # before torch loads (see train/threads.py)
 
 from .cli import main
 

@@ -7,7 +7,7 @@ and the Hydra job are launch/'s (preflight.py, hydra_job.py).
 
 from __future__ import annotations
 
-from .launch.threads_env import configure as _configure_threads_env
+from .train.threads import configure as _configure_threads_env
 
 _configure_threads_env()  # before anything imports torch: OpenMP reads it once, when torch loads
 

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from normexp.launch.threads_env import configure as configure_threads_env
+from normexp.train.threads import configure as configure_threads_env
 
 configure_threads_env()  # OMP_WAIT_POLICY before torch loads, as `normexp train` runs
 

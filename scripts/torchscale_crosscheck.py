@@ -189,7 +189,7 @@ def copy_into_reference(model, decoder) -> None:
 
 
 def reference_optimizer(decoder, lr: float, betas, eps: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with normexp's rule (train.decays): decay on matrices, not on norms, biases or
+    """AdamW with normexp's rule (train.loop.decays): decay on matrices, not on norms, biases or
     embeddings (the tied head is the token embedding)."""
     named = list(decoder.named_parameters())
     decays = lambda n, p: p.dim() >= 2 and "embed" not in n  # noqa: E731
@@ -216,7 +216,7 @@ def protocol_config(placement: str, layers: int, lr: float, seed: int, steps: in
 
 def train_reference(cfg, corpus, weights: str = "own") -> float:
     """The reference Decoder trained on normexp's batches for the seed; the final validation
-    loss on normexp's validation batches (`train.validation_loss`'s stream). weights="own":
+    loss on normexp's validation batches (`train.loop.validation_loss`'s stream). weights="own":
     its own init; "normexp": the weights normexp's run for this config starts from (so the
     two runs differ only by the implementation)."""
     from normexp.data.batches import get_batch
@@ -228,7 +228,7 @@ def train_reference(cfg, corpus, weights: str = "own") -> float:
     decoder = reference_decoder(cfg.placement.name, cfg.layers, cfg.d_model, cfg.heads, corpus.vocab_size,
                                 cfg.seq_len, cfg.mlp_ratio)
     if weights == "normexp":
-        seed_everything(cfg.seed)  # as train.Trainer does before it builds the model
+        seed_everything(cfg.seed)  # as train.loop.Trainer does before it builds the model
         copy_into_reference(GPT(model_config(cfg, corpus.vocab_size)), decoder)
     opt = reference_optimizer(decoder, cfg.lr, cfg.optim.betas, cfg.optim.eps, cfg.optim.weight_decay)
     data = generator(cfg.seed, "data")

@@ -219,3 +219,114 @@ def test_sensitivity_checker_finds_an_altered_number(tmp_path):
     assert sensitivity_mismatches(tmp_path, *SENSITIVITY_PAGES["stabilizers_2025"]) == [
         "('reordered', ''): the page prints ('0.060 [0.055, 0.070]', '[0.055, 0.070]'), "
         "runs.csv gives ('0.060 [0.055, 0.065]', '[0.055, 0.070]')"]
+# ------------------------------------------------------------------ module references
+# Docstrings, comments and pages name modules as paths (`train/loop.py`, `loop.py`) or dotted
+# (`normexp.train.loop.Hooks`, `runs.folder.beat_baseline`): each must name a module that exists,
+# and a dotted one a name defined in it, so a moved or renamed module cannot leave them behind.
+
+PACKAGE = ROOT / "normexp"
+SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+PY_PATH = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*\w+\.py)\b")
+# normexp.x[.y...], or a subpackage's module and a name in it (runs.folder.beat_baseline): two
+# parts alone (data.val_files) are as often config keys as modules
+DOTTED = re.compile(rf"(?<![\w.])(normexp(?:\.\w+)+|(?:{'|'.join(SUBPACKAGES)})\.[a-z_]\w*\.\w+(?:\.\w+)*)")
+# pages that describe another tree on purpose, and files of other projects that a docstring names
+HISTORICAL = {"docs/architecture/before.md", "tests/test_docs.py"}  # (this file: the checker's examples)
+ELSEWHERE = {("normexp/model/placements.py", "gtrxl.py"),     # opendilab/DI-engine's
+             ("normexp/model/placements.py", "model.py"),     # NVIDIA/ngpt's
+             ("docs/architecture/new_placement.md", "tests/model/placements/test_halfpre.py")}  # the example's new file
+
+
+def texts(root: Path = ROOT) -> list[tuple[str, int, str]]:
+    """(file, first line, text) of the pages (README.md, docs/) and of the comments and strings
+    (docstrings among them) of the Python sources."""
+    import io
+    import tokenize
+
+    out = []
+    for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        if page.is_file() and page.relative_to(root).as_posix() not in HISTORICAL:
+            out += [(page.relative_to(root).as_posix(), i, line)
+                    for i, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)]
+    for folder in ("normexp", "hydra_plugins", "scripts", "tests"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.relative_to(root).as_posix() in HISTORICAL:
+                continue
+            source = io.StringIO(path.read_text(encoding="utf-8"))
+            out += [(path.relative_to(root).as_posix(), tok.start[0], tok.string)
+                    for tok in tokenize.generate_tokens(source.readline)
+                    if tok.type in (tokenize.COMMENT, tokenize.STRING)]
+    return out
+
+
+def defined_names(module: Path) -> set[str]:
+    """The names a module defines or imports at its top level."""
+    import ast
+
+    names = set()
+    for node in ast.parse(module.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def module_file(package: Path, parts: list[str]) -> Path | None:
+    path = package.joinpath(*parts)
+    return next((p for p in (path.with_suffix(".py"), path / "__init__.py") if p.is_file()), None)
+
+
+def dotted_problem(package: Path, ref: str) -> str | None:
+    """None if `ref` ("normexp.train.loop.Hooks", "train.loop.Hooks") names a module, or a name
+    defined in its longest module prefix (or a module's own attribute: __file__); else what is missing."""
+    parts = ref.split(".")[1:] if ref.startswith("normexp.") else ref.split(".")
+    if parts[:1] == ["configs"]:  # the repo's configs/ folder, shipped as normexp.configs (pyproject's package-dir)
+        return None if (package.parent / "configs").is_dir() else "no configs/ folder beside normexp/"
+    longest = max(i for i in range(len(parts) + 1) if module_file(package, parts[:i]))
+    if longest == 0 and not ref.startswith("normexp."):
+        return "no such module"
+    name = parts[longest] if longest < len(parts) else None
+    if name and not name.startswith("__") and name not in defined_names(module_file(package, parts[:longest])):
+        return f"{'.'.join(['normexp', *parts[:longest]])} defines no {name}"
+    return None
+
+
+def stale_module_references(root: Path = ROOT) -> list[str]:
+    python_files = {p.relative_to(root).as_posix() for folder in ("normexp", "hydra_plugins", "scripts", "tests")
+                    for p in (root / folder).rglob("*.py")}
+    stale = []
+    for file, first, text in texts(root):
+        for m in PY_PATH.finditer(text):
+            ref = m.group(1)
+            if (file, ref) not in ELSEWHERE and not any(p == ref or p.endswith("/" + ref) for p in python_files):
+                stale.append(f"{file}:{first + text.count(chr(10), 0, m.start())}: {ref} (no such file)")
+        for m in DOTTED.finditer(text):
+            if why := dotted_problem(root / "normexp", m.group(1)):
+                stale.append(f"{file}:{first + text.count(chr(10), 0, m.start())}: {m.group(1)} ({why})")
+    return stale
+
+
+def test_the_module_reference_checker_finds_stale_ones(tmp_path):
+    (tmp_path / "normexp" / "runs").mkdir(parents=True)
+    (tmp_path / "normexp" / "__init__.py").write_text("")
+    (tmp_path / "normexp" / "runs" / "__init__.py").write_text("from .folder import beat_baseline\n")
+    (tmp_path / "normexp" / "runs" / "folder.py").write_text(
+        '"""See runs.folder.beat_baseline, normexp.runs.folder, normexp.__file__,\n'
+        'folder.py and runs/folder.py, not runs.folder.read_it."""\n\n'
+        "def beat_baseline():\n    pass  # nor runfolder.py, nor normexp.runs.names\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("`normexp/runs/folder.py`, `normexp.runs.beat_baseline`, corpora.py\n")
+    assert stale_module_references(tmp_path) == [
+        "docs/page.md:1: corpora.py (no such file)",
+        "normexp/runs/folder.py:2: runs.folder.read_it (normexp.runs.folder defines no read_it)",
+        "normexp/runs/folder.py:5: runfolder.py (no such file)",
+        "normexp/runs/folder.py:5: normexp.runs.names (normexp.runs defines no names)"]
+
+
+def test_every_module_reference_names_an_existing_module():
+    stale = stale_module_references()
+    assert not stale, f"{len(stale)} reference(s) to modules or names that do not exist:\n" + "\n".join(stale)

@@ -102,7 +102,7 @@ class BoundarySweeper(Sweeper):
     def _slots(self) -> int:
         if self.parallel:
             return int(self.parallel)
-        from normexp.train.distributed import parallel_jobs
+        from normexp.train.threads import parallel_jobs
         import os
 
         n_jobs = OmegaConf.select(self.config, "hydra.launcher.n_jobs")

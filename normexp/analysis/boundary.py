@@ -57,6 +57,8 @@ from __future__ import annotations
 
 import csv
 import math
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -589,9 +591,6 @@ def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, 
     slots = 1). `after_run()` is called after each run is recorded. Returns the schedule's
     numbers: wall seconds, busy seconds (the runs' own wall times summed), slots, runs, and
     busy_fraction = busy / (slots × wall)."""
-    import time
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
     clock = clock or time.monotonic
     t0, busy, runs = clock(), 0.0, 0
 

@@ -30,6 +30,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
+from scipy import stats
+from scipy.optimize import brentq, minimize
+from scipy.special import ndtr
+
+from . import study
 
 from .boundary import TOO_SLOW_FOR_THE_BUDGET, at_search_budget
 
@@ -247,7 +253,7 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
     """max stable lr vs depth, log-log: each bracket an error bar around its geometric middle,
     the fitted line dashed (to 1,000 blocks); ▲ = at least (the search's upper bound learned),
     ✕ on the axis = no limit found (nothing learned, or no window)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # why here: after report.figures.pyplot() chose the Agg backend
 
     with_optima = any(r.get("optima") for r in results)
     fig, axes = plt.subplots(1, 2 if with_optima else 1, figsize=(13 if with_optima else 7.5, 5), squeeze=False)
@@ -303,8 +309,6 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
         axes[0, 1].legend(fontsize=7)
         axes[0, 1].set_title("Optimal lr: parabola vertex in log lr, 95 % parametric bootstrap over seeds;\n"
                              "dotted = least-squares line; ▽/△ = best at the lowest/highest lr tried", fontsize=8)
-    import pandas as pd
-
     save(fig, path, pd.DataFrame(data))
 
 
@@ -359,8 +363,6 @@ def upper_side(points) -> tuple[list, list, list, list[int]]:
 
 
 def _nll(theta, a, b, z, z0):
-    from scipy.special import ndtr
-
     c, s, log_w = theta
     mu, w = c + s * (z - z0), math.exp(log_w)
     ha, hb = (a - mu) / w, (b - mu) / w
@@ -371,8 +373,6 @@ def _nll(theta, a, b, z, z0):
 def _minimize(a, b, z, z0, fixed: dict | None = None, starts=None) -> tuple[float, np.ndarray]:
     """(minimal negative log-likelihood, θ = (c, s, log σ)) with the parameters in `fixed`
     ({index: value}) held; from each start in `starts` (θ's), the best kept."""
-    from scipy.optimize import minimize
-
     fixed = fixed or {}
     free = [i for i in range(3) if i not in fixed]
     bounds = [(None, None), (None, None), (math.log(W_MIN), math.log(W_MAX))]
@@ -400,8 +400,6 @@ def _minimize(a, b, z, z0, fixed: dict | None = None, starts=None) -> tuple[floa
 
 def _profile_interval(a, b, z, z0, index: int, nll_min: float, theta: np.ndarray) -> tuple[float, float]:
     """The 95 % profile-likelihood interval of parameter `index` (see the section's comment)."""
-    from scipy.optimize import brentq
-
     def excess(v):
         return 2 * (_minimize(a, b, z, z0, {index: v}, starts=[theta])[0] - nll_min) - CHI2_95
 
@@ -510,8 +508,6 @@ def optimum(cells: dict, samples: int = OPT_SAMPLES, seed: int = OPT_SEED) -> di
 def optimum_slope(depths, opt_lrs) -> tuple[float, float, float]:
     """(slope, low, high) of log optimal lr against log depth: least squares, 95 % t-interval
     (n − 2 degrees of freedom); NaN with fewer than 3 depths."""
-    from scipy import stats
-
     d = [(math.log(L), math.log(v)) for L, v in zip(depths, opt_lrs) if v and math.isfinite(v)]
     if len({a for a, _ in d}) < 3:
         return math.nan, math.nan, math.nan
@@ -533,8 +529,6 @@ def with_losses(points, runs, columns: list[str]):
     loss ℓ₀ (a diverged run: ℓ₀), matched on `columns` (line columns, layers, lr) and seed to the
     run folders in `runs` (a config group by its option: placement -> placement.name). Points
     that already carry a loss (or final_val_loss) column keep it; unmatched points get NaN."""
-    from . import study
-
     if "loss" in points.columns:
         return points
     points = points.copy()

@@ -48,9 +48,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
+from ..config.compose import compose_config
 from ..config.defaults import probe_default
-from ..data.batches import get_batch, load_corpus
+from ..config.resources import batch_norm_needs, memory_problem
+from ..data.batches import DataError, get_batch, load_corpus
 from ..train.instruments import recording
 from ..model import GPT, NORMS, PLACEMENTS, ModelConfig
 from ..model.encoder_decoder import EncoderDecoder
@@ -102,8 +105,6 @@ class ProbeSettings:
         if self.d_model % self.heads:
             raise ProbeError(f"--heads {self.heads} must divide --d-model {self.d_model}")
         if self.norm == "batch" and self.batch_size * self.seq_len < 2:
-            from ..config.resources import batch_norm_needs
-
             raise ProbeError(f"--batch-size {self.batch_size}: " + batch_norm_needs(
                 f"--seq-len {self.seq_len}", "--batch-size × --seq-len", "--batch-size or --seq-len"))
 
@@ -123,11 +124,6 @@ def parse_list(text: str, kind: type, option: str) -> tuple:
 def probe_tokens(data_file: Path | None) -> tuple[np.ndarray, int, str]:
     """Training tokens, vocabulary size and a description: the default config's corpus and
     tokenizer (`normexp train` without overrides), or `data_file` as data=text."""
-    from omegaconf import OmegaConf
-
-    from ..config.compose import compose_config
-    from ..data.batches import DataError
-
     cfg = compose_config(["data=text"] if data_file is not None else [])
     data_cfg = cfg.data
     if data_file is not None:
@@ -181,10 +177,6 @@ def probe_model(placement: str, layers: int, seed: int, tokens: np.ndarray, voca
 def check_probe_memory(s: ProbeSettings, vocab_size: int, available: int | None = None) -> None:
     """The training run's memory check (config.resources.memory_problem) for the deepest model of the
     probe, without an optimizer: refused up front rather than killed by the OOM killer."""
-    from omegaconf import OmegaConf
-
-    from ..config.resources import memory_problem
-
     # an encoder-decoder holds an encoder as deep as its decoder, over a source as long as its target
     twice = 2 if s.encoder_decoder else 1
     model = ModelConfig(vocab_size=vocab_size, seq_len=s.seq_len, layers=max(s.depths), d_model=s.d_model, heads=s.heads)
@@ -277,7 +269,7 @@ def plot(records: list[dict], out_dir: Path) -> list[Path]:
     """probe.png (Xiong et al. Fig. 3 style: per-layer W₂ gradient norm and hidden RMS, one
     column per depth, one line per placement) and probe_last_layer.png (the last layer's
     gradient against depth, with a 1/√L guide)."""
-    import matplotlib
+    import matplotlib  # why here: ~0.3 s for the figures alone; Agg is chosen before pyplot loads
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

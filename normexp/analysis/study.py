@@ -34,6 +34,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
+from scipy import stats
 
 from ..runs.reading import Run
 from ..runs.schema import FINISHED, MODEL_UPDATE, Status, is_execution_setting
@@ -45,8 +47,6 @@ BOOTSTRAP_SEED = 0
 
 def t975(df: int) -> float:
     """The 97.5 % quantile of Student's t with `df` degrees of freedom (scipy.stats.t)."""
-    from scipy import stats
-
     return float(stats.t.ppf(0.975, df)) if df >= 1 else math.nan
 
 
@@ -72,7 +72,7 @@ def run_loss(r: Run) -> float | None:
 
 def counts_as_learned(r: Run) -> bool:
     """Whether the statistics count a run as learned: status completed (finished at least
-    stall_margin below the unigram baseline, see runfolder.beat_baseline)."""
+    stall_margin below the unigram baseline, see runs.folder.beat_baseline)."""
     return r.status == Status.COMPLETED
 
 
@@ -107,7 +107,7 @@ class Screened:
 
 def setting_identity(r: Run) -> tuple:
     """Everything that makes a run what it computes: its config but how it ran (EXECUTION_SETTINGS),
-    by value: runs.load_config canonicalizes once (grad_clip=1 and 1.0, a default and the same
+    by value: runs.reading.load_config canonicalizes once (grad_clip=1 and 1.0, a default and the same
     value given explicitly, are one setting), and cells group by the same values."""
     return tuple(sorted((k, repr(v)) for k, v in r.config.items() if not is_execution_setting(k)))
 
@@ -194,8 +194,6 @@ CELL_COLUMNS = ["n", "mean", "low", "high", "n_diverged", "n_stalled", "n_failed
 
 def cell_table(runs: list[Run], keys: list[str], sort_key):
     """A DataFrame: one row per cell of `keys`, with cell_stats' columns."""
-    import pandas as pd
-
     rows = []
     for values, members in sorted(cells(runs, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
         rows.append({**dict(zip(keys, values)), **cell_stats(members)})
@@ -265,8 +263,6 @@ def sensitivity_table(runs: list[Run], keys: list[str], sort_key):
     """One row per setting (the varied keys other than lr): lr_sensitivity with its t-interval
     over seeds (`seed_sensitivity`) and, for comparison, its bootstrap interval, max_stable_lr, n_seeds (the fewest seeds in the statistics of any lr cell), n_lrs,
     and the runs left out of them (n_left_out, left_out: see `screen`)."""
-    import pandas as pd
-
     setting_keys = [k for k in keys if k != "lr"]
     rows = []
     for values, members in sorted(cells(runs, setting_keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
@@ -297,8 +293,6 @@ def early_model_update(r: Run) -> tuple[int, float] | None:
 def model_update_table(runs: list[Run], keys: list[str], sort_key):
     """Like cell_table, for the early model update: one row per cell of `keys` with the mean
     over seeds, its 95 % t-interval, n, and the step it was read at (the earliest of the cell)."""
-    import pandas as pd
-
     rows = []
     for values, members in sorted(cells(runs, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
         points = [p for p in map(early_model_update, members) if p is not None]
@@ -315,8 +309,6 @@ def depth_table(runs: list[Run], keys: list[str], sort_key):
     """One row per setting (the varied keys other than layers): the deepest stack at which
     every seed learned (None: none did), the depths tried, n_seeds (the fewest finished seeds
     of any depth), and the runs left out (see `screen`)."""
-    import pandas as pd
-
     setting_keys = [k for k in keys if k != "layers"]
     rows = []
     for values, members in sorted(cells(runs, setting_keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):

@@ -98,7 +98,7 @@ def minimal_step_times(shape: Shape, tokens: torch.Tensor, steps: int, seed: int
 
 def build_seconds(shape: Shape, tokens: torch.Tensor) -> dict[str, float]:
     """Seconds to construct and initialise each model at `shape`: normexp's as its training
-    loop builds it (`train.build_model`: construction, init, calibration where the placement
+    loop builds it (`train.loop.build_model`: construction, init, calibration where the placement
     has one) on the bench's byte tokens, and the minimal GPT."""
     from types import SimpleNamespace
 

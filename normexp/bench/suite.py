@@ -369,7 +369,7 @@ def summarise(shapes: list[Shape], pools: dict, peak: float, compiled: dict | No
 
 def run(opts: BenchOptions, say=None) -> tuple[dict, str]:
     """Check the options, measure, and write opts.json. Returns (the report, the table text)."""
-    from ..train.distributed import available_cores
+    from ..train.threads import available_cores
     from .table import extras_text, table
 
     say = say or (lambda m: print(m, file=sys.stderr, flush=True))  # progress on stderr, the table on stdout

@@ -9,11 +9,12 @@ cache hit tokenizes nothing, and a file changed in place never gets stale tokens
 Local files are read once: the key hashes the bytes that are tokenized (sources.py).
 
 The corpora (`data.name`) and tokenizers (`tokenizer.name`) are the registries SOURCES and
-TOKENIZERS of corpora.py, one class each; this module caches and serves their tokens.
+TOKENIZERS of sources.py, one class each; this module caches and serves their tokens.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -25,8 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .files import cache_root
-from .sources import DataError, file_lock, short, source_for, temp_dir, tokenizer_for, with_defaults  # noqa: F401 - DataError re-exported
+from ..config.checks import ConfigError
+from .files import atomic_write_bytes, cache_root
+from .sources import DataError, _local_paths, file_lock, short, source_for, temp_dir, tokenizer_for, with_defaults  # noqa: F401 - DataError re-exported
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,6 @@ def _with_baseline(entry: Path, meta: dict, val: np.ndarray) -> dict:
     """meta.json's baseline_loss; an entry built before it existed gets it computed from the
     val memmap and written back (atomically; a read-only cache just recomputes next time)."""
     if meta.get("baseline_loss") is None:
-        from .files import atomic_write_bytes
-
         meta = {**meta, "baseline_loss": unigram_entropy(val)}
         try:
             atomic_write_bytes(entry / "meta.json", json.dumps(meta, indent=1).encode())
@@ -88,8 +88,6 @@ def load_corpus(
     `expect_files`: the run record's data_files ({sha256, ...} in local_files order); a file
     whose bytes read here differ is refused, so a run never trains on a text its record
     does not name."""
-    from ..config.checks import ConfigError
-
     data_cfg, tokenizer_cfg = with_defaults("data", data_cfg), with_defaults("tokenizer", tokenizer_cfg)
     root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
     try:
@@ -132,8 +130,6 @@ def load_corpus(
 def _check_expected(files: list[dict], expected: list[dict], source) -> None:
     """Refuse a file whose bytes are not those the run's record names (it changed between the
     record and this read: replaced while the run started)."""
-    from .sources import _local_paths
-
     named, n_train = source.local_files(), len(_local_paths(source.cfg.get("files")))
     for i, (now, then) in enumerate(zip(files, expected)):
         if then.get("sha256") != now["sha256"]:
@@ -154,8 +150,6 @@ def _write_tokens(tokens: np.ndarray, path: Path) -> None:
 def _cache_write_error(e: OSError, folder: Path) -> DataError:
     """One line for a token cache that cannot be written. numpy's tofile reports a full disk
     as "N requested and M written" with no errno, so a short write counts as a full disk too."""
-    import errno
-
     full = e.errno in (errno.ENOSPC, errno.EDQUOT) or (e.errno is None and " requested and " in str(e))
     what, fix = {errno.EDQUOT: ("the disk quota is exhausted", "free some space there"),
                  errno.EROFS: ("the file system is read-only", "choose a writable folder"),

@@ -5,6 +5,7 @@ crash or a full disk never leaves half a file). Standard library only."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -72,6 +73,4 @@ def content_id(data: bytes) -> dict:
     the run's record. By content, not path, size and mtime: a file edited in place with its size
     and mtime kept gets a new key (stale tokens are never served), a copy reuses its tokens.
     It hashes bytes already read, never the file: what is hashed is what is tokenized."""
-    import hashlib
-
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}

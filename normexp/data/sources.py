@@ -1,4 +1,4 @@
-"""Data sources and tokenizers: registries picked by name, like model.py's NORMS.
+"""Data sources and tokenizers: registries picked by name, like model/norms.py's NORMS.
 
 A data source is one class in `SOURCES` and one yaml in configs/data/ whose `name:` is
 its key (a preset of a source, like tinystories of hub, is a yaml that extends the source's
@@ -18,13 +18,14 @@ A tokenizer is one class in `TOKENIZERS` and one yaml in configs/tokenizer/: `ch
 `vocab_size`, `encode(train_text, val_text, out_dir, progress)` -> two token-id arrays.
 
 Settings are read from the composed config: their defaults live in the yaml only
-(`with_defaults` fills a partial config, e.g. a dict given to data.load_corpus, from it).
+(`with_defaults` fills a partial config, e.g. a dict given to data.batches.load_corpus, from it).
 Nothing heavy is imported here: validate.py uses these checks before torch is loaded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -36,7 +37,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from omegaconf import ListConfig, OmegaConf
+
 from ..config.checks import ConfigError, is_integer, is_number
+from ..config.compose import option_config
 from ..config.registry import register
 from .files import content_id
 
@@ -56,10 +60,6 @@ class DataError(Exception):
 def with_defaults(group: str, cfg):
     """`cfg` (a data or tokenizer config, possibly partial) over its option's yaml in
     configs/<group>/<name>.yaml: the keys it leaves out take the yaml's values."""
-    from omegaconf import OmegaConf
-
-    from ..config.compose import option_config
-
     cfg = OmegaConf.create(dict(cfg)) if isinstance(cfg, dict) else cfg
     name = cfg.get("name")
     base = option_config(group, name) if name in (SOURCES if group == "data" else TOKENIZERS) else None
@@ -449,7 +449,7 @@ class Bytes(Tokenizer):
         return "byte tokenizer"
 
     def encode(self, train_text: str, val_text: str, out_dir: Path, progress: bool):
-        import numpy as np
+        import numpy as np  # why here: the pre-flight imports this module (launch.validate) before numpy
 
         return tuple(np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in (train_text, val_text))
 
@@ -486,9 +486,7 @@ class BytePairs(Tokenizer):
 
 
 def _bpe_encode(tokenizer, lines: list[str], chunk: int = 16384):
-    import itertools
-
-    import numpy as np
+    import numpy as np  # why here: the pre-flight imports this module (launch.validate) before numpy
 
     encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)  # _fast skips offsets
     parts = []
@@ -499,18 +497,14 @@ def _bpe_encode(tokenizer, lines: list[str], chunk: int = 16384):
 
 
 # ---------------------------------------------------------------------------------------------
-# small helpers (data.py's token cache uses them too)
+# small helpers (batches.py's token cache uses them too)
 
 
 def _is_list(v) -> bool:
-    from omegaconf import ListConfig
-
     return isinstance(v, (list, ListConfig))
 
 
 def _is_missing(cfg, key: str) -> bool:
-    from omegaconf import OmegaConf
-
     return OmegaConf.is_config(cfg) and key in cfg and OmegaConf.is_missing(cfg, key)
 
 
@@ -529,7 +523,7 @@ def temp_dir(parent: Path, prefix: str):
 def file_lock(path: Path):
     """An exclusive inter-process lock on `path` (the filelock package: fcntl on Linux and
     macOS, the Windows API on Windows, a lock file where neither is there)."""
-    from filelock import FileLock
+    from filelock import FileLock  # why here: it imports asyncio (~0.1 s); the pre-flight imports this module
 
     with FileLock(str(path)):
         yield

@@ -78,14 +78,14 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
     if is_main() and (not existing or read_record(run_dir) is None):  # under torchrun rank 0 writes
         write_record(run_dir, cfg.data)
     from ..train.loop import train  # imports torch
-    from .threads_env import current_choice
+    from ..train.threads import current_choice
 
-    log.info("idle OpenMP threads: %s", current_choice())  # chosen before torch loaded (threads_env.py)
+    log.info("idle OpenMP threads: %s", current_choice())  # chosen before torch loaded (train/threads.py)
     return train(cfg, run_dir, stop=stop, hooks=hooks, job=job_context(run_dir))
 
 
 def hydra_task(cfg, hooks=None) -> dict | None:
-    """The job Hydra runs once per run (or per sweep combination). `hooks`: see train.Hooks."""
+    """The job Hydra runs once per run (or per sweep combination). `hooks`: see train.loop.Hooks."""
     import logging
 
     from hydra.core.hydra_config import HydraConfig

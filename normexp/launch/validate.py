@@ -3,9 +3,9 @@ the value, and what is allowed, before any data is loaded or any folder is writt
 
 This module imports neither torch nor the data stack, so `normexp train` answers a typo in
 about a second. Every rule lives here once; a data source's and a tokenizer's own rules live
-in its class (corpora.py), which data.py also applies for callers that skip the command line. The valid norm/placement/data/tokenizer names are
+in its class (data/sources.py), which data/batches.py also applies for callers that skip the command line. The valid norm/placement/data/tokenizer names are
 read from the shipped config groups (`compose.declared_names`). A norm's or placement's own
-settings (eps, alpha, ratio, ...) are checked by its class in model.py, which owns them.
+settings (eps, alpha, ratio, ...) are checked by its class in model/, which owns them.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def _loss_spike(cfg) -> None:
                           f"must be at most loss_spike.window={spike.window} (the rule looks at most that far back)")
 
 
-# groups whose settings the variant classes in model.py check (model.variant names the key)
+# groups whose settings the variant classes in model/ check (config.registry.variant names the key)
 _CLASS_CHECKED = ("norm", "placement", "init")
 
 
@@ -235,7 +235,7 @@ def check_launcher(launcher) -> None:
 
 
 def check_tokenizer(tok) -> None:
-    """The tokenizer's own rules (its class in corpora.py)."""
+    """The tokenizer's own rules (its class in data/sources.py)."""
     from ..data.sources import tokenizer_for
 
     _choice("tokenizer", tok.get("name"), "tokenizer")
@@ -243,7 +243,7 @@ def check_tokenizer(tok) -> None:
 
 
 def check_data(data) -> None:
-    """The data source's own rules (its class in corpora.py)."""
+    """The data source's own rules (its class in data/sources.py)."""
     from ..data.sources import source_for
 
     _choice("data", data.get("name"), "data")

@@ -34,8 +34,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..config.checks import ConfigError
 from ..config.keys import override_key
 from ..data.files import atomic_write_bytes
+from .folder import canonical_value
+from .schema import HPARAMS, Status
 
 log = logging.getLogger("normexp")
 
@@ -52,12 +55,10 @@ FORMAT = 2
 def _legacy_globals() -> list:
     """The non-tensor types a format-1 checkpoint holds: numpy's array reconstruction (the
     numpy RNG state) and the Status enum (in its summary). Nothing else is ever allowed."""
-    try:
+    try:  # why here: the module's name depends on numpy's version, and only old checkpoints need it
         from numpy._core.multiarray import _reconstruct  # numpy 2
     except ImportError:  # numpy 1
         from numpy.core.multiarray import _reconstruct
-
-    from .schema import Status
 
     return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), Status]
 
@@ -157,8 +158,6 @@ def unsafe_globals(path: Path) -> list[str]:
 
 
 def refuse_unsafe(path: Path, names: list[str]) -> None:
-    from ..config.checks import ConfigError
-
     raise ConfigError("resume", "true", f"{path} is not a checkpoint normexp wrote: loading it would call "
                       f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}, so it was not loaded; "
                       "remove it (resume then continues from the checkpoint before it)")
@@ -195,8 +194,6 @@ def reconcile_optimizer_steps(state: dict, name: str, run_dir: Path) -> str | No
     its run's first save (issue 38): repaired in place, and the returned line says so. A
     format-2 checkpoint that disagrees is refused (ConfigError): training on it would not
     continue the run."""
-    from ..config.checks import ConfigError
-
     step = state["step"]
     per_param = [s for s in (state.get("optimizer") or {}).get("state", {}).values() if "step" in s]
     counts = {float(s["step"]) for s in per_param}
@@ -217,10 +214,6 @@ def check_settings(state: dict, settings: dict, path: str, run_dir: Path) -> Non
     resuming it (e.g. copied in from another run's folder). `settings`: the resuming run's
     runfolder.result_settings; the checkpoint's own are its "settings" (checkpoints written
     before they were kept: the hyperparameters of its summary)."""
-    from ..config.checks import ConfigError
-    from .schema import HPARAMS
-    from .folder import canonical_value
-
     saved = state.get("settings")
     if saved is None:  # an older checkpoint: its summary's hyperparameters are what it holds
         summary = state.get("summary") or {}

@@ -11,8 +11,16 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
+
+import psutil
+from omegaconf import DictConfig, OmegaConf
 
 from .schema import (EXECUTION_FACTS, FINISHED, HPARAMS, LOSS_TRAJECTORY, OUTCOME_FIELDS, SETTINGS_FIELDS,  # noqa: F401
                      STATUSES, Status, is_execution_setting)  # (some re-exported)
@@ -27,8 +35,6 @@ def data_label(cfg) -> str:
 def hyperparameters(cfg) -> dict:
     """The HPARAMS of a composed config as the summary records them: a config group by its
     option's name, the warmup as run (at most `steps`), the corpus by `data_label`."""
-    from collections.abc import Mapping
-
     row = {k: cfg[k].name if isinstance(cfg[k], Mapping) else cfg[k] for k in HPARAMS}
     if isinstance(cfg.warmup, int) and isinstance(cfg.steps, int):
         row["warmup"] = min(cfg.warmup, cfg.steps)
@@ -38,7 +44,7 @@ def hyperparameters(cfg) -> dict:
 
 def summary_record(cfg, **facts) -> dict:
     """The one summary record: summary.json, the TensorBoard HParams row and the report all
-    read it (its fields: names.py). Starts from the config's hyperparameters; `facts` add or
+    read it (its fields: schema.py). Starts from the config's hyperparameters; `facts` add or
     replace fields (the model's resolved settings, where it ran, the outcome)."""
     record = {**dict.fromkeys(OUTCOME_FIELDS), "status": Status.RUNNING, "steps_completed": 0, "requeues": 0,
               "stall_margin": cfg.stall_margin,
@@ -54,8 +60,6 @@ def beat_baseline(final_val_loss, baseline_loss, margin: float) -> bool:
     """Did a run learn beyond the unigram baseline: final_val_loss <= (1 - margin) * baseline?
     Without a baseline (an old run) a finite loss counts as learned. Decides "completed"
     against "stalled" when a run ends."""
-    import math
-
     if final_val_loss is None or not math.isfinite(final_val_loss):
         return False
     return baseline_loss is None or final_val_loss <= (1 - margin) * baseline_loss
@@ -75,8 +79,6 @@ def canonical_value(value):
     """One form per value, whatever its spelling: a whole-number float is that int (1.0 and 1,
     2e3 and 2000), other numbers stay floats (1e-3 and 0.001 are one float), lists become
     tuples of canonical values, mappings sorted dicts. bool stays bool (True is not 1 here)."""
-    from collections.abc import Mapping
-
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, (int, float)):
@@ -101,8 +103,6 @@ def result_settings(cfg) -> dict:
     config flattened, EXECUTION_SETTINGS and the hydra node left out. The one identity of a setting:
     duplicate seeds in the report, a checkpoint against the run resuming it, and a resumed job
     against its folder's run all compare this form. `cfg`: a DictConfig or a plain dict."""
-    from omegaconf import DictConfig, OmegaConf
-
     if isinstance(cfg, DictConfig):
         try:
             cfg = OmegaConf.to_container(cfg, resolve=True)
@@ -195,7 +195,7 @@ def changed_data_file(recorded: list[dict], given: list[str]) -> tuple[str, str]
 def data_files(data) -> list[str]:
     """The local files a data config reads (its source's local_files: data=text's files and
     val_files, ...), as written."""
-    from ..data.sources import source_for
+    from ..data.sources import source_for  # why here: the pre-flight imports this module; data.sources costs ~0.1 s
 
     return source_for(data).local_files()
 
@@ -286,8 +286,6 @@ def run_artefacts(run_dir: Path) -> list[str]:
 def boot_id() -> str | None:
     """This boot of the machine, as psutil tells it (its boot time, any platform), or None
     where it cannot tell."""
-    import psutil
-
     try:
         return f"{psutil.boot_time():.0f}"
     except Exception:  # noqa: BLE001 - a sandbox that hides the system's counters
@@ -298,8 +296,6 @@ def process_start(pid: int) -> float | None:
     """When process `pid` started (psutil's create_time, to the hundredth of a second), or None
     when there is no telling (no such pid, access denied). With the pid and the boot id it names
     one process: a pid is reused, its start time is not."""
-    import psutil
-
     try:
         return round(psutil.Process(pid).create_time(), 2)
     except Exception:  # noqa: BLE001 - no such process, or access denied
@@ -309,8 +305,6 @@ def process_start(pid: int) -> float | None:
 def process_identity() -> dict:
     """This process as a claim and summary.json record it: pid and host, and (to survive pid
     reuse, e.g. after a reboot) its start time and the machine's boot id."""
-    import socket
-
     return {"pid": os.getpid(), "host": socket.gethostname(), "pid_start": process_start(os.getpid()),
             "boot_id": boot_id()}
 
@@ -324,8 +318,6 @@ def process_alive(record: dict) -> bool | None:
     pid that now belongs to another process (after a reboot, or pid reuse) is not the run's.
     Records written before normexp kept a start time (old claims and summaries) are judged by
     the pid alone, as they were: such a run whose pid was reused still looks alive."""
-    import socket
-
     pid = record.get("pid")
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or record.get("host") != socket.gethostname():
         return None
@@ -357,9 +349,6 @@ def _claim_dead(claim: dict | None) -> bool:
 
 def _create_claim(folder: Path) -> bool:
     """Exclusive create of the claim (O_EXCL): True for exactly one process."""
-    import time
-    import uuid
-
     folder.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
     try:

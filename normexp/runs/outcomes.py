@@ -95,7 +95,7 @@ def classify(summary: dict, learned_margin: float | None = None) -> str | None:
 def curve(summary: dict, reference: float | None) -> str:
     """slow / stuck / never_learned for a run that never got going, from its last
     `SLOPE_POINTS` validation losses (see the module's rule)."""
-    from scipy import stats
+    from scipy import stats  # why here: ~0.3 s; the training loop imports this module (classify), reports fit curves
 
     val = [p for p in ((summary.get("loss_trajectory") or {}).get("val") or [])
            if len(p) == 2 and is_number(p[0]) and is_number(p[1])][-SLOPE_POINTS:]

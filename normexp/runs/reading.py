@@ -6,7 +6,7 @@
     >>> curves = runs.scalars("runs/multirun/...", ["val/loss", "grad_norm/layer_*"])
 
 `read_runs` is the one reader: `load`, `scalars` and `normexp report` all go through it.
-It reads the run-folder contract (runfolder.py) and nothing else:
+It reads the run-folder contract (folder.py) and nothing else:
 
     summary.json            status and final numbers
     .hydra/config.yaml      the hyperparameters (flattened: placement.name, norm.eps, lr, ...)
@@ -27,6 +27,8 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from .schema import NUMERIC_FIELDS, OUTCOME_FIELDS, STATUSES, TOKENS_PER_SECOND, TRAIN_LOSS, VAL_LOSS
 from .folder import find_runs, flat_settings
@@ -145,8 +147,6 @@ def flatten(node, prefix: str = "") -> dict:
 
 
 def load_config(run_dir: Path) -> dict:
-    from omegaconf import OmegaConf
-
     try:
         cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     except Exception:  # noqa: BLE001 - a damaged config makes the run anonymous, not the report fail
@@ -158,8 +158,6 @@ def load_config(run_dir: Path) -> dict:
 
 
 def load_overrides(run_dir: Path) -> list[str]:
-    from omegaconf import OmegaConf
-
     try:
         return [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")]
     except Exception:  # noqa: BLE001 - optional file
@@ -170,6 +168,7 @@ def load_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of the run's TensorBoard event files (none yet: {})."""
     if not any(run_dir.glob("events.out.tfevents.*")):
         return {}
+    # why here: tensorboard takes ~0.5 s to import; the pre-flight imports this module (runs.resume)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     # 0 keeps every scalar point; the other kinds are not needed, so keep one of each.
@@ -211,7 +210,7 @@ def frame(runs: list[Run]):
     """One row per run: `run` (its folder relative to the root), `path`, `status` (as the
     report sees it: "killed" for a run whose process is gone), the summary's numbers
     (FRAME_FIELDS; a running run's from its event file) and every flattened config key."""
-    import pandas as pd
+    import pandas as pd  # why here: ~0.3 s; the pre-flight imports this module (runs.resume)
 
     rows = []
     for r in runs:
@@ -245,7 +244,7 @@ def scalars(path: str | Path, tags=None):
     `tags`: a tag ("val/loss"), a list of tags, or shell patterns ("grad_norm/layer_*");
     None gives every tag. Rows are sorted by run, tag and step; a run resumed from a
     checkpoint has each step once (the later value)."""
-    import pandas as pd
+    import pandas as pd  # why here: ~0.3 s; the pre-flight imports this module (runs.resume)
 
     if not Path(path).exists():
         raise FileNotFoundError(path)

@@ -12,8 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..config.checks import ConfigError
-from ..config.keys import dotted
-from .folder import FINISHED, RECORD, read_record
+from ..config.keys import dotted, override_key
+from .folder import (CLAIM, FINISHED, RECORD, changed_data_file, claim_alive, data_files, find_runs, read_claim,
+                     read_record, read_summary, result_settings, run_artefacts, trained_nothing, training_now)
+from .reading import read_summary_checked
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -64,8 +66,6 @@ def check_own_folder(key: str, given, folder: Path) -> None:
                           f"there; give the {run} a folder ({key}=runs/NAME), or leave {key} out for a new one")
     if key != "hydra.run.dir" or not where.is_dir():
         return
-    from .folder import find_runs
-
     others = [r for r in find_runs(where) if r.resolve() != where]
     if (where / "multirun.yaml").is_file() or others:
         what = ("a sweep's folder (it holds multirun.yaml): a run there would be counted as one of its jobs"
@@ -82,8 +82,6 @@ def _flat(cfg) -> dict:
 def _recorded_settings(run_dir: Path) -> dict | None:
     """The run's own settings (runfolder.result_settings): normexp's record, or for a run made
     before there was one, .hydra/config.yaml (only trustworthy before Hydra rewrites it for a new job)."""
-    from .folder import read_record, result_settings
-
     record = read_record(run_dir)
     try:
         return result_settings(OmegaConf.create(record["config"]) if record else
@@ -100,8 +98,6 @@ def same_settings(run_dir: Path, job: DictConfig) -> None:
     """A resumed run must compute what the run it continues computed: the same settings by
     value (runfolder.result_settings: run settings such as threads aside, 1 and 1.0 alike) and
     the same contents in the data files the job names now (runfolder.changed_data_file)."""
-    from .folder import changed_data_file, data_files, read_record, result_settings
-
     old = _recorded_settings(Path(run_dir))
     if old is None:
         raise ConfigError("hydra.run.dir", run_dir, f"the run's settings are unreadable (no .hydra/config.yaml, "
@@ -129,8 +125,6 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
 
     An existing run is never overwritten: without resume=true a folder holding a run is
     refused; with resume=true the settings must match the run's own."""
-    from .folder import CLAIM, claim_alive, find_runs, read_claim, read_summary, run_artefacts, trained_nothing, training_now
-
     job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     resume = job.get("resume") is True
     if multirun:
@@ -187,8 +181,6 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
 
 def unreadable_summary(run_dir: Path) -> str:
     """What is wrong with a run folder's summary.json that cannot be read, and the fix."""
-    from .reading import read_summary_checked
-
     problem = read_summary_checked(run_dir)[1] or f"{Path(run_dir) / 'summary.json'}: cannot be read"
     return (f"{problem}; fix or remove that file (without it resume=true continues the run from its checkpoints), "
             "or choose another folder")
@@ -202,8 +194,6 @@ def resume_arguments(folder: Path) -> list[str]:
     settings (`normexp resume FOLDER`): a sweep folder (multirun.yaml) gives the sweep's command
     line (its overrides and Hydra's, -m) into that folder; a run folder its recorded overrides
     (normexp_run.json, else .hydra/overrides.yaml) into that folder; both with resume=true."""
-    from ..config.keys import override_key
-
     folder = Path(folder).expanduser().absolute()
     drop = ("resume", "hydra.run.dir", "hydra.sweep.dir")
 

@@ -1,12 +1,7 @@
-"""Beyond one process: how many threads a job may use, and data-parallel training under torchrun.
+"""Data-parallel training: one run on several processes under torchrun (how many threads each
+process uses is threads.py's).
 
-Parallel sweeps. `normexp train -m hydra/launcher=joblib hydra.launcher.n_jobs=2 ...` runs
-two jobs at once on this machine, so each job takes cores ÷ 2 threads (`threads_per_job`).
-joblib reuses its worker processes, so everything a job sets globally (thread count, seeds,
-logging handlers) is set again at the start of every job, never once per process. Under
-submitit (SLURM or `submitit_local`) a job takes `hydra.launcher.cpus_per_task` threads.
-
-Data parallel (one run on several processes). `torchrun --nproc_per_node N -m normexp.cli
+`torchrun --nproc_per_node N -m normexp.cli
 train ...` starts N copies of the command; `launch.launchers.join_run` puts them into one process group (gloo
 on CPU, NCCL for CUDA tensors) before Hydra runs, and gives every rank rank 0's run folder.
 Training then follows the usual DistributedDataParallel recipe (Li et al. 2020, "PyTorch
@@ -22,40 +17,9 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
-# ------------------------------------------------------------------ threads per job
-
-
-def available_cores() -> int:
-    """CPUs this process may run on: a SLURM allocation or `taskset` mask, not the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
-def parallel_jobs(n_jobs: int | None, cores: int) -> int:
-    """joblib's meaning of n_jobs: N > 0 jobs at once; -1 one per core, -2 all but one, ..."""
-    if not n_jobs:
-        return 1
-    return n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
-
-
-def threads_per_job(launcher=None) -> int:
-    """Threads for one training process when `threads=auto`.
-
-    submitit (SLURM, submitit_local) with `cpus_per_task` set: that many. Otherwise the
-    process's cores ÷ the jobs a joblib launcher runs at once ÷ the processes torchrun
-    starts on this node (LOCAL_WORLD_SIZE): parallel jobs must not oversubscribe the cores.
-    `launcher`: the sweep launcher's config (train.loop.JobContext), None for a single run."""
-    cpus_per_task = launcher.get("cpus_per_task") if launcher is not None else None
-    if cpus_per_task:
-        return int(cpus_per_task)
-    cores = available_cores()
-    jobs = parallel_jobs(launcher.get("n_jobs") if launcher is not None else None, cores)
-    jobs *= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(1, cores // jobs)
-
+from ..config.checks import ConfigError
 
 # ------------------------------------------------------------------- process group
 
@@ -100,8 +64,6 @@ def cleanup() -> None:
 def local_batch_size(batch_size: int) -> int:
     """Rows of the global batch each rank trains on; the global batch stays `batch_size`."""
     if batch_size % world_size():
-        from ..config.checks import ConfigError
-
         raise ConfigError("batch_size", batch_size,
                           f"must be divisible by the {world_size()} torchrun processes; "
                           "change batch_size or --nproc_per_node")
@@ -146,8 +108,6 @@ def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     once and averages gradients during backward); the model itself on one process."""
     if not is_distributed():
         return model
-    from torch.nn.parallel import DistributedDataParallel
-
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 

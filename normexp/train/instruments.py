@@ -16,8 +16,10 @@ from collections.abc import Iterator
 import torch
 
 from . import distributed
-from ..model import GPT, read_outputs
+from ..model import GPT, IGNORE_TARGET, read_outputs
 from ..model.layers import softcap as model_softcap
+from ..runs.schema import (ACT_STD_FIRST, ACT_STD_LAST, ACT_STD_MAX, GRAD_NORM_FIRST, GRAD_NORM_LAST, GRAD_NORM_MAX,
+                           GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, HEAD_FAMILIES, head_tag, layer_tag)
 
 # batch rows whose attention the instruments recompute on a logging step: one sequence gives
 # heads·T(T+1)/2 logits (33k at the default shape), and each row costs ~5 ms a logging step
@@ -40,8 +42,6 @@ def recording(model: GPT, only: tuple[str, ...] | None = None) -> Iterator[dict[
                               for r in readouts[name]]
     with model.eager(), read_outputs(readouts) as trace:  # hooks on compiled blocks would recompile them
         yield trace
-from ..runs.schema import (ACT_STD_FIRST, ACT_STD_LAST, ACT_STD_MAX, GRAD_NORM_FIRST, GRAD_NORM_LAST, GRAD_NORM_MAX,
-                    GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, HEAD_FAMILIES, head_tag, layer_tag)
 
 
 def _std(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -320,8 +320,63 @@ class Instruments:
         return out
 
 
+class StepWatch:
+    """The instruments on one logging step, in the order the step meets them:
+
+        the forward        `with_reference_rows` (the reference batch rides along), `recording` (hooks on)
+        before the update  `before_update`: the step's scalars (one sync), the model update at θ_step,
+                           the weights kept for the update size (clipping changes none of them)
+        after the update   `after_update`: update sizes, Adam's moments, the model update (a second sync)
+
+    `measure_update`: this step measures the model update (Instruments.model_update_due).
+    `autocast`: the run's autocast, for the model update's own forward where it needs one."""
+
+    def __init__(self, instruments: Instruments, autocast, measure_update: bool = False):
+        self.instruments, self.autocast, self.measure_update = instruments, autocast, measure_update
+        self.reference = instruments.fused_reference_rows() if measure_update else None
+        self.rows: int | None = None  # the training rows of the recorded forward: the reference rows follow them
+        self.trace: dict | None = None
+        self.model_update: dict[str, torch.Tensor] = {}
+
+    def with_reference_rows(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch the recorded forward runs: x and y, then the reference rows, if any, with
+        ignored targets (so loss and gradients are the training rows' alone)."""
+        self.rows = len(x)
+        if self.reference is None:
+            return x, y
+        return torch.cat([x, self.reference]), torch.cat([y, torch.full_like(self.reference, IGNORE_TARGET)])
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """The instruments' hooks on for the forward inside the block (see `recording`)."""
+        with recording(self.instruments.model) as trace:
+            self.trace = trace
+            yield
+
+    def scalars(self, loss: torch.Tensor, targets: torch.Tensor | None = None, z_loss: float = 0.0) -> dict:
+        """The recorded forward's scalars and the gradients (Instruments.collect), read with one sync."""
+        collected = self.instruments.collect(loss, self.trace, rows=self.rows, targets=targets, z_loss=z_loss)
+        return self.instruments.read(collected)
+
+    def before_update(self, loss: torch.Tensor, targets: torch.Tensor | None = None, z_loss: float = 0.0) -> dict:
+        """After backward, before clipping and the optimizer step: the step's scalars (one sync);
+        the model update, measured at θ_step like them and read after the update; the weights
+        kept for the update size."""
+        values = self.scalars(loss, targets, z_loss)
+        if self.measure_update:
+            fused = None if self.reference is None else self.trace["final"][0][self.rows:]
+            self.model_update = self.instruments.model_update_size(self.autocast, fused)
+        self.trace = None
+        self.instruments.before_step()
+        return values
+
+    def after_update(self, optimizer: torch.optim.Optimizer) -> dict:
+        """After the optimizer step: update sizes, Adam's moments and the model update, read with one sync."""
+        return self.instruments.read({**self.instruments.after_step(optimizer), **self.model_update})
+
+
 def scalar_tags(values: dict[str, float | list[float]]) -> dict[str, float]:
-    """TensorBoard tags (names.py): per-layer vectors become `<family>/layer_XX`, one-group
+    """TensorBoard tags (runs/schema.py): per-layer vectors become `<family>/layer_XX`, one-group
     values their GROUP_TAGS, and the first/last/max over depth go under `stability/`."""
     tags: dict[str, float] = {}
     for key, v in values.items():

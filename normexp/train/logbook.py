@@ -8,8 +8,11 @@ import re
 import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
 from ..runs import schema as n
 from ..runs.schema import HEAD_FAMILIES, HPARAM_METRICS, HPARAMS, LAYER_FAMILIES
+from .distributed import NullWriter
 
 log = logging.getLogger("normexp")
 
@@ -22,7 +25,7 @@ def _import_summary_writer():
     if hide:
         sys.modules["boto3"] = None  # `import boto3` now raises ImportError
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # why here: while boto3 is hidden
     finally:
         if hide and sys.modules.get("boto3", 0) is None:
             del sys.modules["boto3"]  # later imports of boto3 work as usual
@@ -82,6 +85,7 @@ def custom_scalars_layout(layers: int):
     """The Custom Scalars dashboard, read top down: "across a sweep" first (one line per run,
     readable over many runs), then training and stability, then "per layer" (closed until
     opened: in a sweep it holds a line per block and run). Returns the layout's Summary."""
+    # why here: tensorboard loads once, with the SummaryWriter (boto3 hidden: _import_summary_writer)
     from tensorboard.plugins.custom_scalar import layout_pb2
     from torch.utils.tensorboard.summary import custom_scalars
 
@@ -114,8 +118,6 @@ def open_writer(run_dir: Path, purge_step: int | None, main: bool = True, *, lay
     run also gets the custom-scalars layout for its `layers` blocks; a resumed one
     (`purge_step`) keeps its own."""
     if not main:
-        from .distributed import NullWriter
-
         return NullWriter()
     writer = _import_summary_writer()(str(run_dir), purge_step=purge_step, flush_secs=30)
     if purge_step is None:
@@ -127,6 +129,7 @@ def write_scalars(writer, tags: dict[str, float], step: int) -> None:
     """All of a step's scalars as one TensorBoard event. Read back exactly like add_scalar's
     (a simple_value per tag), but one proto and one queue entry instead of one per tag:
     ~50× cheaper at depth 48, where a logging step writes ~300 tags."""
+    # why here: tensorboard loads once, with the SummaryWriter (boto3 hidden: _import_summary_writer)
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in tags.items()]
@@ -139,6 +142,7 @@ def write_hparams(writer, hparams: dict, chosen: set[str] = frozenset()) -> None
     the hyperparameters marked as varying ("differs") first, then by name, and ticks the
     first five, so the `chosen` ones (see leading_keys) are marked varying. Values that are not numbers, strings or booleans are
     shown as text; metrics get display names."""
+    # why here: tensorboard loads once, with the SummaryWriter (boto3 hidden: _import_summary_writer)
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
     from torch.utils.tensorboard.summary import hparams as hparams_summary
@@ -167,11 +171,11 @@ def leading_keys(swept: set[str] | frozenset[str] = frozenset()) -> set[str]:
 
 
 def depth_profile_figure(values: dict, step: int):
-    """The families with a profile_title (names.py: act_std, grad_norm, update_ratio) against
+    """The families with a profile_title (runs/schema.py: act_std, grad_norm, update_ratio) against
     layer index at one logging step, from the
     values the instruments already read (no extra sync): one image per logging step that the
     Images tab's step slider plays through training."""
-    import matplotlib
+    import matplotlib  # why here: ~0.3 s, paid only by runs that draw profiles (log.profiles_every)
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
@@ -200,7 +204,6 @@ class Progress:
     def __init__(self, mode: str, total: int, initial: int):
         self.bar = None
         if mode == "bar" or (mode == "auto" and sys.stderr.isatty()):
-            from tqdm import tqdm
             self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, leave=True)
         self.lines = mode in ("auto", "lines")
 

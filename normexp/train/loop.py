@@ -1,10 +1,12 @@
 """The training loop: one run from a resolved config into one run folder.
 
 `train()` reads top to bottom: set up a `Trainer` (data, model, optimizer, instruments,
-resume, TensorBoard), then step until done, then finish. One step (`Trainer.train_step`):
+resume, TensorBoard), then step until done, then finish. One step (`Trainer.train_step`),
+on one screen:
 
     lr for this update → next batch → forward/backward (recorded by the instruments on a
-    logging step) → divergence check → optional clipping → optimizer step → logging
+    logging step) → the instruments before the update → divergence check → optional clipping
+    → optimizer step → the instruments after it, and logging
 
 and after it (`Trainer.after_step`): throughput, evaluation, checkpoint, progress. A
 divergence raises `Diverged`, which ends the run with status "diverged". The loop's parts
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import logging
 import math
 import random
@@ -31,18 +34,20 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ..data.batches import get_batch, load_corpus
 from ..runs import checkpoint as ckpt
 from . import distributed
 from .flat_adamw import FlatAdamW
-from .instruments import Instruments, recording, scalar_tags
+from .instruments import Instruments, StepWatch, recording, scalar_tags
 from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
-from ..model import GPT, IGNORE_TARGET, ModelConfig
+from ..model import GPT, ModelConfig
 from ..runs import schema
 from ..runs import outcomes
-from ..runs.folder import (beat_baseline, hparams_row, process_identity, read_summary, result_settings, summary_record,
-                           write_summary)
+from ..runs.folder import (beat_baseline, hparams_row, process_identity, read_record, read_summary, result_settings,
+                           summary_record, write_summary)
 from .schedules import lr_multiplier
 from .spikes import HampelSpikeRule
+from .threads import set_threads
 from .signals import Interrupted, Preempted, StopSignals
 from ..config.checks import ConfigError
 from ..runs.schema import Status
@@ -104,8 +109,6 @@ def set_up_objects_frozen():
     as long as the run, yet every full collection walked all of them: at 1,000 blocks under
     compile=true (whose calls make many short-lived objects) every third step took ~250 ms
     more. Unfrozen at the end, so a process that runs several jobs (joblib) can free them."""
-    import gc
-
     gc.collect()
     gc.freeze()
     try:
@@ -140,14 +143,6 @@ def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
                        placement=OmegaConf.to_container(cfg.placement), init=OmegaConf.to_container(cfg.init),
                        qk_norm=cfg.qk_norm, attn_softcap=cfg.attn_softcap or None,  # 0 and null: off
                        logit_softcap=cfg.logit_softcap or None, scale_embeddings=cfg.scale_embeddings)
-
-
-def set_threads(cfg: DictConfig, launcher: Mapping | None = None) -> int:
-    """cores ÷ parallel jobs when a launcher runs several jobs at once (joblib reuses
-    worker processes, so this is reset at the start of every job); see distributed.py."""
-    threads = cfg.threads
-    torch.set_num_threads(distributed.threads_per_job(launcher) if threads == "auto" else int(threads))
-    return torch.get_num_threads()
 
 
 def seed_everything(seed: int) -> None:
@@ -187,8 +182,6 @@ def reference_batch(val_tokens, cfg: DictConfig) -> torch.Tensor:
     """The model update's fixed input: a sixteenth of the batch (1 to 8 sequences) of
     validation text. It joins every logging step's forward and backward, so its size is
     paid for at every logging step."""
-    from ..data.batches import get_batch
-
     x, _ = get_batch(val_tokens, min(8, max(1, cfg.batch_size // 16)), cfg.seq_len, generator(cfg.seed, "reference_batch"))
     return x
 
@@ -260,9 +253,6 @@ def load_data(cfg: DictConfig, run_dir: Path | None = None):
     """The corpus, with both splits long enough for one sequence and its target. The data files
     must hold what the run's record (written as the run began) names: a file replaced since is
     refused, not trained on (load_corpus's expect_files)."""
-    from ..data.batches import load_corpus
-    from ..runs.folder import read_record
-
     record = read_record(run_dir) if run_dir is not None else None
     corpus = load_corpus(cfg.data, cfg.tokenizer, progress=cfg.log.progress != "off",
                          expect_files=(record or {}).get("data_files"))
@@ -277,8 +267,6 @@ def load_data(cfg: DictConfig, run_dir: Path | None = None):
 def build_model(cfg: DictConfig, corpus, device: torch.device) -> GPT:
     """The model on `device`, calibrated where the placement profiles (Admin) on a batch of
     its own stream, so the training batches are untouched."""
-    from ..data.batches import get_batch
-
     model = GPT(model_config(cfg, corpus.vocab_size)).to(device)
     calibration_batch, _ = get_batch(corpus.train, cfg.batch_size, cfg.seq_len, generator(cfg.seed, "calibration"))
     model.calibrate(calibration_batch.to(device))
@@ -289,8 +277,6 @@ def build_model(cfg: DictConfig, corpus, device: torch.device) -> GPT:
 def validation_loss(model: GPT, val_tokens, cfg: DictConfig, device: torch.device, autocast) -> float:
     """Mean validation loss over `eval_batches` fixed batches (the same every time: the
     evaluation stream restarts), in eval mode; each rank its rows, averaged over ranks."""
-    from ..data.batches import get_batch
-
     gen = generator(cfg.seed, "evaluation")
     model.eval()
     total = torch.zeros((), device=device)
@@ -338,7 +324,7 @@ class Trainer:
         self.writing: Path | None = None  # the file a checkpoint or summary write is writing (full_disk_named)
         self.settings = result_settings(cfg)  # what this run computes; each checkpoint keeps it
         self.t_start = time.time()
-        threads = set_threads(cfg, self.job.launcher)
+        threads = set_threads(cfg.threads, self.job.launcher)  # again each job: joblib reuses its workers
         seed_everything(cfg.seed)
         self.device = distributed.rank_device(select_device(cfg.device))
         self.main = distributed.is_main()  # under torchrun only rank 0 writes into run_dir
@@ -433,33 +419,32 @@ class Trainer:
     # ------------------------------------------------------------------ one step
 
     def train_step(self) -> None:
-        """One optimizer update; raises Diverged if the run must end here."""
-        cfg, step, instruments = self.cfg, self.step, self.instruments
-        logging_step = is_logging_step(step, cfg.log_every, cfg.steps)
-        lr = self.set_lr(step)
+        """One optimizer update, in nanoGPT's order: forward and backward, clipping, optimizer step,
+        logging. On a logging step the instruments watch it (`watch_step`) and attach through one
+        call before the update and one after (StepWatch). Raises Diverged if the run must end here."""
+        cfg = self.cfg
+        lr = self.set_lr(self.step)
         x, y = self.next_batch()
-        measure_update = logging_step and instruments.model_update_due(step, cfg.log_every, cfg.steps - 1)
-        reference = instruments.fused_reference_rows() if measure_update else None
-        loss, trace = self.forward_backward(x, y, record=logging_step, reference=reference)
-        values = reference_hidden = None
-        if logging_step:
-            reference_hidden = None if reference is None else trace["final"][0][len(x):]
-            values = instruments.read(instruments.collect(loss, trace, rows=len(x), targets=y,
-                                                          z_loss=cfg.z_loss))  # the step's one sync
-            del trace
-        if logging_step or self.guard.every_step:
-            self.check_health(x, y, loss, values)
+        watch = self.watch_step()  # None on a plain step
+        loss = self.forward_backward(x, y, watch)
+        values = watch.before_update(loss, targets=y, z_loss=cfg.z_loss) if watch else None  # one sync
+        self.check_health(x, y, loss, values)
         if cfg.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=True)
-        if logging_step:  # the model update is measured at θ_step, like every other scalar of this step
-            model_update = instruments.model_update_size(self.autocast, reference_hidden) if measure_update else {}
-            instruments.before_step()
         self.optimizer.step()
         self.model.after_optimizer_step()
         self.step += 1
-        if logging_step:
-            values.update(instruments.read({**instruments.after_step(self.optimizer), **model_update}))
-            self.log_step(values, lr, x)
+        if watch:
+            self.log_step({**values, **watch.after_update(self.optimizer)}, lr, x)
+
+    def watch_step(self) -> StepWatch | None:
+        """The instruments on this step if it is a logging step (is_logging_step), measuring the
+        model update where Instruments.model_update_due says; None on a plain step."""
+        cfg, step = self.cfg, self.step
+        if not is_logging_step(step, cfg.log_every, cfg.steps):
+            return None
+        return StepWatch(self.instruments, self.autocast,
+                         measure_update=self.instruments.model_update_due(step, cfg.log_every, cfg.steps - 1))
 
     def set_lr(self, step: int) -> float:
         lr = self.cfg.lr * lr_multiplier(step, self.cfg.steps, min(self.cfg.warmup, self.cfg.steps), self.cfg.schedule)
@@ -471,31 +456,27 @@ class Trainer:
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every rank draws the same global batch and trains on its own rows of it."""
-        from ..data.batches import get_batch
-
         x, y = (distributed.my_rows(t) for t in get_batch(self.corpus.train, self.cfg.batch_size, self.cfg.seq_len,
                                                           self.data_gen))
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
-    def forward_backward(self, x, y, record: bool, reference: torch.Tensor | None = None):
-        """Loss and (record=True) the instruments' trace. `reference` rows, if given, ride
-        along in the forward with ignored targets (see Instruments.fused_reference_rows)."""
+    def forward_backward(self, x, y, watch: StepWatch | None = None) -> torch.Tensor:
+        """The loss, after its backward. A `watch` records the forward (the instruments' hooks,
+        eager under compile=true), with its reference rows riding along (StepWatch.with_reference_rows)."""
         self.optimizer.zero_grad(set_to_none=True)
-        if reference is not None:
-            x = torch.cat([x, reference])
-            y = torch.cat([y, torch.full_like(reference, IGNORE_TARGET)])
-        with self.autocast():
-            if record:  # the instruments' hooks are on for this forward (eager under compile=true)
-                with recording(self.model) as trace:
-                    _, loss = self.ddp_model(x, y, z_loss=self.cfg.z_loss)
-            else:
-                (_, loss), trace = self.ddp_model(x, y, z_loss=self.cfg.z_loss), None
+        if watch is not None:
+            x, y = watch.with_reference_rows(x, y)
+        with self.autocast(), watch.recording() if watch else contextlib.nullcontext():
+            _, loss = self.ddp_model(x, y, z_loss=self.cfg.z_loss)
         loss.backward()
-        return loss, trace
+        return loss
 
     def check_health(self, x, y, loss: torch.Tensor, values: dict | None) -> None:
         """The divergence guard on this step's loss and (on a logging step) gradient; the
-        initial loss, at step 0, sets the guard's ceiling first. Raises Diverged."""
+        initial loss, at step 0, sets the guard's ceiling first. Raises Diverged. A plain step
+        is checked only where the guard checks every step (on CPU)."""
+        if values is None and not self.guard.every_step:
+            return
         loss_value = values["loss"] if values else distributed.mean(loss.detach()).item()
         grad_finite = math.isfinite(values["grad_norm_global"]) if values else True
         if self.step == 0 and math.isfinite(loss_value):
@@ -511,8 +492,8 @@ class Trainer:
         """Every layer's scalars at the step that diverged (a plain step is redone with the
         trace), a note in TensorBoard and the log."""
         if values is None:
-            loss, trace = self.forward_backward(x, y, record=True)
-            values = self.instruments.read(self.instruments.collect(loss, trace))
+            watch = StepWatch(self.instruments, self.autocast)
+            values = watch.scalars(self.forward_backward(x, y, watch))
         write_scalars(self.writer, {**scalar_tags(values), schema.TRAIN_LOSS: values["loss"]}, self.step)
         self.writer.add_text(schema.DIVERGENCE_TEXT, f"Diverged at step {self.step}: {why}. "
                              "See the per-layer charts at this step for the layer that blew up first.", self.step)
@@ -649,7 +630,7 @@ class Trainer:
     def finish(self, status: str, **extra) -> dict:
         """Final numbers into the summary, TensorBoard's HParams metrics and summary.json.
         A completed run that did not end at least `stall_margin` below the unigram baseline
-        is "stalled" (runfolder.beat_baseline)."""
+        is "stalled" (runs.folder.beat_baseline)."""
         self.progress.close()
         self.summary.update(extra)
         if status == Status.COMPLETED and not beat_baseline(self.summary["final_val_loss"], self.summary.get("baseline_loss"),

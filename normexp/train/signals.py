@@ -21,7 +21,7 @@ scheduler preempts it, and submitit's handler for it checkpoints the submission 
 job. Inside such a job, a StopSignals also defers that signal to the next step boundary, where
 `check()` raises `Preempted`: the loop saves a checkpoint and records status "requeued", and
 then `forward()` hands the signal to submitit's handler, which requeues the job (see
-cli.hydra_task); the requeued job resumes from the checkpoint. Outside submitit (no Python
+launch.hydra_job.hydra_task); the requeued job resumes from the checkpoint. Outside submitit (no Python
 handler for the signal) it is left alone.
 
 Python runs signal handlers only between bytecodes of the main thread, so a main thread
@@ -36,6 +36,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 from typing import Callable
 
@@ -116,8 +117,6 @@ def early_signal() -> int:
 def exit_if_early_signal() -> None:
     """Exit 128+signum with one line if a signal came during start-up."""
     if _early_signum:
-        import sys
-
         sys.stderr.write(f"normexp: interrupted by {signal.Signals(_early_signum).name} during start-up; "
                          "nothing was trained\n")
         raise SystemExit(128 + _early_signum)
@@ -178,7 +177,7 @@ class StopSignals:
         agree first, so that all stop at the same step.)"""
         if self.signum:  # acted on from here: mark it before any slow work (the import below loads torch)
             self._acted.set()
-        from . import distributed
+        from . import distributed  # why: normexp.cli imports this module at start-up, distributed imports torch
 
         signum = distributed.agree_max(self.signum)
         if signum:

@@ -115,6 +115,6 @@ def test_parallel_jobs_reads_n_jobs_as_joblib_does(n_jobs):
     count is the reference: -1 = one per core, -2 = all but one)."""
     import joblib
 
-    from normexp.train.distributed import parallel_jobs
+    from normexp.train.threads import parallel_jobs
 
     assert parallel_jobs(n_jobs, joblib.cpu_count()) == joblib.effective_n_jobs(n_jobs)

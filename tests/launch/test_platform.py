@@ -65,7 +65,7 @@ def test_an_idle_wait_is_not_counted_as_busy_cores():
     nothing, and it can never exceed the machine's cores."""
     import os
 
-    from normexp.launch.threads_env import others_busy_cores
+    from normexp.train.threads import others_busy_cores
 
     start = time.monotonic()
     busy = others_busy_cores(0.2)

@@ -91,7 +91,7 @@ def test_sweep_charts_read_the_first_and_last_block(runs):
 def test_every_per_layer_family_is_described_and_charted(runs):
     """A run logs <family>/layer_XX for exactly the families names.LAYER_FAMILIES describes, and
     TensorBoard's custom-scalars layout has one "per layer" chart per family, titled with its
-    description: a family's name and description are written in names.py and nowhere else."""
+    description: a family's name and description are written in normexp/runs/schema.py and nowhere else."""
     import re
 
     from tensorboard.plugins.custom_scalar import layout_pb2

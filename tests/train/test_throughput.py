@@ -122,14 +122,14 @@ def busy_core():
 
 
 def test_a_busy_core_is_measured(busy_core):
-    from normexp.launch.threads_env import others_busy_cores
+    from normexp.train.threads import others_busy_cores
 
     # the hog alone is one core; /proc/stat's ticks are 10 ms, so 0.3 s reads it to ±0.1 core
     assert others_busy_cores(0.3) >= 0.8
 
 
 def test_the_rule_passive_when_others_keep_half_a_core_busy():
-    from normexp.launch.threads_env import BUSY_CORES, CHOSEN_BY, configure
+    from normexp.train.threads import BUSY_CORES, CHOSEN_BY, configure
 
     idle: dict = {}
     assert configure(idle, busy_cores=BUSY_CORES - 0.1).startswith("spinning")
@@ -175,7 +175,7 @@ def test_a_wait_policy_the_user_chose_is_kept(busy_core):
 def test_a_worker_that_did_not_choose_reports_what_it_inherited(monkeypatch):
     """joblib's and submitit's workers load torch before normexp's code runs in them: the run's
     log says the policy they were started with, not "not chosen"."""
-    from normexp.launch import threads_env
+    from normexp.train import threads as threads_env
 
     monkeypatch.setattr(threads_env, "CHOICE", None)
     parent: dict = {}

@@ -8,6 +8,9 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from ...runs.reading import Run
 from ...runs.schema import LAYER_FAMILIES, VAL_LOSS, Status, layer_index, layer_tag_pattern
 from .. import study
@@ -16,7 +19,7 @@ from .tables import display_name, fmt_param, is_missing, sets_the_unit, sort_key
 
 
 def pyplot():
-    import matplotlib
+    import matplotlib  # why here: the Agg backend is chosen before pyplot loads (no display needed)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
@@ -24,8 +27,6 @@ def pyplot():
 
 def save_figure(fig, path: Path, data) -> None:
     """The PNG, and beside it (same stem, .csv) the data it draws: a list of dicts or a DataFrame."""
-    import pandas as pd
-
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     pyplot().close(fig)
@@ -143,8 +144,6 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
     if not keys:
         return None, "no hyperparameter varies across the runs: the final-loss grid is skipped"
     plt = pyplot()
-    import numpy as np
-
     row_key, col_key = keys[0], (keys[1] if len(keys) > 1 else None)
     apart = [k for k in keys[2:] if sets_the_unit(k)]  # rows split by them, never pooled
     row_keys = [row_key, *apart]
@@ -217,8 +216,6 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
     """`family`/layer_XX against layer index at step 0 and at each run's last logged step.
     Colour = placement (or run, if placement does not vary). At step 0 runs whose values are
     identical (same init and batch; warmup and lr act only after it) share one line."""
-    import numpy as np
-
     profiles = {r.index: layer_profile(r, family) for r in runs}
     drawn = [r for r in runs if profiles[r.index]]
     if not drawn:
@@ -370,8 +367,6 @@ def plot_boundary_search(table, points, key: str, setting_cols: list[str], label
     boundary_points.csv's): every probed value as a green dot (every seed learned), a red x (some
     seed collapsed or diverged) or a blue triangle (some never learned, none unstable), the
     bracket shaded between last stable and first unstable; the points go to the .csv beside it."""
-    import pandas as pd
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(table) + 1.4))
     points = at_search_budget(points)  # the budget check's reruns are the table's, not the search's

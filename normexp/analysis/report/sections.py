@@ -7,9 +7,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pandas as pd
+
 from ...runs.reading import Run
 from ...runs.schema import Status
-from .. import study
+from .. import depth_law, study
 from ..boundary import RESULT_COLUMNS, budget_check_rows
 from .figures import plot_boundary_search, plot_sweep, save_figure
 from .tables import display_name, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
@@ -130,8 +132,6 @@ def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
 def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     """The boundary sweeper's results (boundary.csv and boundary_points.csv of each search under
     the folder): a table, and boundary_search.png (figures.plot_boundary_search)."""
-    import pandas as pd
-
     table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
     points = pd.concat([pd.read_csv(t.with_name("boundary_points.csv")) for t in tables], ignore_index=True)
     key = str(table["key"].iloc[0])
@@ -182,10 +182,6 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
     depth_law.py), depth_law.png (its points: depth_law.csv) and depth_law_slopes.csv (the slope table); [] otherwise.
     With each table's boundary_points.csv beside it, also the likelihood fit over every run and, with
     the runs' losses (`runs`, or a loss column in boundary_points.csv), the optimal lr."""
-    import pandas as pd
-
-    from .. import depth_law
-
     table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
     if str(table["key"].iloc[0]) != "lr" or "layers" not in table.columns or table["layers"].nunique() < 2:
         return []
