@@ -54,6 +54,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from normexp.config.compose import compose_config
+from normexp.data.batches import get_batch
+from normexp.model import GPT
+from normexp.train.loop import (autocast_for, build_model, generator, load_data, make_optimizer, model_config,
+                                seed_everything, validation_loss)
+from normexp.train.schedules import lr_multiplier
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torchscale_crosscheck as tc  # noqa: E402
 
@@ -95,8 +102,6 @@ class FairseqAdam(torch.optim.Optimizer):
 
 def normexp_optimizer(setup: str, model, cfg) -> torch.optim.Optimizer:
     """The optimizer of one normexp model (the pair's, or a noise copy's) under the set-up."""
-    from normexp.train.loop import make_optimizer
-
     if setup == "normexp":
         return make_optimizer(model, cfg)
     return FairseqAdam([{"params": list(model.parameters())}], lr=cfg.lr, betas=cfg.optim.betas,
@@ -123,8 +128,6 @@ SETUPS = ("normexp", "fairseq")
 
 def trajectory_config(placement: str, layers: int, lr: float, seed: int, steps: int, extra=()):
     """The depth-law preset's shape with init=torchscale, LayerNorm, one thread."""
-    from normexp.config.compose import compose_config
-
     return compose_config(["experiment=depth_law", f"placement={placement}", "init=torchscale", "norm=layer",
                            f"layers={layers}", f"lr={lr}", f"seed={seed}", f"steps={steps}", "threads=1",
                            "log.progress=off", *extra])
@@ -187,9 +190,6 @@ def reference_step(decoder, optimizer, x, y) -> float:
 @torch.no_grad()
 def reference_validation(decoder, corpus, cfg) -> float:
     """The reference's loss on normexp's validation batches (train.validation_loss's stream)."""
-    from normexp.data.batches import get_batch
-    from normexp.train.loop import generator
-
     decoder.eval()
     evaluation, total = generator(cfg.seed, "evaluation"), 0.0
     for _ in range(cfg.eval_batches):
@@ -204,11 +204,6 @@ def run_pair(cfg, corpus, setup: str = "normexp", noise_runs: int = 2, reference
     initial weights, and `noise_runs` normexp copies fed row-permuted batches, side by side.
     `reference_hook(decoder)`, if given, may change the reference after the copy (the tests
     use it to show a changed reference parts)."""
-    from normexp.data.batches import get_batch
-    from normexp.model import GPT
-    from normexp.train.loop import autocast_for, build_model, generator, model_config, seed_everything, validation_loss
-    from normexp.train.schedules import lr_multiplier
-
     torch.set_num_threads(int(cfg.threads))
     seed_everything(cfg.seed)  # as Trainer does before it builds the model
     model = build_model(cfg, corpus, torch.device("cpu"))
@@ -272,12 +267,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.noise_runs < 0:
         parser.error(f"--noise-runs must be 0 or more, not {args.noise_runs}")
+    rows = []
+    for row in args.rows:
+        try:
+            placement, layers, lr = row.split(":")
+            rows.append((placement, int(layers), lr, float(lr)))
+        except ValueError:
+            parser.error(f"--rows {row!r}: each row is placement:layers:lr, e.g. deepnorm:8:1.73e-3")
     why = tc.torchscale_missing()
     if why:
         print(f"torchscale_trajectory: {why}", file=sys.stderr)
         return 2
-
-    from normexp.train.loop import load_data
 
     corpus, steps_rows, summary_rows, t0 = None, [], [], time.time()
     print(f"bound at step t: max({FACTOR:g} × e(t), {FLOOR:g}); e(t): the largest |Δloss| between normexp and "
@@ -286,17 +286,16 @@ def main(argv=None) -> int:
           "val normexp | val torchscale | outcome normexp / torchscale |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for setup in args.setup:
-        for row in args.rows:
-            placement, layers, lr = row.split(":")
+        for placement, layers, lr, lr_value in rows:
             for seed in args.seeds:
-                cfg = trajectory_config(placement, int(layers), float(lr), seed, args.steps)
+                cfg = trajectory_config(placement, layers, lr_value, seed, args.steps)
                 corpus = corpus or load_data(cfg)
                 traj = run_pair(cfg, corpus, setup, args.noise_runs)
                 deltas, envelope, bounds = traj.deltas(), traj.envelope(), traj.bounds()
                 parting = traj.parting_step()
                 outcomes = [tc.outcome(v, corpus.baseline_loss, cfg.stall_margin)
                             for v in (traj.val_ours, traj.val_reference)]
-                key = dict(placement=placement, layers=int(layers), lr=lr, seed=seed, setup=setup)
+                key = dict(placement=placement, layers=layers, lr=lr, seed=seed, setup=setup)
                 for step, values in enumerate(zip(traj.lrs, traj.ours, traj.reference, deltas, envelope, bounds)):
                     steps_rows.append({**key, "step": step, **dict(zip(STEP_FIELDS[6:], values))})
                     if args.print_steps:
