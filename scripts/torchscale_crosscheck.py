@@ -188,6 +188,27 @@ def copy_into_reference(model, decoder) -> None:
         decoder.layer_norm.bias.copy_(ours["final_norm.bias"])
 
 
+def reference_parameters(decoder) -> dict[str, list[nn.Parameter]]:
+    """For every normexp parameter name, the reference parameters that hold its values (the
+    weight map of `copy_into_normexp`): one each, except the fused qkv (q, k, v stacked) and the
+    positions (normexp's rows are rows POSITION_OFFSET.. of the reference's table). Every
+    reference parameter appears exactly once; the output head is the token embedding in both."""
+    mapped = {"tok_emb.weight": [decoder.embed_tokens.weight], "pos_emb.weight": [decoder.embed_positions.weight]}
+    for i, layer in enumerate(decoder.layers):
+        a, f, block = layer.self_attn, layer.ffn, f"blocks.{i}."
+        for part in ("weight", "bias"):
+            mapped[block + f"attn.sublayer.qkv.{part}"] = [getattr(m, part) for m in (a.q_proj, a.k_proj, a.v_proj)]
+            for module, key in ((a.out_proj, "attn.sublayer.proj"), (layer.self_attn_layer_norm, "attn.norm"),
+                                (f.fc1, "mlp.sublayer.fc_in"), (f.fc2, "mlp.sublayer.fc_out"),
+                                (layer.final_layer_norm, "mlp.norm")):
+                mapped[block + f"{key}.{part}"] = [getattr(module, part)]
+    if decoder.layer_norm is not None:
+        mapped.update({"final_norm.weight": [decoder.layer_norm.weight], "final_norm.bias": [decoder.layer_norm.bias]})
+    listed = [id(p) for ps in mapped.values() for p in ps]
+    assert sorted(listed) == sorted(id(p) for p in decoder.parameters()), "the map must cover each reference parameter once"
+    return mapped
+
+
 def reference_optimizer(decoder, lr: float, betas, eps: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW with normexp's rule (train.loop.decays): decay on matrices, not on norms, biases or
     embeddings (the tied head is the token embedding)."""
@@ -222,6 +243,7 @@ def train_reference(cfg, corpus, weights: str = "own") -> float:
     from normexp.data.batches import get_batch
     from normexp.model import GPT
     from normexp.train.loop import generator, model_config, seed_everything
+    from normexp.train.schedules import lr_multiplier
 
     torch.set_num_threads(int(cfg.threads))
     seed_everything(cfg.seed)
@@ -233,7 +255,9 @@ def train_reference(cfg, corpus, weights: str = "own") -> float:
     opt = reference_optimizer(decoder, cfg.lr, cfg.optim.betas, cfg.optim.eps, cfg.optim.weight_decay)
     data = generator(cfg.seed, "data")
     decoder.train()
-    for _ in range(cfg.steps):
+    for step in range(cfg.steps):
+        for group in opt.param_groups:  # normexp's warmup and schedule (Trainer.set_lr), not a constant lr
+            group["lr"] = cfg.lr * lr_multiplier(step, cfg.steps, min(cfg.warmup, cfg.steps), cfg.schedule)
         x, y = get_batch(corpus.train, cfg.batch_size, cfg.seq_len, data)
         logits = reference_logits(decoder, x)
         loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten())

@@ -1,6 +1,7 @@
 """`init=torchscale` against the DeepNet reference code itself (torchscale 0.3's `Decoder`):
 with the reference's weights copied into normexp, the logits, the gradients, the first AdamW
-update and a few steps of training agree to float tolerance (issue 30). torchscale is not a
+update and a few steps of training agree to float tolerance (issue 30), and from normexp's
+weights the two training-loss trajectories stay within the float-noise bound (issue 39). torchscale is not a
 dependency of normexp or of this suite: without it these tests are skipped, saying how to
 install it. The reference is built and mapped by scripts/torchscale_crosscheck.py."""
 
@@ -13,6 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import torchscale_crosscheck as tc  # noqa: E402
+import torchscale_trajectory as tt  # noqa: E402
 
 from normexp.config.compose import compose_config  # noqa: E402
 from normexp.train.loop import make_optimizer  # noqa: E402
@@ -144,3 +146,46 @@ def test_the_inverse_map_puts_normexp_weights_into_the_reference():
         assert torch.equal(a, b), name
     x, _ = batch(5)
     torch.testing.assert_close(tc.reference_logits(other, x), ours(x)[0], atol=2e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------ trajectories (issue 39)
+
+TRAJECTORY_STEPS = 40  # the full 200 are scripts/torchscale_trajectory.py's (docs/results/torchscale_trajectory)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    from normexp.train.loop import load_data
+
+    return load_data(tt.trajectory_config("post", 8, 1e-3, 0, TRAJECTORY_STEPS))
+
+
+@pytest.mark.parametrize("placement", ["post", "deepnorm"])
+def test_training_follows_the_reference_trajectory(placement, corpus):
+    """normexp's init=torchscale model and the reference Decoder holding its weights, trained
+    side by side at the depth-law shape (8 blocks, lr 1.73e-3, warmup then cosine) on the same
+    batches with normexp's optimizer groups mapped onto the reference's parameters: every step's
+    training loss agrees within the float-noise bound, max(10 × e(t), 1e-5), e(t) the largest
+    |Δloss| so far between normexp and a copy of itself fed the batch's rows in another order."""
+    cfg = tt.trajectory_config(placement, 8, 1.73e-3, 0, TRAJECTORY_STEPS)
+    traj = tt.run_pair(cfg, corpus, "normexp", noise_runs=1)
+    assert len(traj.ours) == TRAJECTORY_STEPS
+    assert traj.ours[-1] < traj.ours[0] - 1.0  # it trained: the comparison is not of two frozen models
+    worst = max(range(TRAJECTORY_STEPS), key=lambda t: traj.deltas()[t] / traj.bounds()[t])
+    assert traj.parting_step() is None, (
+        f"parted at step {traj.parting_step()}: |Δloss| {traj.deltas()[worst]:.2e} against the bound "
+        f"{traj.bounds()[worst]:.2e} at step {worst}")
+
+
+def test_a_reference_one_setting_away_leaves_the_bound(corpus):
+    """The bound is tight enough to matter: the same pair with only the reference's LayerNorm ε
+    changed (1e-5 → 1e-4, the sort of setting a port gets wrong) parts within the steps the test
+    above runs."""
+    def other_eps(decoder):
+        for m in decoder.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.eps = 1e-4
+
+    cfg = tt.trajectory_config("post", 8, 1.73e-3, 0, TRAJECTORY_STEPS)
+    traj = tt.run_pair(cfg, corpus, "normexp", noise_runs=1, reference_hook=other_eps)
+    assert traj.parting_step() is not None
