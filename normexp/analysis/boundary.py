@@ -252,7 +252,20 @@ class Search:
         slow, unstable = self.empty_window()
         if slow is not None and unstable / slow > self.ratio:
             points.append(midpoint(slow, unstable, self.integer))
+        points += [midpoint(a, b, self.integer) for a, b in self.stuck_gaps()]
         return [x for x in points if x is not None and x not in self.outcomes]
+
+    def stuck_gaps(self) -> list[tuple]:
+        """With nothing learned and no slow point (stuck everywhere): the gaps between neighbouring
+        probed points, the lower one stuck, wider than the lower edge's ratio. A run that has not
+        left the plateau by the end of a short budget looks stuck even where it is only slow, so a
+        window can hide between two stuck points (DeepNorm at 16 blocks learned at 1.73e-3 between
+        stuck 3e-4 and 3e-3); one narrower than that ratio can still hide (upper_gap_why says so)."""
+        if self.window_start() is not None or self.empty_window()[0] is not None or not self.outcomes:
+            return []
+        xs = sorted(self.outcomes)
+        return [(a, b) for a, b in zip(xs, xs[1:])
+                if self.point_class(a) == "stuck" and b / a > (self.lower_ratio or self.ratio)]
 
     def next_point(self):
         """The first of next_points, or None when the search is done."""
@@ -336,7 +349,13 @@ class Search:
             if high is None:
                 return "search failed" if self.error else "search bound reached: no failure above the slow points up to upper"
             if slow is None:
-                return "search failed" if self.error else "search bound reached: no slow point down to lower"
+                if self.error:
+                    return "search failed"
+                if self.stuck_gaps():
+                    return "in progress"
+                return ("search bound reached: no slow point down to lower"
+                        + (f"; stuck everywhere, each gap searched to ×{self.lower_ratio or self.ratio:g}"
+                           if self.point_class(min(self.outcomes)) == "stuck" else ""))
             return self._gap_why(slow, high, self.ratio)
         if high is None:
             return "search bound reached: learns up to upper"

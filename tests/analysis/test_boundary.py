@@ -365,7 +365,8 @@ def curve_window(slow_below, learns_to, steps_factor_learns_to=None):
 def scheduled_n(outcome, budget_check=0, **kw):
     """scheduled(), with budget_check and an outcome that sees the job's steps factor."""
     lower, upper, first, seeds = kw.get("lower", 1e-4), kw.get("upper", 1e-1), kw.get("first", 4), kw.get("seeds", (0, 1, 2))
-    s = boundary.Search((("placement", 0),), lower, upper, kw.get("ratio", 1.25), budget_check=budget_check)
+    s = boundary.Search((("placement", 0),), lower, upper, kw.get("ratio", 1.25), budget_check=budget_check,
+                        lower_ratio=kw.get("lower_ratio"))
     launched = []
 
     def launch_one(job):
@@ -495,3 +496,29 @@ def test_budget_check_rows_pair_each_rerun_with_the_seeds_search_outcome():
     assert [(r["lr"], r["seed"], r["outcome at ×1"], r["steps factor"], r["outcome at ×N"]) for r in rows] == \
         [(0.03, 0, "stuck", 4, "learned"), (0.03, 1, "-", 4, "slow")]
     assert budget_check_rows(points.drop(columns="steps_factor"), ["placement"], "lr") == []
+
+
+def stuck_but_a_narrow_window(low, high):
+    """Stuck (flat on the plateau) everywhere except a window (low, high] where every seed learns:
+    DeepNorm/xavier at 16 blocks and 200 steps, stuck at 3e-4 and 3e-3, learned at 1.73e-3."""
+    def outcome(x, seed, i, factor=1):
+        return {"status": "completed"} if low < x <= high else {"status": "stalled", "outcome": "stuck"}
+    return outcome
+
+
+def test_a_window_between_two_stuck_points_is_found():
+    # initial points 1e-4, 1e-3, 1e-2, 1e-1 are all stuck; before, the search stopped there
+    # ("stuck everywhere", ×10 gaps never searched); now each gap is bisected to the lower
+    # ratio, 1.78e-3 learns, and the upper edge goes to ×1.25
+    s, _ = scheduled_n(stuck_but_a_narrow_window(1.5e-3, 2.2e-3), ratio=1.25, lower_ratio=2.5)
+    low, high = s.bracket()
+    assert 1.5e-3 < low <= 2.2e-3 < high and high / low <= 1.25 and s.upper_edge() == "stalled"
+    assert s.lower_edge() == "stuck below"
+
+
+def test_stuck_everywhere_searches_every_gap_to_the_lower_ratio_and_says_so():
+    s, _ = scheduled_n(stuck_but_a_narrow_window(0, 0), ratio=1.25, lower_ratio=2.5)
+    xs = sorted(s.outcomes)
+    assert all(b / a <= 2.5 for a, b in zip(xs, xs[1:])) and len(xs) > 4
+    assert s.upper_edge() == "stuck everywhere"
+    assert s.upper_gap_why() == "search bound reached: no slow point down to lower; stuck everywhere, each gap searched to ×2.5"
