@@ -16,7 +16,7 @@ from normexp.config.registry import build
 from normexp.launch.preflight import check_job
 from normexp.model import GPT, NORMS, ModelConfig
 from normexp.model.layers import CausalSelfAttention
-from normexp.train.instruments import Instruments, attention_signals
+from normexp.train.instruments import Instruments, attention_signals, recording
 
 
 # -------------------------------------------------------------------------- ScaleNorm
