@@ -3,15 +3,16 @@ swappable. It stands on torch and the config's checks alone (no Hydra, no run fo
 
     config.py           ModelConfig: the shape, and which norm, placement and init
     norms.py            NORMS: what normalizes (LayerNorm, RMSNorm, ...)
-    placements.py       PLACEMENTS: where the norm sits around each sublayer (Post-LN, Pre-LN, ...)
+    placements/         PLACEMENTS: where the norm sits around each sublayer (Post-LN, Pre-LN, ...),
+                        one module per placement, each with its helpers and its model-level policy
     inits.py            INITS: how the weights start (xavier, gpt2, small, torchscale)
     layers.py           the sublayers a placement wraps: attention, cross-attention, MLP
     gpt.py              Block and GPT, read top to bottom
     readouts.py         what an instrument may read, and the hooks that read it
     encoder_decoder.py  the encoder-decoder of `normexp probe --encoder-decoder`
 
-A new norm, placement or init is one class in its registry's module and one yaml file in
-configs/<group>/.
+A new norm or init is one class in its registry's module and one yaml file in configs/<group>/;
+a new placement is one module in placements/ (found there, no list to edit) and one yaml file.
 """
 
 from .config import ModelConfig

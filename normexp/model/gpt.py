@@ -1,15 +1,18 @@
 """The GPT itself, read top to bottom as nanoGPT's: a Block wraps each sublayer in the run's
 placement; the GPT embeds the tokens, runs the blocks, applies the final norm where the
-placement needs one, and reads the logits through a head tied to the token embedding.
+placement needs one, and reads the logits through a head tied to the token embedding. What the
+placement decides for the whole model (the stream entering the blocks, the final module, a logit
+scale, the optimizer's groups, a hook after each step) the GPT asks its policy, built once.
 
 One `ModelConfig` drives everything. A norm, a placement or an init is a small class picked
-by name from `NORMS` (norms.py), `PLACEMENTS` (placements.py) or `INITS` (inits.py); its
+by name from `NORMS` (norms.py), `PLACEMENTS` (placements/) or `INITS` (inits.py); its
 settings are its constructor's keyword-only parameters, their values those of its own config
 file (configs/norm/<name>.yaml, ...) where the config leaves them out (config/registry.py's
 `variant`, the one place that fills them):
 
     NORMS[name](d_model, **settings)
     PLACEMENTS[name](sublayer, make_norm, index=block, depth=layers, **settings)
+    PLACEMENTS[name].model_policy(last placement)     # the model-level half (placements/base.py)
 
 (`make_norm(width=d_model)` makes a fresh norm of the run's type.)
 """
@@ -30,7 +33,7 @@ from .config import ModelConfig
 from .inits import INITS
 from .layers import MLP, CausalSelfAttention, CrossAttention, Sublayer, softcap
 from .norms import NORMS
-from .placements import PLACEMENTS, Placement
+from .placements import PLACEMENTS, ModelPolicy, Placement
 from .readouts import Readout, _first, _second, read_outputs
 
 
@@ -107,7 +110,9 @@ class GPT(nn.Module):
     """Token + position embeddings (scaled by √d: their sum, or the token embedding alone as
     the init scheme's `scale_positions` says), `layers` blocks, the final norm where the
     placement needs one, and a head tied to the token embedding. `causal=False` and
-    `cross_attention=True` build the encoder and the decoder of an encoder-decoder model."""
+    `cross_attention=True` build the encoder and the decoder of an encoder-decoder model.
+    `policy` is the placement's model-level half (`ModelPolicy`): what enters and leaves the
+    blocks, the logit scale, the optimizer's groups, the hook after each step."""
 
     def __init__(self, cfg: ModelConfig, causal: bool = True, cross_attention: bool = False):
         super().__init__()
@@ -124,8 +129,9 @@ class GPT(nn.Module):
             Block(cfg, lambda f, i=i: placement_cls(f, make_norm, index=i, depth=cfg.layers, **placement_settings),
                   causal, cross_attention, make_qk_norm)
             for i in range(cfg.layers))
-        self.final_norm = self.blocks[-1].mlp.make_final(make_norm)  # a Norm, the identity, or ResiDual's output
-        self.logit_scale = self.blocks[-1].mlp.make_logit_scale(cfg.vocab_size)  # None, or nGPT's s_z
+        self.policy: ModelPolicy = placement_cls.model_policy(self.blocks[-1].mlp)  # holds no parameters
+        self.final_norm = self.policy.make_final(make_norm)  # a Norm, the identity, or ResiDual's output
+        self.logit_scale = self.policy.make_logit_scale(cfg.vocab_size)  # None, or nGPT's s_z
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         self.scale_positions = self.init_scheme.scale_positions  # what √d multiplies: tok + pos, or tok alone
@@ -191,13 +197,13 @@ class GPT(nn.Module):
             self.compiled_blocks = compiled
 
     def after_optimizer_step(self) -> None:
-        """The placement's hook after each optimizer step (`Placement.after_optimizer_step`)."""
-        self.blocks[0].attn.after_optimizer_step(self)
+        """The placement's hook after each optimizer step (`ModelPolicy.after_optimizer_step`)."""
+        self.policy.after_optimizer_step(self)
 
     def param_groups(self, lr: float, eps: float) -> list[dict]:
-        """The optimizer's parameter groups, as the placement says (`Placement.param_groups`):
+        """The optimizer's parameter groups, as the placement's policy says (`ModelPolicy.param_groups`):
         one group at lr and ε, or depth_mup's depth-scaled lr and ε for the blocks."""
-        return self.blocks[0].attn.param_groups(self, lr, eps)
+        return self.policy.param_groups(self, lr, eps)
 
     def settings(self) -> dict:
         """The norm's and the placement's settings as built ("auto" resolved), read from the
@@ -225,7 +231,7 @@ class GPT(nn.Module):
     def hidden(self, idx: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
         """The final hidden state (B, T, d). `memory`: the encoder output, for cross-attention."""
         x = self.embed(idx)
-        x = self.blocks[0].attn.enter(x)  # the stream: x itself, or ResiDual's pair
+        x = self.policy.enter(x)  # the stream: x itself, ResiDual's pair, or nGPT's x/‖x‖
         for block in self.compiled_blocks or self.blocks:
             x = block(x, memory)
         return self.final_norm(x)

@@ -1,5 +1,6 @@
-"""The model against independent references: torch.nn norms, hand-written placement
-formulas, the DeepNet constants table and the init-scale formula."""
+"""The model against independent references: torch.nn norms, the final norm where the stream
+is not normalized, the tied head and causality, and the init-scale formulas. (Each placement's
+formulas are in its own file in placements/.)"""
 
 import math
 
@@ -7,11 +8,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
-from normexp.config.registry import build
-from normexp.model.placements import DeepNorm, deepnorm_constants
+from normexp.model import GPT, NORMS, ModelConfig
 
-from model_helpers import D, StandIn, by_hand_norm, randomize
+from model_helpers import D, randomize
 
 torch.manual_seed(0)
 
@@ -68,89 +67,10 @@ def test_dyt_and_none_follow_their_formulas():
     assert torch.equal(NORMS["none"](D)(x), x)
 
 
-# Each placement's output by its formula, with F a stand-in and LayerNorm by hand. (The
-# placements whose forward needs a real sublayer or several blocks are checked in
-# test_stabilizers.py and test_variants.py.)
-FORMULAS = {
-    "post": lambda f, x: (by_hand_norm(x + f(x)), f(x)),
-    "pre": lambda f, x: (x + f(by_hand_norm(x)), f(by_hand_norm(x))),
-    "deepnorm": lambda f, x: (by_hand_norm(2.5 * x + f(x)), f(x)),
-    "sandwich": lambda f, x: (x + by_hand_norm(f(by_hand_norm(x))), by_hand_norm(f(by_hand_norm(x)))),
-    "peri": lambda f, x: (x + by_hand_norm(f(by_hand_norm(x))), by_hand_norm(f(by_hand_norm(x)))),
-    "layerscale": lambda f, x: (x + 0.1 * f(by_hand_norm(x)), 0.1 * f(by_hand_norm(x))),  # CaiT ε at depth 6
-}
-
-
-@pytest.mark.parametrize("name", sorted(FORMULAS))
-def test_placement_block_matches_formula(name):
-    f = StandIn()
-    settings = {"alpha": 2.5} if name == "deepnorm" else {}
-    layer = build(PLACEMENTS, "placement", {"name": name, **settings}, f, lambda: build(NORMS, "norm", "layer", D),
-                  index=0, depth=6)
-    x = torch.randn(2, 5, D) * 3
-    y, out = layer(x)
-    expected = FORMULAS[name](f, x)
-    torch.testing.assert_close(y, expected[0], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(out, expected[1], atol=1e-5, rtol=1e-5)
-
-
 def test_final_norm_only_where_the_stream_is_not_normalized():
     for placement, has_final in [("pre", True), ("sandwich", True), ("mix", True), ("post", False), ("deepnorm", False)]:
         model = GPT(ModelConfig(layers=4, d_model=D, heads=2, seq_len=8, placement=placement))
         assert isinstance(model.final_norm, nn.Identity) != has_final, placement
-
-
-def test_mix_is_post_then_pre():
-    model = GPT(ModelConfig(layers=12, d_model=D, heads=2, seq_len=4, placement={"name": "mix", "ratio": 0.25}))
-    kinds = [(b.attn.post, b.mlp.post) for b in model.blocks]
-    assert kinds == [(True, True)] * 3 + [(False, False)] * 9  # ⌊0.25·12⌋ = 3 Post-LN blocks
-    # and each block computes its formula: Post-LN in block 0, Pre-LN in block 3
-    f = StandIn()
-    for index, formula in ((0, lambda x: (by_hand_norm(x + f(x)), f(x))),
-                           (3, lambda x: (x + f(by_hand_norm(x)), f(by_hand_norm(x))))):
-        layer = PLACEMENTS["mix"](f, lambda: build(NORMS, "norm", "layer", D), index=index, depth=12, ratio=0.25)
-        x = torch.randn(2, 5, D) * 3
-        for got, want in zip(layer(x), formula(x)):
-            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-
-
-# The DeepNet paper's formulas evaluated by hand for N = 6, 12, 24, 48.
-@pytest.mark.parametrize("n, alpha, beta", [(6, 1.861, 0.380), (12, 2.213, 0.319), (24, 2.632, 0.269), (48, 3.130, 0.226)])
-def test_deepnorm_constants_table(n, alpha, beta):
-    a, b = deepnorm_constants(n)
-    assert a == pytest.approx(alpha, abs=6e-4) and b == pytest.approx(beta, abs=6e-4)
-    model = GPT(ModelConfig(layers=n, d_model=8, heads=2, seq_len=4, placement="deepnorm"))
-    assert model.settings()["placement"]["alpha"] == pytest.approx(alpha, abs=6e-4)
-    assert model.blocks[0].attn.alpha == pytest.approx(alpha, abs=6e-4)
-
-
-def test_deepnorm_alpha_multiplies_the_residual_not_the_sublayer():
-    f = StandIn()
-    layer = DeepNorm(f, lambda: NORMS["none"](D), index=0, depth=6, alpha=3.0, beta="auto")
-    x = torch.randn(2, 3, D)
-    torch.testing.assert_close(layer(x)[0], 3.0 * x + f(x))
-
-
-def test_deepnorm_init_std_is_beta_scaled_xavier():
-    d, layers = 256, 12
-    model = GPT(ModelConfig(layers=layers, d_model=d, heads=4, seq_len=8, placement="deepnorm"))
-    beta = (8 * layers) ** -0.25
-    block = model.blocks[5]
-    attn, mlp = block.attn.sublayer, block.mlp.sublayer
-    q, k, v = attn.qkv.weight.detach().split(d)
-    cases = [(q, 1.0, d, d), (k, 1.0, d, d), (v, beta, d, d), (attn.proj.weight, beta, d, d),
-             (mlp.fc_in.weight, beta, d, 4 * d), (mlp.fc_out.weight, beta, 4 * d, d)]
-    for w, gain, fan_in, fan_out in cases:
-        expected = gain * math.sqrt(2.0 / (fan_in + fan_out))
-        n = w.numel()
-        # the sample std of n normals has relative standard error ≈ 1/sqrt(2n); allow 5 of them
-        assert abs(w.std().item() / expected - 1) < 5 / math.sqrt(2 * n), (gain, fan_in, fan_out)
-
-
-def test_custom_deepnorm_constants_are_used():
-    model = GPT(ModelConfig(layers=6, d_model=D, heads=2, seq_len=4,
-                            placement={"name": "deepnorm", "alpha": 1.5, "beta": 0.5}))
-    assert model.blocks[3].mlp.alpha == 1.5 and model.settings()["placement"]["beta"] == 0.5
 
 
 def test_tied_head_and_causality():
@@ -227,11 +147,3 @@ def test_scale_positions_says_what_the_embedding_scale_multiplies():
         GPT(ModelConfig(d_model=D, heads=2, layers=1, seq_len=8, init={"name": "torchscale", "scale_positions": "yes"}))
 
 
-@pytest.mark.parametrize("depth, scale", [(6, 0.1), (18, 0.1), (24, 1e-5), (36, 1e-6), (1000, 1e-6)])
-def test_layerscale_initial_scale_follows_cait_for_the_depth(depth, scale):
-    layer = build(PLACEMENTS, "placement", "layerscale", StandIn(), lambda: build(NORMS, "norm", "layer", D),
-                  index=0, depth=depth)  # init_scale: the yaml's "auto"
-    assert torch.equal(layer.scale.detach(), torch.full((D,), scale))  # one λ per channel
-    custom = PLACEMENTS["layerscale"](StandIn(), lambda: build(NORMS, "norm", "layer", D), index=0, depth=depth, init_scale=1e-3)
-    assert torch.equal(custom.scale.detach(), torch.full((D,), 1e-3))
-    assert layer.needs_final_norm  # the stream is not normalized: the model adds a final norm

@@ -10,13 +10,13 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from normexp.config.compose import compose_config
 from normexp.model import GPT, NORMS, PLACEMENTS
 from normexp.train.loop import model_config
 
 from conftest import placement_expectations
+from model_helpers import init_std_ratio
 
 SMALL = ["d_model=16", "heads=2", "seq_len=8", "layers=2"]
 
@@ -29,12 +29,6 @@ def build(*overrides: str) -> GPT:
 
 def norms_of(model: GPT) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m) in NORMS.values()]
-
-
-def is_normalized(y: torch.Tensor) -> bool:
-    """Every token has mean 0 and variance 1 over its features (a LayerNorm with γ=1, β=0)."""
-    mean, var = y.mean(-1), y.var(-1, unbiased=False)
-    return bool(mean.abs().max() < 1e-4 and (var - 1).abs().max() < 1e-2)
 
 
 # ---------------------------------------------------------------- model keys and groups
@@ -137,87 +131,6 @@ def test_dyt_init_alpha_from_the_command_line_is_the_initial_scale():
 
 
 # ---------------------------------------------------------------- placement settings
-
-def post_blocks(model: GPT) -> list[bool]:
-    """For each block, whether it is Post-LN, from what its self-attention sublayer computes:
-    Post-LN returns Norm(x + F(x)) (normalized), Pre-LN x + F(Norm(x)) (not, for a large x)."""
-    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(4)) * 10 + 3
-    with torch.no_grad():
-        return [is_normalized(block.attn(x)[0]) for block in model.blocks]
-
-
-# (layers, ratio, ⌊ratio·layers⌋ by hand): where floor and ceiling differ, and where the
-# floating-point product lands just below the integer (0.58·50 = 28.999999999999996)
-MIX = [(12, 0.25, 3), (6, 0.25, 1), (7, 0.5, 3), (4, 0.5, 2), (5, 0.9, 4), (8, 0.0, 0), (3, 0.34, 1),
-       (50, 0.58, 29)]
-
-
-@pytest.mark.parametrize("layers, ratio, posts", MIX)
-def test_mix_ratio_gives_floor_of_ratio_times_layers_post_ln_blocks(layers, ratio, posts):
-    model = build("placement=mix", f"placement.ratio={ratio}", f"layers={layers}")
-    assert post_blocks(model) == [True] * posts + [False] * (layers - posts)
-    assert not isinstance(model.final_norm, torch.nn.Identity)  # the last block is Pre-LN: a final norm
-
-
-def init_std_ratio(model: GPT, d: int) -> tuple[float, float, float]:
-    """(std of q and k over their Xavier std, std of v, proj, fc_in, fc_out over theirs, the
-    relative standard error of the second) pooled over all blocks: gain 1 and gain β."""
-    qk, rest = [], []
-    for block in model.blocks:
-        attn, mlp = block.attn.sublayer, block.mlp.sublayer
-        q, k, v = attn.qkv.weight.detach().split(d)
-        xavier = lambda fan_in, fan_out: math.sqrt(2.0 / (fan_in + fan_out))  # noqa: E731
-        qk += [q.flatten() / xavier(d, d), k.flatten() / xavier(d, d)]
-        rest += [v.flatten() / xavier(d, d), attn.proj.weight.detach().flatten() / xavier(d, d),
-                 mlp.fc_in.weight.detach().flatten() / xavier(d, 4 * d),
-                 mlp.fc_out.weight.detach().flatten() / xavier(4 * d, d)]
-    rest = torch.cat(rest)
-    return torch.cat(qk).std().item(), rest.std().item(), 1 / math.sqrt(2 * rest.numel())
-
-
-def check_deepnorm(model: GPT, alpha: float, beta: float, d: int) -> None:
-    # α multiplies the residual in every sublayer's forward: y = LN(α·x + F(x)), γ=1, β=0 at init
-    x = torch.randn(2, 8, d, generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        for block in model.blocks:
-            for wrapper in (block.attn, block.mlp):
-                y, out = wrapper(x)
-                f = wrapper.sublayer(x)
-                torch.testing.assert_close(out, f)
-                torch.testing.assert_close(y, F.layer_norm(alpha * x + f, (d,), eps=1e-5), atol=1e-5, rtol=1e-5)
-    # β is the Xavier gain of v, proj, fc_in, fc_out; q and k keep gain 1
-    qk, rest, se = init_std_ratio(model, d)
-    assert abs(qk - 1) < 0.05, qk
-    assert abs(rest / beta - 1) < 5 * se, (rest, beta)
-
-
-def test_deepnorm_alpha_and_beta_from_the_command_line_reach_forward_and_init():
-    d = 64
-    model = build("placement=deepnorm", "placement.alpha=2", "placement.beta=0.5", "layers=3", f"d_model={d}",
-                  "heads=4")
-    check_deepnorm(model, alpha=2.0, beta=0.5, d=d)
-    assert model.settings()["placement"] == {"alpha": 2.0, "beta": 0.5}
-
-
-def test_deepnorm_auto_constants_reach_forward_and_init():
-    """N = 3 blocks: α = 6^(1/4) ≈ 1.565, β = 24^(-1/4) ≈ 0.452."""
-    d = 64
-    model = build("placement=deepnorm", "layers=3", f"d_model={d}", "heads=4")
-    check_deepnorm(model, alpha=6 ** 0.25, beta=24 ** -0.25, d=d)
-
-
-@pytest.mark.parametrize("setting, scale", [([], 0.1), (["placement.init_scale=0.003"], 0.003)])
-def test_layerscale_init_scale_from_the_command_line_scales_every_sublayer(setting, scale):
-    """x ← x + λ·F(LN(x)), λ = init_scale per channel (auto: 0.1 for 2 blocks, CaiT)."""
-    model = build("placement=layerscale", *setting)
-    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(6)) * 2
-    with torch.no_grad():
-        for block in model.blocks:
-            for wrapper in (block.attn, block.mlp):
-                y, out = wrapper(x)
-                want = scale * wrapper.sublayer(F.layer_norm(x, (16,), eps=1e-5))
-                torch.testing.assert_close(out, want, atol=1e-7, rtol=1e-5)
-                torch.testing.assert_close(y, x + want, atol=1e-6, rtol=1e-5)
 
 
 def test_other_placements_keep_gain_one():

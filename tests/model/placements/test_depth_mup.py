@@ -1,6 +1,7 @@
-"""The depth_mup placement (configs/placement/depth_mup.yaml): what a model built with it must
-show, worked out by hand. tests/conftest.py's `placement_expectations` reads SHAPE and SETTINGS
-from here for the tests every placement passes (test_wiring, test_presets).
+"""The depth_mup placement (normexp/model/placements/depth_mup.py, configs/placement/depth_mup.yaml): its
+formulas against hand computations. SHAPE and SETTINGS, worked out by hand, are read by the
+tests every placement passes (tests/model/test_placements.py, test_wiring, test_presets) through
+tests/conftest.py's `placement_expectations`.
 
 Depth-μP / CompleteP with m = L/L₀ (L blocks, base depth L₀) and exponent α: each sublayer
 x ← x + m^-α·F(Norm(x)); every parameter inside the blocks trains with lr·m^(α−1) and Adam
@@ -15,7 +16,7 @@ import torch
 
 from model_helpers import D, StandIn
 from normexp.config.compose import compose_config
-from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.model import GPT, NORMS, PLACEMENTS
 from normexp.train.loop import Trainer, make_optimizer, model_config
 
 
@@ -25,11 +26,6 @@ SHAPE = (2, True)
 # so the branch multiplier m^-½ = √3, the hidden lr scale m^(½−1) = √3, the hidden ε scale m^-½ = √3
 SETTINGS = {"exponent": 0.5, "base_depth": 6, "branch_scale": math.sqrt(3), "lr_scale": math.sqrt(3),
             "eps_scale": math.sqrt(3)}
-
-
-def test_depth_mup_resolves_its_settings_by_hand():
-    model = GPT(ModelConfig(layers=2, d_model=16, heads=2, seq_len=8, placement="depth_mup"))
-    assert model.settings()["placement"] == pytest.approx(SETTINGS)
 
 
 # (layers L, base depth L₀, exponent α, branch multiplier (L/L₀)^-α by hand)

@@ -1,6 +1,7 @@
-"""The lns placement (configs/placement/lns.yaml): what a model built with it must show,
-worked out by hand. tests/conftest.py's `placement_expectations` reads SHAPE and SETTINGS
-from here for the tests every placement passes (test_wiring, test_presets)."""
+"""The lns placement (normexp/model/placements/lns.py, configs/placement/lns.yaml): its
+formulas against hand computations. SHAPE and SETTINGS, worked out by hand, are read by the
+tests every placement passes (tests/model/test_placements.py, test_wiring, test_presets) through
+tests/conftest.py's `placement_expectations`."""
 
 import math
 
@@ -15,11 +16,6 @@ from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 SHAPE = (2, True)
 # its resolved settings at 2 blocks (summary.json's placement_settings): no settings of its own
 SETTINGS = {}
-
-
-def test_lns_resolves_its_settings_by_hand():
-    model = GPT(ModelConfig(layers=2, d_model=16, heads=2, seq_len=8, placement="lns"))
-    assert model.settings()["placement"] == pytest.approx(SETTINGS)
 
 
 @pytest.mark.parametrize("index, scale", [(0, 1.0), (1, 1 / math.sqrt(2)), (3, 0.5), (8, 1 / 3)])

@@ -1,6 +1,7 @@
-"""The ngpt placement (configs/placement/ngpt.yaml): what a model built with it must show,
-worked out by hand. tests/conftest.py's `placement_expectations` reads SHAPE and SETTINGS
-from here for the tests every placement passes (test_wiring, test_presets).
+"""The ngpt placement (normexp/model/placements/ngpt.py, configs/placement/ngpt.yaml): its
+formulas against hand computations. SHAPE and SETTINGS, worked out by hand, are read by the
+tests every placement passes (tests/model/test_placements.py, test_wiring, test_presets) through
+tests/conftest.py's `placement_expectations`.
 
 nGPT (Loshchilov et al. 2024; NVIDIA/ngpt): h ← n(h + α⊙(n(F(h)) − h)), n = L2-normalize;
 q, k per head s_qk⊙n(·) with softmax scale √d_head; the MLP's pre-activation ×s_v·√d;
@@ -8,26 +9,20 @@ logits ×s_z; every matrix unit-norm along d_model after each optimizer step; no
 
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 
-from model_helpers import D, StandIn
+from model_helpers import D, StandIn, make_ln
 from normexp.config.compose import compose_config
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 from normexp.model.layers import MLP, CausalSelfAttention
-from normexp.train.loop import make_optimizer, model_config
+from normexp.train.loop import Trainer, make_optimizer, model_config
 
 
 # (norms per block, whether the model adds a final norm): no norm layers at all
 SHAPE = (0, False)
 # its resolved settings at 2 blocks (summary.json's placement_settings): α's start
 SETTINGS = {"alpha_init": 0.05}
-
-
-def test_ngpt_resolves_its_settings_by_hand():
-    model = GPT(ModelConfig(layers=2, d_model=16, heads=2, seq_len=8, placement="ngpt"))
-    assert model.settings()["placement"] == pytest.approx(SETTINGS)
 
 
 def n(x, dim=-1):

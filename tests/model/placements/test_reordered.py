@@ -1,8 +1,8 @@
-"""The reordered placement (configs/placement/reordered.yaml): what a model built with it must
-show, worked out by hand. tests/conftest.py's `placement_expectations` reads SHAPE and SETTINGS
-from here for the tests every placement passes (test_wiring, test_presets)."""
+"""The reordered placement (normexp/model/placements/reordered.py, configs/placement/reordered.yaml): its
+formulas against hand computations. SHAPE and SETTINGS, worked out by hand, are read by the
+tests every placement passes (tests/model/test_placements.py, test_wiring, test_presets) through
+tests/conftest.py's `placement_expectations`."""
 
-import pytest
 import torch
 
 from model_helpers import D, StandIn, by_hand_norm
@@ -14,11 +14,6 @@ from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 SHAPE = (2, True)
 # its resolved settings at 2 blocks (summary.json's placement_settings): no settings of its own
 SETTINGS = {}
-
-
-def test_reordered_resolves_its_settings_by_hand():
-    model = GPT(ModelConfig(layers=2, d_model=16, heads=2, seq_len=8, placement="reordered"))
-    assert model.settings()["placement"] == pytest.approx(SETTINGS)
 
 
 def test_reordered_sublayer_is_x_plus_norm_of_f_of_x():

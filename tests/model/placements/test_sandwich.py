@@ -1,10 +1,13 @@
-"""The sandwich placement (configs/placement/sandwich.yaml): what a model built with it must show,
-worked out by hand. tests/conftest.py's `placement_expectations` reads SHAPE and SETTINGS
-from here for the tests every placement passes (test_wiring, test_presets)."""
+"""The sandwich placement (normexp/model/placements/sandwich.py, configs/placement/sandwich.yaml): its
+formulas against hand computations. SHAPE and SETTINGS, worked out by hand, are read by the
+tests every placement passes (tests/model/test_placements.py, test_wiring, test_presets) through
+tests/conftest.py's `placement_expectations`."""
 
-import pytest
+import torch
 
-from normexp.model import GPT, ModelConfig
+from model_helpers import D, StandIn, by_hand_norm
+from normexp.model import NORMS, PLACEMENTS
+
 
 # (norms per block, whether the model adds a final norm); Norm_in and Norm_out around each sublayer
 SHAPE = (4, True)
@@ -12,6 +15,12 @@ SHAPE = (4, True)
 SETTINGS = {}
 
 
-def test_sandwich_resolves_its_settings_by_hand():
-    model = GPT(ModelConfig(layers=2, d_model=16, heads=2, seq_len=8, placement="sandwich"))
-    assert model.settings()["placement"] == pytest.approx(SETTINGS)
+def test_sandwich_sublayer_normalizes_both_the_input_and_the_output_of_f():
+    """x ← x + LN_out(F(LN_in(x))); the contribution is LN_out(F(LN_in(x)))."""
+    f = StandIn()
+    layer = PLACEMENTS["sandwich"](f, lambda: NORMS["layer"](D, eps=1e-5), index=0, depth=6)
+    x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(0)) * 3
+    y, out = layer(x)
+    want = by_hand_norm(f(by_hand_norm(x)))
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(y, x + want, atol=1e-5, rtol=1e-5)
