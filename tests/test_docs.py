@@ -232,9 +232,12 @@ PY_PATH = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*\w+\.py)\b")
 DOTTED = re.compile(rf"(?<![\w.])(normexp(?:\.\w+)+|(?:{'|'.join(SUBPACKAGES)})\.[a-z_]\w*\.\w+(?:\.\w+)*)")
 # pages that describe another tree on purpose, and files of other projects that a docstring names
 HISTORICAL = {"docs/architecture/before.md", "tests/test_docs.py"}  # (this file: the checker's examples)
-ELSEWHERE = {("normexp/model/placements.py", "gtrxl.py"),     # opendilab/DI-engine's
-             ("normexp/model/placements.py", "model.py"),     # NVIDIA/ngpt's
-             ("docs/architecture/new_placement.md", "tests/model/placements/test_halfpre.py")}  # the example's new file
+ELSEWHERE = {("normexp/model/placements/gated.py", "gtrxl.py"),     # opendilab/DI-engine's
+             ("normexp/model/placements/ngpt.py", "model.py"),      # NVIDIA/ngpt's
+             # the demonstration branch's new files (placement-demo), and the guide's example
+             ("docs/architecture/new_placement.md", "normexp/model/placements/pre_unit_input.py"),
+             ("docs/architecture/new_placement.md", "tests/model/placements/test_pre_unit_input.py"),
+             ("docs/architecture/new_placement.md", "tests/model/placements/test_halfpre.py")}
 
 
 def texts(root: Path = ROOT) -> list[tuple[str, int, str]]:
