@@ -259,7 +259,7 @@ class SweepCallback(Callback):
         writes the same files again right after."""
         if config.hydra.output_subdir is None:  # torchrun's ranks other than 0 write nothing
             return
-        run_dir = Path(str(config.hydra.run.dir))
+        run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))  # as Hydra makes runtime.output_dir
         hydra_dir = run_dir / str(config.hydra.output_subdir)
         task = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
         try:
