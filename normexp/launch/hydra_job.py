@@ -175,8 +175,9 @@ def _label_console(label: str) -> None:
     """A sweep job's lines on the console start with its label (`#3 placement=post`): parallel
     jobs share the terminal. Its train.log, its own, stays as it is."""
     for handler in logging.getLogger().handlers:
-        if type(handler) is logging.StreamHandler and not isinstance(handler.formatter, _Labelled):
-            handler.setFormatter(_Labelled(handler.formatter or logging.Formatter(), label))
+        if type(handler) is logging.StreamHandler:
+            inner = handler.formatter.inner if isinstance(handler.formatter, _Labelled) else handler.formatter
+            handler.setFormatter(_Labelled(inner or logging.Formatter(), label))  # an earlier job's label replaced
 
 
 def _leave_resumable(run_dir: Path, cfg, previous: dict | None, message: str, code: int) -> None:
