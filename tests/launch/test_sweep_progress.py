@@ -150,3 +150,29 @@ class KeptReturns(Callback):
 
     def on_job_end(self, config, job_return, **kwargs):
         KeptReturns.returns.append(job_return)
+
+
+def test_a_jobs_console_lines_carry_its_label_and_its_log_file_does_not(tmp_path):
+    """Parallel jobs share the console: their lines there start with the job's label; its
+    train.log is its own and stays plain. A reused worker's next job replaces the label."""
+    import logging
+
+    from normexp.launch.hydra_job import _label_console
+
+    console, plain = io.StringIO(), logging.Formatter("[t] %(message)s")
+    handlers = [logging.StreamHandler(console), logging.FileHandler(tmp_path / "train.log")]
+    for h in handlers:
+        h.setFormatter(plain)
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    root.handlers, root.level = handlers, logging.INFO
+    try:
+        _label_console("#1 seed=1")
+        logging.getLogger("normexp").info("step %d", 3)
+        _label_console("#2 seed=2")
+        logging.getLogger("normexp").info("done")
+    finally:
+        root.handlers, root.level = saved, level
+        handlers[1].close()
+    assert console.getvalue().splitlines() == ["[t] #1 seed=1  step 3", "[t] #2 seed=2  done"]
+    assert (tmp_path / "train.log").read_text().splitlines() == ["[t] step 3", "[t] done"]
