@@ -262,11 +262,13 @@ class SweepCallback(Callback):
         run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))  # as Hydra makes runtime.output_dir
         hydra_dir = run_dir / str(config.hydra.output_subdir)
         task = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+        files = {"config.yaml": task, "hydra.yaml": OmegaConf.masked_copy(config, ["hydra"]),
+                 "overrides.yaml": config.hydra.overrides.task}
         try:
             hydra_dir.mkdir(parents=True, exist_ok=True)
-            OmegaConf.save(task, hydra_dir / "config.yaml")
-            OmegaConf.save(OmegaConf.masked_copy(config, ["hydra"]), hydra_dir / "hydra.yaml")
-            OmegaConf.save(config.hydra.overrides.task, hydra_dir / "overrides.yaml")
+            for name, content in files.items():  # written as Hydra writes them
+                with open(hydra_dir / name, "w", encoding="utf-8") as file:
+                    file.write(OmegaConf.to_yaml(content))
         except OSError as e:
             from .exits import environment_refusal
 
