@@ -143,7 +143,7 @@ class BoundarySweeper(Sweeper):
             results = self.launcher.launch(jobs, initial_job_idx=first)
             with lock:
                 returns.append(results)
-            return [r._return_value if r.status == JobStatus.COMPLETED else None for r in results]
+            return [r.return_value if r.status == JobStatus.COMPLETED else None for r in results]
 
         def cost(i, x):
             """A run's relative cost: its depth (a step's time grows with it), the searched depth itself."""

@@ -118,13 +118,29 @@ def expose_plugins() -> None:
         hydra_plugins.__path__.append(folder)
 
 
+def presets_help() -> str:
+    """The presets of `normexp train --help`: one line each, name and description ($ doubled:
+    Hydra fills the help template in as a string.Template)."""
+    names = group_options("experiment")
+    width = max(map(len, names), default=0)
+    lines = "\n".join(f"  {n:<{width}}  {preset_description(n) or ''}".rstrip() for n in names)
+    return lines.replace("$", "$$")
+
+
+def register_resolvers() -> None:
+    """`${normexp_presets:}` of configs/train.yaml's help template: the presets, when the help is shown."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("normexp_presets", presets_help, replace=True, use_cache=False)
+
+
 def compose_config(overrides=(), hydra: bool = False):
     """The config `normexp train OVERRIDES` would run (with the `hydra` node if asked, e.g. for
     hydra.run.dir). Raises Hydra's and OmegaConf's own exceptions for bad overrides."""
     from hydra import compose, initialize_config_module
 
     expose_plugins()
-
+    register_resolvers()
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         return compose(config_name=CONFIG_NAME, overrides=list(overrides), return_hydra_config=hydra)
 
@@ -139,27 +155,6 @@ def hydra_groups() -> tuple[str, ...]:
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         return tuple(sorted(f"hydra/{g}" for g in loader.list_groups("hydra")))
-
-
-# Hydra flags that take a value.
-_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                     "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
-
-
-def split_hydra_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """(flags, overrides) from the raw argument list."""
-    flags, overrides, i = [], [], 0
-    while i < len(args):
-        a = args[i]
-        if a.startswith("-"):
-            flags.append(a)
-            if a in _FLAGS_WITH_VALUE and i + 1 < len(args) and "=" not in args[i + 1]:
-                flags.append(args[i + 1])
-                i += 1
-        else:
-            overrides.append(a)
-        i += 1
-    return flags, overrides
 
 
 def sweep_jobs(parsed: list, sweeper_params) -> list[list[str]]:

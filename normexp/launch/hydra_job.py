@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import sys
 from pathlib import Path
 
 import typer
 
-from ..config.compose import CONFIG_MODULE, CONFIG_NAME, expose_plugins, split_hydra_args
+from ..config.compose import CONFIG_MODULE, CONFIG_NAME, expose_plugins, register_resolvers
 from ..config.keys import override_key
 from ..train.signals import GRACE_SECONDS, exit_if_early_signal
+from . import sweep
 from .exits import EXIT_BAD_INPUT, fail
+from .plan import LaunchPlan
 from .preflight import claim_output, preflight
 from ..runs.schema import Status
 
@@ -104,6 +107,8 @@ def hydra_task(cfg, hooks=None) -> dict | None:
         # hydra.job.chdir=true moved into the run folder; normexp writes there by its full path
         # anyway, and relative data paths mean what the pre-flight checked: from the start folder
         os.chdir(hc.runtime.cwd)
+    if multirun:
+        _label_console(sweep.job_label(hc))
     stop = StopSignals(on_hard_stop=lambda signum: _mark_interrupted(run_dir, signum))
     previous = read_summary(run_dir)
     try:
@@ -153,6 +158,28 @@ def hydra_task(cfg, hooks=None) -> dict | None:
     return None
 
 
+class _Labelled(logging.Formatter):
+    """Another formatter's lines with a sweep job's label before each message."""
+
+    def __init__(self, inner: logging.Formatter, label: str):
+        super().__init__()
+        self.inner, self.label = inner, label
+
+    def format(self, record: logging.LogRecord) -> str:
+        labelled = logging.makeLogRecord(record.__dict__)  # the file handler formats the record unlabelled
+        labelled.msg, labelled.args = f"{self.label}  {record.getMessage()}", None
+        return self.inner.format(labelled)
+
+
+def _label_console(label: str) -> None:
+    """A sweep job's lines on the console start with its label (`#3 placement=post`): parallel
+    jobs share the terminal. Its train.log, its own, stays as it is."""
+    for handler in logging.getLogger().handlers:
+        if type(handler) is logging.StreamHandler:
+            inner = handler.formatter.inner if isinstance(handler.formatter, _Labelled) else handler.formatter
+            handler.setFormatter(_Labelled(inner or logging.Formatter(), label))  # an earlier job's label replaced
+
+
 def _leave_resumable(run_dir: Path, cfg, previous: dict | None, message: str, code: int) -> None:
     """What a job that raised leaves behind. A run that had trained (in this process, or an
     interrupted run being resumed) stays resumable: stopped by its environment (exit 2: a full
@@ -188,16 +215,6 @@ def _record_failure(run_dir: Path, cfg, message: str) -> None:
     set_status(run_dir, Status.FAILED, base, error=message)
 
 
-class _StartRefused(BaseException):
-    """The machine refused a write while Hydra set a run's folder up (a full disk when it
-    writes .hydra/config.yaml). A BaseException, so that it passes Hydra's own report of
-    errors (a traceback and exit 1) on its way to run_hydra, which says it in one line."""
-
-    def __init__(self, error: OSError, run_dir: Path):
-        super().__init__(str(error))
-        self.error, self.run_dir = error, run_dir
-
-
 def _undo_start(run_dir: Path) -> bool:
     """Leave the folder as it was before this command: a run already there (being resumed)
     gets its own .hydra files back; a new run's folder loses what Hydra and the claim put in
@@ -228,88 +245,52 @@ def _undo_start(run_dir: Path) -> bool:
     return existing
 
 
-def run_hydra(args: list[str], hooks=None) -> list | None:
-    """Hydra's main with `args` as its command line; each job runs `hydra_task`. Returns a
-    sweep's job results (Hydra's JobReturn objects), None for a single run. Hydra's methods are
-    wrapped for the length of the call (`_hydra_wrapped`)."""
+def run_hydra(plan: LaunchPlan, hooks=None) -> sweep.SweepOutcome | None:
+    """Hydra's main with the plan's command line; each job runs `hydra_task`. Returns a sweep's
+    outcome (its jobs' results, delivered by sweep.SweepCallback), None for a single run.
+    What normexp adds to Hydra's own output goes through public means: `--help` fills the
+    presets in through a resolver of its template, `--cfg` gets the numbers behind "auto"
+    from its printed text (_annotate_auto), and a refused write of a run's .hydra files is
+    one line (sweep.StartRefused, raised by the callback's on_run_start)."""
     import hydra
 
     def task(cfg):
         return hydra_task(cfg, hooks)
 
     expose_plugins()  # hydra/sweeper=boundary, also from an editable install
+    register_resolvers()  # ${normexp_presets:} of the help template
     main = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME)(task)
-    flags, overrides = split_hydra_args(args)
-    saved, results = sys.argv, []
-    # flags first: Hydra's argparse refuses a flag (-m, --cfg job) after the overrides
+    saved = sys.argv
     # the shell completion script Hydra prints registers itself for sys.argv[0]'s name: the
     # `normexp` command (its query comes back through cli._completion_for_train)
-    completion = any(f.split("=")[0] in ("-sc", "--shell-completion") for f in flags)
-    sys.argv = ["normexp" if completion else "normexp train", *flags, *overrides]
+    sys.argv = ["normexp" if plan.completion else "normexp train", *plan.args]
     from ..runs.folder import new_launch
 
     new_launch()
+    sweep.start_launch()
+    # `--cfg job`/`all` of normexp's own config (another --config-name composes another config)
+    shown = io.StringIO() if plan.cfg in ("job", "all") and not plan.has_flag(
+        "--package", "-p", "--config-name", "-cn", "--config-dir", "-cd", "--config-path", "-cp") else None
     try:
-        with _hydra_wrapped(results):
+        with contextlib.redirect_stdout(shown) if shown is not None else contextlib.nullcontext():
             main()
-    except _StartRefused as e:
+    except sweep.StartRefused as e:
         from .exits import folder_refusal
 
         fail(folder_refusal(e.error, "hydra.run.dir", e.run_dir, resumable=_undo_start(e.run_dir)))
     finally:
         sys.argv = saved
-    return results if any(f in ("-m", "--multirun") for f in flags) else None
+        sweep.stop_watching()
+        if shown is not None:
+            sys.stdout.write(_annotate_auto(shown.getvalue(), lambda: _compose_shown(plan)))
+    return sweep.finished_sweep() if plan.multirun else None
 
 
-@contextlib.contextmanager
-def _hydra_wrapped(results: list):
-    """Hydra's methods, wrapped while the block runs, put back after: the sweep's results are
-    kept in `results` (hydra.main drops them; they count the failed jobs, any launcher),
-    `--help` gets the presets' descriptions (_presets_help), `--cfg` the numbers behind "auto"
-    (_annotate_auto), and a refused write of its .hydra files becomes one line (_StartRefused).
-    These are Hydra's internals (hydra._internal.hydra.Hydra, hydra.core.utils._save_config):
-    the one place that touches them."""
-    import hydra.core.utils as hydra_utils
-    from hydra._internal.hydra import Hydra
+def _compose_shown(plan: LaunchPlan):
+    """The job config `--cfg` displays, composed as Hydra composed it for the display."""
+    from ..config.compose import compose_config
 
-    multirun, get_help, show_cfg, save_config = Hydra.multirun, Hydra.get_help, Hydra.show_cfg, hydra_utils._save_config
-
-    def keep_results(self, *a, **kw):
-        batches = multirun(self, *a, **kw)
-        results.extend(r for batch in batches or [] for r in batch)
-        return batches
-
-    def with_presets(self, *a, **kw):  # `normexp train --help`: each preset with its one-line description
-        return get_help(self, *a, **kw).replace("$PRESETS", _presets_help())
-
-    def with_resolved(self, config_name, overrides, cfg_type, package, resolve=False):
-        shown = io.StringIO()
-        with contextlib.redirect_stdout(shown):
-            show_cfg(self, config_name, overrides, cfg_type, package, resolve)
-        text = shown.getvalue()
-        if cfg_type in ("job", "all") and package is None:
-            from hydra.types import RunMode
-
-            text = _annotate_auto(text, lambda: self.compose_config(config_name, overrides, run_mode=RunMode.RUN))
-        sys.stdout.write(text)
-
-    def saving(config, filename, output_dir):  # Hydra's .hydra/*.yaml, written before the job starts
-        try:
-            save_config(config, filename, output_dir)
-        except OSError as e:
-            from .exits import environment_refusal
-
-            if environment_refusal(e) is None or in_sweep():
-                raise
-            raise _StartRefused(e, Path(output_dir).parent) from None
-
-    Hydra.multirun, Hydra.get_help, Hydra.show_cfg, hydra_utils._save_config = (keep_results, with_presets,
-                                                                                with_resolved, saving)
-    try:
-        yield
-    finally:
-        Hydra.multirun, Hydra.get_help, Hydra.show_cfg, hydra_utils._save_config = (multirun, get_help, show_cfg,
-                                                                                    save_config)
+    return compose_config(list(plan.overrides))
 
 
 def _annotate_auto(text: str, compose) -> str:
@@ -339,19 +320,15 @@ def _annotate_auto(text: str, compose) -> str:
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
-def _presets_help() -> str:
-    """The presets of `normexp train --help`: one line each, name and description."""
-    from ..config.compose import group_options, preset_description
-
-    names = group_options("experiment")
-    width = max(map(len, names), default=0)
-    return "\n".join(f"  {n:<{width}}  {preset_description(n) or ''}".rstrip() for n in names)
-
-
-def _sweep_outcome(results: list) -> None:
-    """Exit 1 when every job of a sweep failed; say how many failed either way."""
-    failed = [r for r in results if r.status.name != "COMPLETED" or r._return_value is None]
-    if not results or not failed:
+def _sweep_outcome(outcome: sweep.SweepOutcome | None) -> None:
+    """The sweep's closing line (how many jobs, their statuses, `normexp report <folder>`);
+    exit 1 when every job of a sweep failed; say how many failed either way."""
+    if outcome is None or not outcome.results:
+        return
+    typer.echo(sweep.closing_line(outcome), err=True)
+    results = outcome.results
+    failed = [r for r in results if not r.ok]
+    if not failed:
         return
     if len(failed) == len(results):
         fail(f"all {len(results)} jobs of the sweep failed (each job's error is above and in its train.log)", code=1)
@@ -360,30 +337,31 @@ def _sweep_outcome(results: list) -> None:
 
 
 def run_train(args: list[str], hooks=None) -> None:
-    """`normexp train ARGS`: the pre-flight check, torchrun's process group if any, the output
-    folder's claim, then Hydra."""
-    cfg = preflight(args)
+    """`normexp train ARGS`: the command line parsed once (LaunchPlan), the pre-flight check,
+    torchrun's process group if any, the output folder's claim, then Hydra."""
+    plan = LaunchPlan.parse(args)
+    cfg = preflight(plan)
     exit_if_early_signal()  # a Ctrl-C during the pre-flight: stop before Hydra makes a folder
     from ..train import distributed
     from . import launchers
     from ..config.checks import ConfigError
 
     if launchers.launched_by_torchrun():  # one run, several processes: see distributed.py
-        if any(a in ("-m", "--multirun") for a in args):
+        if plan.multirun:
             fail("torchrun trains one run on several processes; drop -m (start one torchrun per run)")
         try:
-            args = launchers.join_run(args)
+            plan = launchers.join_run(plan)
         except ConfigError as e:
             if distributed.is_main():
                 fail(str(e))
             raise SystemExit(EXIT_BAD_INPUT)
     if cfg is not None and distributed.is_main():  # under torchrun rank 0 claims (join_run pinned the folder)
-        args = claim_output(args, cfg)
+        plan = claim_output(plan, cfg)
     try:
-        results = run_hydra(args, hooks)
+        outcome = run_hydra(plan, hooks)
     finally:
         distributed.cleanup()
-    _sweep_outcome(results or [])
+    _sweep_outcome(outcome)
 
 
 # ------------------------------------------------------------- Hydra's job state
@@ -400,7 +378,7 @@ def job_context(run_dir: Path):
 
     hc = HydraConfig.get()
     return JobContext(launcher=hc.launcher if in_sweep() else None, swept_keys=frozenset(swept_keys()),
-                      resume=hydra_resume_command(run_dir))
+                      resume=hydra_resume_command(run_dir), label=sweep.job_label(hc) if in_sweep() else "")
 
 
 def in_sweep() -> bool:
@@ -423,8 +401,8 @@ def hydra_resume_command(run_dir: Path) -> str:
             return resume_command(run_dir, list(hc.overrides.task))
         from omegaconf import OmegaConf
 
-        sweep = OmegaConf.load(Path(hc.sweep.dir) / "multirun.yaml")
-        return resume_command(run_dir, list(sweep.hydra.overrides.task), Path(hc.sweep.dir))
+        started = OmegaConf.load(Path(hc.sweep.dir) / "multirun.yaml")
+        return resume_command(run_dir, list(started.hydra.overrides.task), Path(hc.sweep.dir))
     except Exception:  # noqa: BLE001 - not inside a Hydra job, or no multirun.yaml
         return resume_command(run_dir)
 
@@ -441,13 +419,4 @@ def swept_keys() -> set[str]:
         return set()
     if not in_sweep():
         return {override_key(o) for o in hc.overrides.task}
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
-
-    try:
-        typed = OmegaConf.load(Path(hc.sweep.dir) / "multirun.yaml").hydra.overrides.task
-        parsed = OverridesParser.create().parse_overrides([str(o) for o in typed])
-    except Exception:  # noqa: BLE001 - no readable multirun.yaml
-        parsed = []
-    return {override_key(o.input_line) for o in parsed if o.is_sweep_override()} | {
-        str(k) for k in (hc.sweeper.get("params") or {})}
+    return sweep.varied_keys(Path(hc.sweep.dir), hc.sweeper, searched=False)

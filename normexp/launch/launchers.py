@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from ..config.compose import compose_config, split_hydra_args
-from ..config.keys import override_key
+from ..config.compose import compose_config
 from ..train import distributed
+from .plan import LaunchPlan
 
 
 def launcher_problem(launcher) -> str | None:
@@ -30,23 +30,22 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def join_run(args: list[str]) -> list[str]:
-    """Join torchrun's process group and return the Hydra arguments for this rank.
+def join_run(plan: LaunchPlan) -> LaunchPlan:
+    """Join torchrun's process group and return the plan of this rank.
 
     Raises ConfigError (the caller says it in one line) when the batch does not split over
     the ranks. Each rank would otherwise resolve `runs/<date>/<time>` on its own clock and may land in
     another second, so rank 0 resolves the folder and sends it to the others. Ranks other
     than 0 keep Hydra from writing there: no `.hydra/` copy and no logging (no train.log)."""
     distributed.init_from_env()
-    _, overrides = split_hydra_args(args)
-    cfg = compose_config(overrides, hydra=True)
+    cfg = compose_config(list(plan.overrides), hydra=True)
     distributed.local_batch_size(cfg.batch_size)  # raises ConfigError before Hydra makes a run folder
-    args = list(args)
-    if not any(override_key(o) == "hydra.run.dir" for o in overrides):
+    if plan.override("hydra.run.dir") is None:
         run_dir = [str(Path(cfg.hydra.run.dir)) if distributed.is_main() else None]  # `${now:...}` on rank 0's clock
         torch.distributed.broadcast_object_list(run_dir, src=0, device=torch.device("cpu"))
         quote = '"' if "'" in run_dir[0] else "'"  # a quoted value keeps `,` or `=` in a path literal
-        args.append(f"hydra.run.dir={quote}{run_dir[0]}{quote}")
+        plan = plan.with_overrides(f"hydra.run.dir={quote}{run_dir[0]}{quote}")
     if not distributed.is_main():
-        args += ["hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
-    return args
+        plan = plan.with_overrides("hydra.output_subdir=null", "hydra/job_logging=disabled",
+                                   "hydra/hydra_logging=disabled")
+    return plan

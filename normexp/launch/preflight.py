@@ -8,28 +8,23 @@ from pathlib import Path
 
 import typer
 
-from ..config.compose import compose_config, config_groups, group_options, split_hydra_args
+from ..config.compose import compose_config, config_groups, group_options
 from ..config.keys import did_you_mean, override_key, suggest_key
 from ..train.signals import exit_if_early_signal
 from .exits import fail
-
-# Flags after which no pre-flight is wanted.
-_NO_PREFLIGHT = {"--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
-                 "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun"}
-
-
+from .plan import LaunchPlan
 
 _HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p",
                 "--run", "-r", "--multirun", "-m", "--shell-completion", "-sc", "--config-path", "-cp",
                 "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
 
 
-def _check_flags(args: list[str]) -> None:
+def _check_flags(plan: LaunchPlan) -> None:
     """One line for a flag Hydra does not know (argparse would print its whole usage)."""
-    for i, a in enumerate(args):
-        if not a.startswith("-") or a == "-":
+    for a in plan.flags:
+        if not a.startswith("-") or a == "-":  # a flag's value (`--cfg job`)
             continue
-        flag, _, value = a.partition("=")
+        flag = a.partition("=")[0]
         if flag == "--experimental-rerun":  # Hydra unpickles that file: whoever wrote it runs code here
             fail("--experimental-rerun loads a pickle, which can run any code, so normexp refuses it; to run a "
                  "job again, pass its overrides (listed in its folder's .hydra/overrides.yaml)")
@@ -39,23 +34,21 @@ def _check_flags(args: list[str]) -> None:
                 "mean ", "mean --") if flag.startswith("--") else ""
             fail(f"unknown option {flag}; {hint}overrides are key=value (no dashes), flags are -m/--multirun, "
                  "--cfg job, --info, --help (see `normexp train --help`)")
-        if flag in ("--cfg", "-c"):
-            value = value or (args[i + 1] if i + 1 < len(args) else "")
-            if value not in ("job", "hydra", "all"):
-                fail(f"{flag} {value}: choose --cfg job, --cfg hydra or --cfg all")
+        if flag in ("--cfg", "-c") and plan.cfg not in ("job", "hydra", "all"):
+            fail(f"{flag} {plan.cfg or '(no value)'}: choose --cfg job, --cfg hydra or --cfg all")
 
 
-def _check_config_name(flags: list[str]) -> None:
+def _check_config_name(plan: LaunchPlan) -> None:
     """--config-name NAME must name a primary config that exists: normexp's train.yaml, or a
     yaml file in a folder given with --config-dir/--config-path (Hydra would print its search
     path and exit 1)."""
     from ..config.compose import CONFIG_NAME
 
-    name = _flag_value(flags, "--config-name", "-cn")
+    name = plan.flag_value("--config-name", "-cn")
     if name is None:
         return
     stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
-    folders = [Path(d) for d in (_flag_value(flags, "--config-dir", "-cd"), _flag_value(flags, "--config-path", "-cp"))
+    folders = [Path(d) for d in (plan.flag_value("--config-dir", "-cd"), plan.flag_value("--config-path", "-cp"))
                if d]
     if stem == CONFIG_NAME or any((d / f"{stem}.yaml").is_file() for d in folders):
         return
@@ -232,19 +225,17 @@ def _check_boundary_search(sweeper, parsed: list) -> None:
              f"hydra.sweeper.upper={sweeper.upper}; drop the list of {sweeper.key} values")
 
 
-def preflight(args: list[str]):
+def preflight(plan: LaunchPlan):
     """Compose the config as Hydra will and check it before any folder is written: one run
     fully; a sweep job by job (see _check_sweep). Returns the composed config (with its hydra
     node) of a command that will train, else None."""
-    flags, overrides = split_hydra_args(args)
-    _check_flags(args)
-    _check_config_name(flags)
-    if any(f.split("=")[0] in _NO_PREFLIGHT for f in flags):
+    _check_flags(plan)
+    _check_config_name(plan)
+    if not plan.preflight:
         return None
-    multirun = "-m" in flags or "--multirun" in flags
-    show = any(f in ("--cfg", "-c") for f in flags)
-    if multirun and show and _cfg_choice(flags) != "job":
-        fail(f"--cfg {_cfg_choice(flags)} shows the config of one run: drop -m, or use -m --cfg job to list the "
+    multirun, show, overrides = plan.multirun, plan.cfg is not None, list(plan.overrides)
+    if multirun and show and plan.cfg != "job":
+        fail(f"--cfg {plan.cfg} shows the config of one run: drop -m, or use -m --cfg job to list the "
              "sweep's jobs")
     from omegaconf import OmegaConf
 
@@ -296,21 +287,6 @@ def preflight(args: list[str]):
     return None if show else cfg
 
 
-def _flag_value(flags: list[str], *names: str) -> str | None:
-    """The value given to the first of `names` among the flags (`--flag=value` or `--flag value`),
-    "" for a flag given last without one, None when none of them is there."""
-    for i, f in enumerate(flags):
-        flag, eq, value = f.partition("=")
-        if flag in names:
-            return value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
-    return None
-
-
-def _cfg_choice(flags: list[str]) -> str:
-    """The value of --cfg/-c among the flags (job, hydra or all)."""
-    return _flag_value(flags, "--cfg", "-c") or ""
-
-
 def sweep_preview(jobs: list[list[str]], sweeper) -> str:
     """`normexp train -m ... --cfg job`: the sweep's jobs, one line each (Hydra's job number and
     the overrides that differ between jobs), after the overrides every job shares. With the
@@ -328,7 +304,7 @@ def sweep_preview(jobs: list[list[str]], sweeper) -> str:
     return "\n".join(lines)
 
 
-def claim_output(args: list[str], cfg) -> list[str]:
+def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
     """Claim the folder this command writes into before Hydra writes anything (runfolder's
     claims), and pin it in the arguments: Hydra would resolve the default `${now:...}` name
     again, maybe in the next second. A single run claims its run folder; a new sweep its
@@ -339,21 +315,18 @@ def claim_output(args: list[str], cfg) -> list[str]:
     from ..runs.folder import FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder
     from ..runs.resume import output_folder
 
-    flags, overrides = split_hydra_args(args)
-    multirun = "-m" in flags or "--multirun" in flags
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    given = {override_key(o): o for o in overrides}
+    multirun, key, given = plan.multirun, plan.folder_key, plan.override(plan.folder_key)
     folder = output_folder(cfg, key)  # `~` expanded: Hydra would make a folder named `~`
-    if key in given:  # as given (torchrun's join_run pins rank 0's folder after the pre-flight composed its own)
+    if given is not None:  # as given (torchrun's join_run pins rank 0's folder after the pre-flight composed its own)
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        value = str(OverridesParser.create().parse_override(given[key]).value())
+        value = str(OverridesParser.create().parse_override(given).value())
         folder = folder if "${" in value else Path(value).expanduser()
     resume = OmegaConf.select(cfg, "resume") is True
     made = _missing_parents(folder)
     _MADE[:] = made
     try:
-        if key not in given and not resume:
+        if given is None and not resume:
             folder = claim_default_folder(folder, key)
         elif not multirun:
             released = claim_folder(folder, resume, key)
@@ -371,7 +344,7 @@ def claim_output(args: list[str], cfg) -> list[str]:
         _undo_claim(folder, made)
         fail(folder_refusal(e, key, folder, resumable=resume and not made))
     quote = '"' if "'" in str(folder) else "'"  # a quoted value keeps `,` or `=` in a path literal
-    return [a for a in args if a.split("=", 1)[0] != key] + [f"{key}={quote}{folder}{quote}"]
+    return plan.with_overrides(f"{key}={quote}{folder}{quote}", dropping=key)
 
 
 _MADE: list[Path] = []  # the folders claim_output created (see made_by_claim)

@@ -494,6 +494,37 @@ def _check_one_value_twice(jobs: list[list[str]]) -> None:
         seen[identity], seen_jobs[identity] = values, job
 
 
+def _apply_values(overrides: list, cfg) -> None:
+    """Apply parsed value overrides (not group choices) to a composed config as Hydra's config
+    loader does: `~key` deletes, `+key`/`++key` add, `key=value` changes (merged) a key that
+    exists. Raises for an override Hydra would refuse (the caller counts the job as unresolved)."""
+    from omegaconf import OmegaConf, open_dict
+
+    for o in overrides:
+        if o.package is not None:
+            raise ValueError(f"{o.input_line}: a group override of no group")
+        key, value = o.key_or_group, o.value()
+        if o.is_delete():
+            current = OmegaConf.select(cfg, key, throw_on_missing=False)
+            if current is None or (value is not None and value != current):
+                raise KeyError(f"{key}: nothing to delete, or another value")
+            parent, _, leaf = key.rpartition(".")
+            with open_dict(cfg):
+                del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
+        elif o.is_add() and OmegaConf.select(cfg, key, throw_on_missing=False) is not None and not isinstance(
+                value, (dict, list)):
+            raise KeyError(f"{key}: already set (+ adds a new key)")
+        else:
+            OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add() or o.is_force_add())
+
+
+def _override_dirname(overrides: list, exclude_keys, item_sep: str, kv_sep: str) -> str:
+    """hydra.job.override_dirname as Hydra's config loader makes it: the overrides as typed,
+    but the excluded keys, sorted, joined by item_sep, each `=` replaced by kv_sep."""
+    lines = sorted(o.input_line for o in overrides if o.key_or_group not in exclude_keys)
+    return item_sep.join(lines).replace("=", kv_sep)
+
+
 def job_folders(cfg, jobs: list[list[str]]) -> list[str | None]:
     """The absolute folder each job of a sweep writes into, resolved as Hydra's launchers do:
     each job's config composed from its overrides (a config group's option by composition, the
@@ -505,7 +536,6 @@ def job_folders(cfg, jobs: list[list[str]]) -> list[str | None]:
     composition (about 0.1 s), so a sweep of thousands of jobs is resolved in seconds.
     `cfg`: the sweep's composed config (with its hydra node), whose resolved values (the
     `${now:...}` of the sweep folder) the jobs share, as Hydra's load_sweep_config copies them."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf, open_dict
@@ -527,12 +557,12 @@ def job_folders(cfg, jobs: list[list[str]]) -> list[str | None]:
                 job_cfg = composed[groups].copy()
                 OmegaConf.copy_cache(from_config=cfg, to_config=job_cfg)
                 values = [o for o in parsed if o.input_line not in groups]
-                ConfigLoaderImpl._apply_overrides_to_config(values, job_cfg)
+                _apply_values(values, job_cfg)
                 dirname = job_cfg.hydra.job.config.override_dirname
                 with open_dict(job_cfg.hydra.job):
-                    job_cfg.hydra.job.override_dirname = get_overrides_dirname(
-                        overrides=[o for o in parsed if not o.is_hydra_override()], kv_sep=dirname.kv_sep,
-                        item_sep=dirname.item_sep, exclude_keys=dirname.exclude_keys)
+                    job_cfg.hydra.job.override_dirname = _override_dirname(
+                        [o for o in parsed if not o.is_hydra_override()], dirname.exclude_keys, dirname.item_sep,
+                        dirname.kv_sep)
                     job_cfg.hydra.job.num = job_cfg.hydra.job.id = num
                 hydra_config.set_config(job_cfg)  # for the ${hydra:...} resolver
                 folder = os.path.join(str(OmegaConf.select(job_cfg, "hydra.sweep.dir")),

@@ -199,12 +199,16 @@ def depth_profile_figure(values: dict, step: int):
 
 
 class Progress:
-    """A tqdm bar on a terminal, plain log lines at logging steps otherwise."""
+    """A tqdm bar on a terminal, plain log lines at logging steps otherwise. A sweep job
+    (`label` set) logs lines under "auto": the sweep's own line is the one the terminal
+    redraws, and parallel jobs' bars would overwrite each other; log.progress=bar still
+    gives it a bar, labelled."""
 
-    def __init__(self, mode: str, total: int, initial: int):
+    def __init__(self, mode: str, total: int, initial: int, label: str = ""):
         self.bar = None
-        if mode == "bar" or (mode == "auto" and sys.stderr.isatty()):
-            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, leave=True)
+        if mode == "bar" or (mode == "auto" and not label and sys.stderr.isatty()):
+            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, leave=True,
+                            desc=label or None)
         self.lines = mode in ("auto", "lines")
 
     def update(self, step: int, fields: dict, line: bool):

@@ -63,11 +63,15 @@ class JobContext:
     launcher       the sweep launcher's config (n_jobs, cpus_per_task) for threads=auto; None
                    for a single run
     swept_keys     the keys this job's command or sweep varies (TensorBoard's HParams columns)
-    resume         the command that continues this run ("": `resume_command(run_dir)` alone)"""
+    resume         the command that continues this run ("": `resume_command(run_dir)` alone)
+    label          a sweep job's label (`#3 placement=post`): its progress bar's, and its bar
+                   gives way to log lines (the sweep keeps the terminal's one redrawn line);
+                   "" for a single run"""
 
     launcher: Mapping | None = None
     swept_keys: frozenset[str] = frozenset()
     resume: str = ""
+    label: str = ""
 
 
 @dataclass
@@ -347,7 +351,7 @@ class Trainer:
         # a resumed run keeps the ceiling set at its step 0
         self.guard = DivergenceGuard(cfg.divergence.max_loss, every_step=self.device.type == "cpu",
                                      initial_loss=self.summary.get("initial_loss"))
-        self.progress = Progress(cfg.log.progress if self.main else "off", cfg.steps, self.step)
+        self.progress = Progress(cfg.log.progress if self.main else "off", cfg.steps, self.step, self.job.label)
         self.meter = ThroughputMeter(cfg.batch_size * cfg.seq_len, self.summary.get("tokens_per_second"))
         self.model.train()
         if hooks.on_start:

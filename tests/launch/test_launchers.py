@@ -79,13 +79,14 @@ def test_submitit_local_sweep(tmp_path, corpus, cli_env):
 
 def test_slurm_launcher_without_slurm_is_one_line_error(tmp_path, corpus, monkeypatch, capsys):
     """The pre-flight refuses a SLURM sweep where there is no SLURM, before any folder exists."""
+    from normexp.launch.plan import LaunchPlan
     from normexp.launch.preflight import preflight
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no srun here, whatever the machine has
     sweep = tmp_path / "sweep"
     with pytest.raises(SystemExit) as exit_info:
-        preflight(["-m", "hydra/launcher=slurm", "data=text", f"data.files=[{corpus}]", "seed=0,1",
-                   f"hydra.sweep.dir={sweep}"])
+        preflight(LaunchPlan.parse(["-m", "hydra/launcher=slurm", "data=text", f"data.files=[{corpus}]", "seed=0,1",
+                                    f"hydra.sweep.dir={sweep}"]))
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "srun" in err and "submitit_local" in err, err

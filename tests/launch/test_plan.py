@@ -1,0 +1,80 @@
+"""The command line of `normexp train` is parsed once, into a LaunchPlan (issue 40, item 3)."""
+
+import random
+
+import pytest
+
+from normexp.launch import plan as plan_module
+from normexp.launch.plan import FLAGS_WITH_VALUE, LaunchPlan
+
+BARE_FLAGS = ["-m", "--multirun", "--help", "-h", "--hydra-help", "--resolve", "-sc", "--version", "--run", "-r"]
+OVERRIDES = ["layers=2", "placement=pre,post", "+x.y=1", "~seed", "++lr=0.1", "hydra.sweep.dir=/tmp/a b",
+             "warmup=range(0,10,5)", "data.files=[a.txt,b.txt]", "hydra/launcher=joblib"]
+VALUES = {"--cfg": ["job", "hydra", "all"], "-c": ["job"], "--package": ["_global_", "norm"],
+          "--config-name": ["train", "other"], "-cd": ["/tmp/configs"], "--info": ["searchpath", "all"]}
+
+
+def random_command(rng: random.Random):
+    """An argument list and the flags (each a tuple: the flag, then its value if separate) and
+    overrides it was made of, in order: the expectation the parse is compared with."""
+    pieces = []
+    for _ in range(rng.randint(0, 8)):
+        kind = rng.random()
+        if kind < 0.45:
+            pieces.append(("override", rng.choice(OVERRIDES)))
+        elif kind < 0.7:
+            pieces.append(("flag", (rng.choice(BARE_FLAGS),)))
+        else:
+            flag = rng.choice(sorted(VALUES))
+            value = rng.choice(VALUES[flag])
+            pieces.append(("flag", (f"{flag}={value}",) if rng.random() < 0.3 else (flag, value)))
+    args = [a for kind, p in pieces for a in ((p,) if kind == "override" else p)]
+    flags = [a for kind, p in pieces if kind == "flag" for a in p]
+    overrides = [p for kind, p in pieces if kind == "override"]
+    return args, flags, overrides
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_plan_splits_any_command_into_its_flags_and_overrides(seed):
+    args, flags, overrides = random_command(random.Random(seed))
+    plan = LaunchPlan.parse(args)
+    assert list(plan.flags) == flags and list(plan.overrides) == overrides
+    assert plan.args == flags + overrides  # Hydra's order: the flags first
+    assert LaunchPlan.parse(plan.args) == plan  # the command Hydra gets means the same
+    assert plan.multirun == any(f in ("-m", "--multirun") for f in flags)
+    cfg = next((f.split("=", 1)[1] if "=" in f else flags[i + 1]
+                for i, f in enumerate(flags) if f.split("=")[0] in ("--cfg", "-c")), None)
+    assert plan.cfg == cfg
+    assert plan.folder_key == ("hydra.sweep.dir" if plan.multirun else "hydra.run.dir")
+
+
+def test_a_value_flag_given_last_has_an_empty_value_and_takes_no_override():
+    plan = LaunchPlan.parse(["layers=2", "--cfg", "seed=1"])
+    assert plan.flags == ("--cfg",) and plan.overrides == ("layers=2", "seed=1") and plan.cfg == ""
+    assert set(VALUES) <= FLAGS_WITH_VALUE
+
+
+def test_with_overrides_pins_a_folder_in_place_of_the_given_one():
+    plan = LaunchPlan.parse(["-m", "seed=0,1", "hydra.sweep.dir=a"])
+    pinned = plan.with_overrides("hydra.sweep.dir='/abs/a'", dropping="hydra.sweep.dir")
+    assert pinned.args == ["-m", "seed=0,1", "hydra.sweep.dir='/abs/a'"]
+    assert pinned.override("hydra.sweep.dir") == "hydra.sweep.dir='/abs/a'" and plan.override("seed") == "seed=0,1"
+
+
+@pytest.mark.parametrize("args", [["--cfg", "job", "layers=2", "placement=deepnorm"],
+                                  ["-m", "placement=pre,post", "--cfg", "job", "layers=2"]])
+def test_normexp_train_splits_its_command_line_once(args, monkeypatch, capsys):
+    """The pre-flight, the claim and Hydra's start read one plan: the split runs once per command."""
+    from normexp.launch.hydra_job import run_train
+
+    calls = []
+    real = plan_module.split_args
+    monkeypatch.setattr(plan_module, "split_args", lambda a: calls.append(list(a)) or real(a))
+    try:
+        run_train(args)
+    except SystemExit as e:  # the dry run of a sweep ends with exit 0
+        assert e.code == 0
+    assert calls == [args]
+    out = capsys.readouterr().out
+    # what each command shows: the job's config (DeepNorm's alpha resolved), or the sweep's jobs
+    assert ("layers: 2" in out and "alpha: auto  # 1.41421 for layers=2" in out) or "#1 placement=post" in out
