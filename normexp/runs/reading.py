@@ -157,6 +157,15 @@ def load_config(run_dir: Path) -> dict:
         return flatten(OmegaConf.to_container(cfg, resolve=False))
 
 
+def warmup_as_run(config: dict) -> dict:
+    """The flattened config with the warmup the run used: at most its steps (a run warms up over
+    all of its steps when warmup > steps), as summary.json and HParams record it (runs.folder.hyperparameters)."""
+    warmup, steps = config.get("warmup"), config.get("steps")
+    if isinstance(warmup, int) and isinstance(steps, int) and warmup > steps:
+        return {**config, "warmup": steps}
+    return config
+
+
 def load_overrides(run_dir: Path) -> list[str]:
     from omegaconf import OmegaConf
 
@@ -202,7 +211,7 @@ def read_runs(root: str | Path) -> list[Run]:
     for run_dir in find_runs(root):
         rel = str(run_dir.relative_to(root)) if run_dir != root else "."
         summary, problem = read_summary_checked(run_dir)
-        runs.append(Run(run_dir, rel, load_config(run_dir), load_overrides(run_dir), summary,
+        runs.append(Run(run_dir, rel, warmup_as_run(load_config(run_dir)), load_overrides(run_dir), summary,
                         load_scalars(run_dir), problem=problem))
     return runs
 
