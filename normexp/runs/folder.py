@@ -539,7 +539,9 @@ def job_folders(cfg, jobs: list[list[str]]) -> list[str | None]:
                 OmegaConf.copy_cache(from_config=cfg, to_config=job_cfg)
                 values = [o for o in parsed if o.input_line not in groups]
                 ConfigLoaderImpl._apply_overrides_to_config(values, job_cfg)
-                dirname = job_cfg.hydra.job.config.override_dirname
+                # the sweep's naming (name_jobs_by_what_varies added its shared keys), as Hydra gets it
+                dirname = OmegaConf.select(cfg, "hydra.job.config.override_dirname") or \
+                    job_cfg.hydra.job.config.override_dirname
                 with open_dict(job_cfg.hydra.job):
                     job_cfg.hydra.job.override_dirname = get_overrides_dirname(
                         overrides=[o for o in parsed if not o.is_hydra_override()], kv_sep=dirname.kv_sep,

@@ -157,11 +157,14 @@ def load_config(run_dir: Path) -> dict:
         return flatten(OmegaConf.to_container(cfg, resolve=False))
 
 
-def warmup_as_run(config: dict) -> dict:
-    """The flattened config with the warmup the run used: at most its steps (a run warms up over
-    all of its steps when warmup > steps), as summary.json and HParams record it (runs.folder.hyperparameters)."""
+def warmup_as_run(config: dict, overrides: list[str]) -> dict:
+    """The flattened config with the warmup the run used: the default warmup cut to the run's
+    steps (it warms up over all of them), as summary.json and HParams record it
+    (runs.folder.hyperparameters). A warmup given above steps is refused before training
+    (launch.validate), so such a run keeps the value it was refused for."""
     warmup, steps = config.get("warmup"), config.get("steps")
-    if isinstance(warmup, int) and isinstance(steps, int) and warmup > steps:
+    given = any(o.lstrip("+~").split("=", 1)[0] == "warmup" for o in overrides)
+    if isinstance(warmup, int) and isinstance(steps, int) and warmup > steps and not given:
         return {**config, "warmup": steps}
     return config
 
@@ -211,7 +214,8 @@ def read_runs(root: str | Path) -> list[Run]:
     for run_dir in find_runs(root):
         rel = str(run_dir.relative_to(root)) if run_dir != root else "."
         summary, problem = read_summary_checked(run_dir)
-        runs.append(Run(run_dir, rel, warmup_as_run(load_config(run_dir)), load_overrides(run_dir), summary,
+        overrides = load_overrides(run_dir)
+        runs.append(Run(run_dir, rel, warmup_as_run(load_config(run_dir), overrides), overrides, summary,
                         load_scalars(run_dir), problem=problem))
     return runs
 

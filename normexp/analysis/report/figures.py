@@ -100,7 +100,8 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path, tag: str = VAL
     colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
     cols = min(len(panels), 4)
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharey=True)
+    width = 4.2 * cols if cols > 1 else 6.4  # one panel holds every line: room for them
+    fig, axes = plt.subplots(rows, cols, figsize=(width, 3.4 * rows + 0.4), squeeze=False, sharey=True)
     data = []
     for ax, value in zip(axes.flat, panels):
         drawn = 0
@@ -132,7 +133,7 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path, tag: str = VAL
         ax.set_ylabel(what)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(f"{what[0].upper() + what[1:]}: mean over seeds, 95 % t-interval shaded (red x: diverged; "
+    fig.suptitle(f"{what[0].upper() + what[1:]}: mean over seeds, 95 % t-interval shaded\n(red x: diverged; "
                  "dashed: still running)", fontsize=10)
     save_figure(fig, path, data)
     return None
@@ -270,11 +271,12 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
                 break
         else:
             groups.append((v, [r]))
-    for v, members in groups:
+    for i, (v, members) in enumerate(groups):
         common = [k for k in keys if len({repr(m.config.get(k)) for m in members}) == 1]
         label = _label(members[0], common) + (f" ({len(members)} runs)" if len(members) > 1 else "")
-        axes[0].plot(np.arange(len(v)), clean(v), marker=dots(v), ms=3, color=colour_of(members[0]),
-                     ls="-" if len(members) > 1 else style_of(members[0]), label=label)
+        style = {**line_style(i), **({} if dots(v) else {"marker": None})}  # close profiles stay visible
+        axes[0].plot(np.arange(len(v)), clean(v), color=colour_of(members[0]),
+                     ls="-" if len(members) > 1 else style_of(members[0]), label=label, **style)
     axes[0].set_title("step 0 (initialisation, first batch)", fontsize=10)
     for i, r in enumerate(drawn):
         last = max(profiles[r.index])
