@@ -221,8 +221,7 @@ def readable_y_axis(ax, ys, log_scale: bool) -> None:
     if high - low < least:
         ax.set_ylim(middle - least / 2, middle + least / 2)
     ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
-    formatter = FuncFormatter(lambda x, pos: plain_tick(x, formatter.locs))
-    ax.yaxis.set_major_formatter(formatter)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda x, pos: plain_tick(x, ax.yaxis.get_majorticklocs())))
 
 
 def plain_tick(x: float, ticks) -> str:
