@@ -565,21 +565,29 @@ def job_folders(cfg, jobs: list[list[str]]) -> list[str | None]:
 DIRNAME_EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"
 
 
-def constant_keys(jobs: list[list[str]], keep: set[str] | frozenset[str] = frozenset()) -> list[str]:
-    """The task keys (Hydra's key_or_group: `+x=1` is x) that every job gives one value, as
-    typed, but those in `keep`; none for a sweep of fewer than two jobs (nothing tells its one job
-    apart, so it keeps every override in its name) or where nothing varies."""
+def constant_overrides(jobs: list[list[str]], keep: set[str] | frozenset[str] = frozenset()) -> dict[str, str]:
+    """{task key (Hydra's key_or_group: `+x=1` is x): its override} of the keys every job gives
+    one value, as typed, but those in `keep`; none for a sweep of fewer than two jobs (nothing
+    tells its one job apart, so it keeps every override in its name) or where nothing varies."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     if len(jobs) < 2:
-        return []
+        return {}
     parser, values = OverridesParser.create(), {}
     for job in jobs:
         for o in parser.parse_overrides(job):
             if not o.is_hydra_override():
                 values.setdefault(o.key_or_group, set()).add(o.input_line)
-    constant = [k for k, v in values.items() if len(v) == 1 and k not in keep]
-    return constant if len(constant) < len(values) else []
+    constant = {k: next(iter(v)) for k, v in values.items() if len(v) == 1 and k not in keep}
+    return constant if len(constant) < len(values) else {}
+
+
+def named_by_all_overrides(sweep_dir: Path, shared: dict[str, str]) -> bool:
+    """Does the sweep folder hold job folders named the old way, by all of their overrides: a
+    run folder whose name has one of the `shared` overrides (`layers=6`) as an item?"""
+    items = set(shared.values())
+    return any((folder / ".hydra").is_dir() and items & set(folder.name.split(","))
+               for folder in Path(sweep_dir).iterdir() if folder.is_dir())
 
 
 def name_jobs_by_what_varies(cfg, jobs: list[list[str]], keep: set[str] | frozenset[str] = frozenset()) -> str | None:
@@ -595,13 +603,13 @@ def name_jobs_by_what_varies(cfg, jobs: list[list[str]], keep: set[str] | frozen
         return None  # a subdir of the user's own
     dirname = cfg.hydra.job.config.override_dirname
     before = list(dirname.exclude_keys)
-    extra = [k for k in constant_keys(jobs, keep) if k not in before]
-    if not extra:
+    shared = {k: o for k, o in constant_overrides(jobs, keep).items() if k not in before}
+    if not shared:
         return None
-    if OmegaConf.select(cfg, "resume") is True and Path(str(cfg.hydra.sweep.dir)).expanduser().is_dir():
-        old = job_folders(cfg, jobs)
-        if any(f is not None and (Path(f) / ".hydra").is_dir() for f in old):
-            return None  # a sweep named the old way
+    sweep_dir = Path(str(cfg.hydra.sweep.dir)).expanduser()
+    if OmegaConf.select(cfg, "resume") is True and sweep_dir.is_dir() and named_by_all_overrides(sweep_dir, shared):
+        return None  # a sweep named the old way (the boundary sweeper's too, whose job list the pre-flight cannot see)
+    extra = list(shared)
     with open_dict(dirname):
         dirname.exclude_keys = before + extra
     return f"{DIRNAME_EXCLUDE_KEYS}=[{','.join(repr(k) for k in before + extra)}]"
@@ -610,8 +618,9 @@ def name_jobs_by_what_varies(cfg, jobs: list[list[str]], keep: set[str] | frozen
 def single_run_name(cfg, overrides: list[str], most: int = 80) -> str:
     """The suffix a single run's default folder (runs/<date>/<time>) gets: its overrides that
     change a setting from its default, as a sweep names its jobs (sorted, `key=value` joined by
-    `,`; the keys folder names leave out left out), made safe for file names (`/`, spaces and
-    quotes become `_`) and cut to `most` characters; "" when there are none. The folder's claim
+    `,`; the keys folder names leave out left out), made safe for file names (`/`, spaces,
+    commas inside a value and quotes become `_`), as many whole ones as fit in `most`
+    characters; "" when there are none. The folder's claim
     still decides (a taken name gets -2, -3, ...)."""
     import re
 
@@ -631,8 +640,12 @@ def single_run_name(cfg, overrides: list[str], most: int = 80) -> str:
         here = _plain_value(cfg, key)
         if repr(canonical_value(here)) != repr(canonical_value(_plain_value(default, key))):
             changed.append(o.input_line)
-    name = re.sub(r"[^\w.,=+@-]", "_", ",".join(sorted(changed)))
-    return name[:most].rstrip(",")
+    items, name = sorted(re.sub(r"[^\w.=+@-]", "_", o) for o in changed), ""
+    for item in items:  # whole items, up to `most` characters
+        if len(name) + len(item) + bool(name) > most:
+            break
+        name += ("," if name else "") + item
+    return name or (items[0][:most] if items else "")
 
 
 def _plain_value(cfg, key: str):

@@ -642,6 +642,12 @@ def test_a_resumed_sweep_named_the_old_way_keeps_its_folders(tmp_path):
     assert _named_folders(sweep, jobs, "resume=true") == (None, ["layers=2,placement=pre", "layers=2,placement=post"])
     override, names = _named_folders(tmp_path / "new", jobs, "resume=true")  # a new sweep with resume=true
     assert override is not None and names == ["placement=pre", "placement=post"]
+    # a boundary search's jobs carry an lr the pre-flight's job list lacks: told by the shared item
+    boundary = tmp_path / "boundary"
+    (boundary / "layers=2,lr=0.001,placement=pre,seed=0" / ".hydra").mkdir(parents=True)
+    keep = {"lr", "seed", "steps", "warmup"}
+    assert _named_folders(boundary, jobs, "resume=true", keep=keep)[0] is None
+    assert _named_folders(boundary, jobs, keep=keep)[0] is not None  # (without resume=true it is a new sweep)
 
 
 def test_a_single_runs_folder_name_holds_its_non_default_overrides():
@@ -654,5 +660,6 @@ def test_a_single_runs_folder_name_holds_its_non_default_overrides():
     assert name("placement=pre", "warmup=0", "layers=12", "seed=0", "threads=1", "data.files=[/x/y.txt]",
                 "data=text") == "data=text,layers=12,warmup=0"
     assert name() == "" and name("placement=pre") == ""
-    assert name("optim.betas=[0.9, 0.95]") == "optim.betas=_0.9,_0.95_"  # no space, bracket or slash in a folder name
-    assert len(name(*(f"+x{i}=1" for i in range(40)))) <= 80
+    assert name("optim.betas=[0.9, 0.95]") == "optim.betas=_0.9__0.95_"  # no space, bracket or slash in a folder name
+    many = [f"+x{i:02d}=1" for i in range(40)]  # 6 characters each: 11 and 10 commas make 76, a 12th 83 > 80
+    assert name(*many) == ",".join(many[:11])
