@@ -582,12 +582,16 @@ def constant_overrides(jobs: list[list[str]], keep: set[str] | frozenset[str] = 
     return constant if len(constant) < len(values) else {}
 
 
-def named_by_all_overrides(sweep_dir: Path, shared: dict[str, str]) -> bool:
-    """Does the sweep folder hold job folders named the old way, by all of their overrides: a
-    run folder whose name has one of the `shared` overrides (`layers=6`) as an item?"""
-    items = set(shared.values())
-    return any((folder / ".hydra").is_dir() and items & set(folder.name.split(","))
-               for folder in Path(sweep_dir).iterdir() if folder.is_dir())
+def _holds_job(folder: Path, job: list[str], ignore: set[str]) -> bool:
+    """Does `folder` hold a run of this job: its .hydra/overrides.yaml has the job's task overrides
+    (but the keys in `ignore`: resume=true, threads, ...)?"""
+    from omegaconf import OmegaConf
+
+    try:
+        recorded = {str(o) for o in OmegaConf.load(folder / ".hydra" / "overrides.yaml")}
+    except Exception:  # noqa: BLE001 - no run there, or an unreadable record
+        return False
+    return {o for o in job if not override_key(o).startswith("hydra") and override_key(o) not in ignore} <= recorded
 
 
 def name_jobs_by_what_varies(cfg, jobs: list[list[str]], keep: set[str] | frozenset[str] = frozenset()) -> str | None:
@@ -606,10 +610,15 @@ def name_jobs_by_what_varies(cfg, jobs: list[list[str]], keep: set[str] | frozen
     shared = {k: o for k, o in constant_overrides(jobs, keep).items() if k not in before}
     if not shared:
         return None
-    sweep_dir = Path(str(cfg.hydra.sweep.dir)).expanduser()
-    if OmegaConf.select(cfg, "resume") is True and sweep_dir.is_dir() and named_by_all_overrides(sweep_dir, shared):
-        return None  # a sweep named the old way (the boundary sweeper's too, whose job list the pre-flight cannot see)
     extra = list(shared)
+    if OmegaConf.select(cfg, "resume") is True:
+        # sweeps may share a folder under resume=true, and two that differ in a shared key only
+        # would meet in one folder: the short names only for a sweep whose own jobs already hold them
+        trial = cfg.copy()
+        with open_dict(trial.hydra.job.config.override_dirname):
+            trial.hydra.job.config.override_dirname.exclude_keys = before + extra
+        if not any(f is not None and _holds_job(Path(f), job, set(before)) for f, job in zip(job_folders(trial, jobs), jobs)):
+            return None
     with open_dict(dirname):
         dirname.exclude_keys = before + extra
     return f"{DIRNAME_EXCLUDE_KEYS}=[{','.join(repr(k) for k in before + extra)}]"

@@ -640,7 +640,13 @@ def test_a_resumed_sweep_named_the_old_way_keeps_its_folders(tmp_path):
     for p in ("pre", "post"):
         (sweep / f"layers=2,placement={p}" / ".hydra").mkdir(parents=True)
     assert _named_folders(sweep, jobs, "resume=true") == (None, ["layers=2,placement=pre", "layers=2,placement=post"])
-    override, names = _named_folders(tmp_path / "new", jobs, "resume=true")  # a new sweep with resume=true
+    # resume=true lets sweeps share a folder: one whose own jobs are not there yet keeps full names
+    # (two sweeps differing in a shared key only would meet in one folder)
+    assert _named_folders(tmp_path / "new", jobs, "resume=true")[0] is None
+    short = tmp_path / "short"  # a sweep named by what varies, resumed: its own jobs are found
+    (short / "placement=pre" / ".hydra").mkdir(parents=True)
+    (short / "placement=pre" / ".hydra" / "overrides.yaml").write_text("- placement=pre\n- layers=2\n")
+    override, names = _named_folders(short, jobs, "resume=true")
     assert override is not None and names == ["placement=pre", "placement=post"]
     # a boundary search's jobs carry an lr the pre-flight's job list lacks: told by the shared item
     boundary = tmp_path / "boundary"
