@@ -27,9 +27,27 @@ DASHBOARDS = {"hparams": "hparams", "images": "images", "custom_scalars": "custo
               # --tag-filter): the Time Series dashboard draws its charts with WebGL, which stays
               # blank in headless Chromium here
               "signals": "scalars&tagFilter="}
-# issue 29's signals, of the last block of the default 6-block model
-SIGNALS_FILTER = (r"attn_entropy_head/layer_05|(query|key)_norm/layer_05|adam_._norm/layer_05|output/z_loss|"
+# issue 29's signals: of the last block of each run (signals_filter fills in BLOCK)
+SIGNALS_FILTER = (r"attn_entropy_head/BLOCK|(query|key)_norm/BLOCK|adam_._norm/BLOCK|output/z_loss|"
                   r"train/cross_entropy|train/loss_spike|train/loss$")
+
+
+def signals_filter(logdir: Path) -> str:
+    """SIGNALS_FILTER for the runs under `logdir`: BLOCK is the last block of each run's depth
+    (summary.json's layers; `layer_05` for a 6-block run, `layer_(05|11)` for runs of 6 and 12)."""
+    import json
+
+    from normexp.runs.schema import layer_tag
+
+    depths = set()
+    for summary in Path(logdir).rglob("summary.json"):
+        try:
+            depths.add(int(json.loads(summary.read_text())["layers"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    blocks = [layer_tag("x", d - 1).split("/", 1)[1] for d in sorted(depths)] or ["layer_05"]
+    block = blocks[0] if len(blocks) == 1 else f"({'|'.join(blocks)})"
+    return SIGNALS_FILTER.replace("BLOCK", block)
 # flags for a headless Chromium on a closed network (no background connections, no sandbox as root)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -48,8 +66,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/tensorboard"))
     ap.add_argument("--size", default="1500,950", help="window width,height")
     ap.add_argument("--only", default=",".join(DASHBOARDS), help=f"dashboards to take, of {', '.join(DASHBOARDS)}")
-    ap.add_argument("--tag-filter", default=SIGNALS_FILTER, help="the signals page's tag regex")
+    ap.add_argument("--tag-filter", default=None, help="the signals page's tag regex (default: issue 29's "
+                    "signals of each run's last block)")
     args = ap.parse_args()
+    args.tag_filter = args.tag_filter or signals_filter(args.logdir)
     unknown = [n for n in args.only.split(",") if n not in DASHBOARDS]
     if unknown:
         raise SystemExit(f"screenshots: --only {args.only}: unknown {', '.join(unknown)}; choose from {', '.join(DASHBOARDS)}")

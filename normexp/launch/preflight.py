@@ -240,7 +240,7 @@ def preflight(plan: LaunchPlan):
     from omegaconf import OmegaConf
 
     from ..config.compose import sweep_jobs
-    from ..runs.folder import check_job_folders
+    from ..runs.folder import check_job_folders, name_jobs_by_what_varies
     from ..config.checks import ConfigError
     from ..runs.resume import check_output_folder
     from .validate import check_cache
@@ -274,7 +274,9 @@ def preflight(plan: LaunchPlan):
             check_job(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), explicit)
         check_cache()
         if multirun:
-            check_job_folders(cfg, sweep_jobs(parsed, sweeper_params))
+            jobs = sweep_jobs(parsed, sweeper_params)
+            _NAMING[:] = [o for o in [name_jobs_by_what_varies(cfg, jobs, _set_per_job(cfg))] if o]
+            check_job_folders(cfg, jobs)
         nothing_to_do = check_output_folder(cfg, multirun, explicit)
     except ConfigError as e:
         fail(str(e))
@@ -327,7 +329,7 @@ def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
     _MADE[:] = made
     try:
         if given is None and not resume:
-            folder = claim_default_folder(folder, key)
+            folder = claim_default_folder(_named_run_folder(folder, cfg, list(plan.overrides), multirun), key)
         elif not multirun:
             released = claim_folder(folder, resume, key)
             if released:  # a stranded claim (its process gone, e.g. after a reboot): say so once
@@ -344,7 +346,34 @@ def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
         _undo_claim(folder, made)
         fail(folder_refusal(e, key, folder, resumable=resume and not made))
     quote = '"' if "'" in str(folder) else "'"  # a quoted value keeps `,` or `=` in a path literal
-    return plan.with_overrides(f"{key}={quote}{folder}{quote}", dropping=key)
+    return plan.with_overrides(f"{key}={quote}{folder}{quote}", *(_NAMING if multirun else []), dropping=key)
+
+
+# the override that names a sweep's job folders by what varies (runs.folder.name_jobs_by_what_varies),
+# made by the pre-flight, passed to Hydra by claim_output
+_NAMING: list[str] = []
+
+
+def _set_per_job(cfg) -> set[str]:
+    """Keys the boundary sweeper sets in each job beyond the sweep's grid: never left out of names."""
+    from omegaconf import OmegaConf
+
+    if "boundary_sweeper" not in str(OmegaConf.select(cfg, "hydra.sweeper._target_")):
+        return set()
+    return {str(cfg.hydra.sweeper.key), "seed", "steps", "warmup"}
+
+
+def _named_run_folder(folder: Path, cfg, overrides: list[str], multirun: bool) -> Path:
+    """A single run's default folder (runs/<date>/<time>) with its non-default overrides added
+    to the name (runs.folder.single_run_name)."""
+    from omegaconf import OmegaConf
+
+    from ..runs.folder import single_run_name
+
+    if multirun or not str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir")).endswith("${now:%H-%M-%S}"):
+        return folder
+    name = single_run_name(cfg, overrides)
+    return folder.with_name(f"{folder.name}_{name}") if name else folder
 
 
 _MADE: list[Path] = []  # the folders claim_output created (see made_by_claim)

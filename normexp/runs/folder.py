@@ -558,7 +558,9 @@ def job_folders(cfg, jobs: list[list[str]]) -> list[str | None]:
                 OmegaConf.copy_cache(from_config=cfg, to_config=job_cfg)
                 values = [o for o in parsed if o.input_line not in groups]
                 _apply_values(values, job_cfg)
-                dirname = job_cfg.hydra.job.config.override_dirname
+                # the sweep's naming (name_jobs_by_what_varies added its shared keys), as Hydra gets it
+                dirname = OmegaConf.select(cfg, "hydra.job.config.override_dirname") or \
+                    job_cfg.hydra.job.config.override_dirname
                 with open_dict(job_cfg.hydra.job):
                     job_cfg.hydra.job.override_dirname = _override_dirname(
                         [o for o in parsed if not o.is_hydra_override()], dirname.exclude_keys, dirname.item_sep,
@@ -573,6 +575,122 @@ def job_folders(cfg, jobs: list[list[str]]) -> list[str | None]:
     finally:
         hydra_config.cfg = saved
     return folders
+
+
+# A sweep's job folders (and so TensorBoard's run names, which are their paths) name a job by what
+# tells it from the other jobs: the keys that vary across the sweep. The keys every job shares
+# stay in its config, overrides.yaml and HParams. They are added to Hydra's exclude_keys for this
+# sweep (the pre-flight passes them on the command line, so every launcher and a resume see them).
+DIRNAME_EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"
+
+
+def constant_overrides(jobs: list[list[str]], keep: set[str] | frozenset[str] = frozenset()) -> dict[str, str]:
+    """{task key (Hydra's key_or_group: `+x=1` is x): its override} of the keys every job gives
+    one value, as typed, but those in `keep`; none for a sweep of fewer than two jobs (nothing
+    tells its one job apart, so it keeps every override in its name) or where nothing varies."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if len(jobs) < 2:
+        return {}
+    parser, values = OverridesParser.create(), {}
+    for job in jobs:
+        for o in parser.parse_overrides(job):
+            if not o.is_hydra_override():
+                values.setdefault(o.key_or_group, set()).add(o.input_line)
+    constant = {k: next(iter(v)) for k, v in values.items() if len(v) == 1 and k not in keep}
+    return constant if len(constant) < len(values) else {}
+
+
+def _holds_job(folder: Path, job: list[str], ignore: set[str]) -> bool:
+    """Does `folder` hold a run of this job: its .hydra/overrides.yaml has the job's task overrides
+    (but the keys in `ignore`: resume=true, threads, ...)?"""
+    from omegaconf import OmegaConf
+
+    try:
+        recorded = {str(o) for o in OmegaConf.load(folder / ".hydra" / "overrides.yaml")}
+    except Exception:  # noqa: BLE001 - no run there, or an unreadable record
+        return False
+    return {o for o in job if not override_key(o).startswith("hydra") and override_key(o) not in ignore} <= recorded
+
+
+def name_jobs_by_what_varies(cfg, jobs: list[list[str]], keep: set[str] | frozenset[str] = frozenset()) -> str | None:
+    """Leave the keys every job of the sweep shares out of its job folders' names: adds them to
+    `cfg`'s exclude_keys and returns the override that tells Hydra (None: names unchanged).
+    `keep`: keys a sweeper sets per job beyond `jobs` (the boundary sweeper's searched key, seed,
+    and steps and warmup for its budget checks), never left out. A resumed sweep whose job
+    folders were named by all of their overrides (before this rule) keeps that naming, so resume
+    finds its jobs."""
+    from omegaconf import OmegaConf, open_dict
+
+    if OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir") != "${hydra.job.override_dirname}":
+        return None  # a subdir of the user's own
+    dirname = cfg.hydra.job.config.override_dirname
+    before = list(dirname.exclude_keys)
+    shared = {k: o for k, o in constant_overrides(jobs, keep).items() if k not in before}
+    if not shared:
+        return None
+    extra = list(shared)
+    if OmegaConf.select(cfg, "resume") is True:
+        # sweeps may share a folder under resume=true, and two that differ in a shared key only
+        # would meet in one folder: the short names only for a sweep whose own jobs already hold them
+        trial = cfg.copy()
+        with open_dict(trial.hydra.job.config.override_dirname):
+            trial.hydra.job.config.override_dirname.exclude_keys = before + extra
+        if not any(f is not None and _holds_job(Path(f), job, set(before)) for f, job in zip(job_folders(trial, jobs), jobs)):
+            return None
+    with open_dict(dirname):
+        dirname.exclude_keys = before + extra
+    return f"{DIRNAME_EXCLUDE_KEYS}=[{','.join(repr(k) for k in before + extra)}]"
+
+
+def single_run_name(cfg, overrides: list[str], most: int = 80) -> str:
+    """The suffix a single run's default folder (runs/<date>/<time>) gets: its overrides that
+    change a setting from its default, as a sweep names its jobs (sorted, `key=value` joined by
+    `,`; the keys folder names leave out left out), made safe for file names (`/`, spaces,
+    commas inside a value and quotes become `_`), as many whole ones as fit in `most`
+    characters; "" when there are none. The folder's claim
+    still decides (a taken name gets -2, -3, ...)."""
+    import re
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ..config.compose import compose_config
+
+    excluded = set(cfg.hydra.job.config.override_dirname.exclude_keys)
+    parsed = [o for o in OverridesParser.create().parse_overrides(overrides)
+              if not o.is_hydra_override() and o.key_or_group not in excluded]
+    if not parsed:
+        return ""
+    default = compose_config([], hydra=False)
+    changed = []
+    for o in parsed:
+        key = override_key(o.key_or_group)
+        here = _plain_value(cfg, key)
+        if repr(canonical_value(here)) != repr(canonical_value(_plain_value(default, key))):
+            changed.append(o.input_line)
+    items, name = sorted(re.sub(r"[^\w.=+@-]", "_", o) for o in changed), ""
+    for item in items:  # whole items, up to `most` characters
+        if len(name) + len(item) + bool(name) > most:
+            break
+        name += ("," if name else "") + item
+    return name or (items[0][:most] if items else "")
+
+
+def _plain_value(cfg, key: str):
+    """The plain value at `key` (a config group: its option's name), None where there is none."""
+    from collections.abc import Mapping
+
+    from omegaconf import OmegaConf
+
+    try:
+        value = OmegaConf.select(cfg, key)
+    except Exception:  # noqa: BLE001 - an interpolation that needs Hydra
+        return None
+    if value is not None and not isinstance(value, (int, float, str, bool)):
+        value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    if isinstance(value, Mapping) and "name" in value:
+        return value["name"]
+    return value
 
 
 def check_job_folders(cfg, jobs: list[list[str]]) -> None:

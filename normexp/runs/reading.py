@@ -157,6 +157,18 @@ def load_config(run_dir: Path) -> dict:
         return flatten(OmegaConf.to_container(cfg, resolve=False))
 
 
+def warmup_as_run(config: dict, overrides: list[str]) -> dict:
+    """The flattened config with the warmup the run used: the default warmup cut to the run's
+    steps (it warms up over all of them), as summary.json and HParams record it
+    (runs.folder.hyperparameters). A warmup given above steps is refused before training
+    (launch.validate), so such a run keeps the value it was refused for."""
+    warmup, steps = config.get("warmup"), config.get("steps")
+    given = any(o.lstrip("+~").split("=", 1)[0] == "warmup" for o in overrides)
+    if isinstance(warmup, int) and isinstance(steps, int) and warmup > steps and not given:
+        return {**config, "warmup": steps}
+    return config
+
+
 def load_overrides(run_dir: Path) -> list[str]:
     try:
         return [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")]
@@ -201,7 +213,8 @@ def read_runs(root: str | Path) -> list[Run]:
     for run_dir in find_runs(root):
         rel = str(run_dir.relative_to(root)) if run_dir != root else "."
         summary, problem = read_summary_checked(run_dir)
-        runs.append(Run(run_dir, rel, load_config(run_dir), load_overrides(run_dir), summary,
+        overrides = load_overrides(run_dir)
+        runs.append(Run(run_dir, rel, warmup_as_run(load_config(run_dir), overrides), overrides, summary,
                         load_scalars(run_dir), problem=problem))
     return runs
 

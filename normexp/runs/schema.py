@@ -171,7 +171,7 @@ class Field(NamedTuple):
 # What a run did, in the order the report's table and runs.csv show them
 OUTCOME_FIELDS = {
     "status": Field("one of STATUSES", header="status", csv=True, number=False),
-    "steps_completed": Field("optimizer steps taken", header="steps", csv=True),
+    "steps_completed": Field("optimizer steps taken", header="steps done", csv=True),
     "final_val_loss": Field("validation loss at the last evaluation", header="final val", csv=True),
     "best_val_loss": Field("lowest validation loss of any evaluation", header="best val", csv=True),
     "final_train_loss": Field("training loss at the last checked step", csv=True),

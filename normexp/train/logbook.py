@@ -140,14 +140,15 @@ def write_hparams(writer, hparams: dict, chosen: set[str] = frozenset()) -> None
     """The run's HParams row into its own event file (add_hparams would open a second run
     folder), with an experiment summary that declares the columns: TensorBoard's table sorts
     the hyperparameters marked as varying ("differs") first, then by name, and ticks the
-    first five, so the `chosen` ones (see leading_keys) are marked varying. Values that are not numbers, strings or booleans are
-    shown as text; metrics get display names."""
+    first five, so the `chosen` ones (see leading_keys) are marked varying. Integers and values
+    that are not numbers, strings or booleans are written as text: TensorBoard shows every number
+    to five significant digits (layers 4 reads `4.0000`), a string as it is; metrics get display names."""
     # why here: tensorboard loads once, with the SummaryWriter (boto3 hidden: _import_summary_writer)
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
     from torch.utils.tensorboard.summary import hparams as hparams_summary
 
-    clean = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in hparams.items() if v is not None}
+    clean = {k: (v if isinstance(v, (float, str, bool)) else str(v)) for k, v in hparams.items() if v is not None}
     kinds = {bool: api_pb2.DATA_TYPE_BOOL, str: api_pb2.DATA_TYPE_STRING}
     experiment = api_pb2.Experiment(
         hparam_infos=[api_pb2.HParamInfo(name=k, type=kinds.get(type(v), api_pb2.DATA_TYPE_FLOAT64), differs=k in chosen)
@@ -179,23 +180,69 @@ def depth_profile_figure(values: dict, step: int):
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
-    from matplotlib.ticker import NullFormatter
 
     panels = {key: f for key, f in LAYER_FAMILIES.items() if f.profile_title}
     fig = Figure(figsize=(3 * len(panels), 2.6), dpi=72)
     for ax, (key, family) in zip(fig.subplots(1, len(panels)), panels.items()):
         ys = values.get(key) or []
         ax.plot(range(len(ys)), ys, marker="o" if len(ys) <= 64 else None, ms=3)  # a dot per block while they can be told apart
-        if family.log_scale and ys and min(ys) > 0:
-            ax.set_yscale("log")
+        readable_y_axis(ax, ys, family.log_scale)
         ax.set_title(f"{family.profile_title} (step {step})", fontsize=9)
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("layer", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+# a log axis only where the values span this factor: below it a log axis has one labelled
+# decade or none (a gradient norm from 0.02 to 0.3 showed no y labels at all)
+LOG_AXIS_SPAN = 100.0
+# the least y range of a linear axis, relative to its values: a flat profile (every block's
+# activation std 0.99999 at step 0) otherwise gets ticks 1e-8 apart and an offset label
+LEAST_RELATIVE_SPAN = 0.02
+
+
+def readable_y_axis(ax, ys, log_scale: bool) -> None:
+    """Labelled y ticks in plain numbers: a log axis (decades, labelled 10^k) where `log_scale`
+    and the positive values span LOG_AXIS_SPAN, else a linear one without offset notation and
+    at least LEAST_RELATIVE_SPAN of its values wide, so ticks read as e.g. 0.995 and 1.005."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+
+    finite = [float(y) for y in ys if y is not None and math.isfinite(y)]
+    if not finite:
+        return
+    low, high = min(finite), max(finite)
+    if log_scale and low > 0 and high / low >= LOG_AXIS_SPAN:
+        ax.set_yscale("log")
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        return
+    middle = (low + high) / 2
+    least = LEAST_RELATIVE_SPAN * abs(middle) or 1.0
+    if high - low < least:
+        ax.set_ylim(middle - least / 2, middle + least / 2)
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda x, pos: plain_tick(x, ax.yaxis.get_majorticklocs())))
+
+
+def plain_tick(x: float, ticks) -> str:
+    """A tick as a plain number with the fewest significant digits that tell it from its
+    neighbours `ticks` (0.995, 1, 1.005; 3e-05, 4.5e-05): no offset and no ×10^k label above the
+    axis, which the panel's title would cover."""
+    import math
+
+    ticks = sorted(ticks)
+    step = min((b - a for a, b in zip(ticks, ticks[1:]) if b > a), default=0.0)
+    largest = max((abs(v) for v in ticks), default=0.0)
+    if x == 0 or (step > 0 and abs(x) < step * 1e-6):  # 0, or 0 with rounding noise
+        return "0"
+    digits = 1 if step <= 0 or largest <= 0 else max(1, math.ceil(math.log10(largest / step)) + 1)
+    if abs(x) >= 1:  # 120, not 1.2e+02
+        digits = max(digits, math.floor(math.log10(abs(x))) + 1)
+    return f"{x:.{digits}g}"
 
 
 class Progress:

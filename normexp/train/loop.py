@@ -93,6 +93,8 @@ def train(cfg: DictConfig, run_dir: Path, stop: StopSignals | None = None, hooks
         stack.enter_context(set_up_objects_frozen())
         try:
             with stop.deferred():
+                if trainer.step == 0:
+                    trainer.evaluate_initial()
                 while trainer.step < cfg.steps:
                     stop.check()
                     trainer.train_step()
@@ -567,6 +569,16 @@ class Trainer:
             self.hooks.on_step(step - 1)
         # evaluation, checkpoint, progress and the hook above are not the step: the next one starts here
         self.meter.restart()
+
+    def evaluate_initial(self) -> None:
+        """The validation loss of the initial model, logged at step 0 (TensorBoard only), so a
+        curve starts where training does. It reads the evaluation stream alone (not the data
+        generator, not the global RNG) and updates no model state, so the run trains exactly as
+        without it; summary.json's trajectory and best/final losses stay the trained model's
+        (the outcome rule reads its slope, which an untrained first point would steepen)."""
+        val = validation_loss(self.model, self.corpus.val, self.cfg, self.device, self.autocast)
+        self._log_val(val, 0)
+        self.meter.restart()  # the evaluation is not the first step's time
 
     def _log_val(self, val: float, step: int) -> None:
         self.writer.add_scalar(schema.VAL_LOSS, val, step)

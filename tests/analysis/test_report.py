@@ -65,7 +65,7 @@ def expected_row(run: Path, summary: dict, sweep_dir: Path, finished: Path) -> d
     return {"placement": cfg["placement"]["name"], "warmup": str(cfg["warmup"]), "status": summary["status"],
             "final val": four(numbers.get("final_val_loss")), "best val": four(numbers.get("best_val_loss")),
             "diverged at": "-" if numbers.get("diverged_at_step") is None else str(numbers["diverged_at_step"]),
-            "steps": "-" if numbers.get("steps_completed") is None else str(numbers["steps_completed"])}
+            "steps done": "-" if numbers.get("steps_completed") is None else str(numbers["steps_completed"])}
 
 
 def parse_table(stdout: str) -> list[dict]:
@@ -127,7 +127,7 @@ def test_markdown_references_every_figure_and_each_is_a_png(sweep):
     md = (sweep_dir / "report.md").read_text()
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     per_layer = ("grad_norm", "act_std", "update_rms", "attn_logit_max", "attn_entropy")
-    assert set(figures) == {"val_loss.png", "final_val_loss.png", *(f"{f}_layers.png" for f in per_layer)}
+    assert set(figures) == {"val_loss.png", "train_loss.png", "final_val_loss.png", *(f"{f}_layers.png" for f in per_layer)}
     import matplotlib.image
 
     for name in figures:
@@ -330,3 +330,83 @@ def test_files_the_report_writes_hold_no_absolute_path(tmp_path):
     assert f"hydra.run.dir=lr_sweep/{rel}`" in md, md  # from the folder that holds lr_sweep
     # the terminal's hint stays absolute: it is pasted wherever the user is
     assert any(f"hydra.run.dir={killed.resolve()}`" in str(ln) for ln in printed), printed
+
+
+def _curve_run(name: str, placement: str, status: str, val: list, overrides=(), steps: int = 200, warmup: int = 100):
+    """A finished run as read back (runs.reading.Run), with val/loss and train/loss points."""
+    from normexp.runs.reading import Run, warmup_as_run
+
+    cfg = warmup_as_run({"placement.name": placement, "seed": 0, "steps": steps, "warmup": warmup}, list(overrides))
+    summary = {"status": status, "final_val_loss": val[-1][1], "initial_loss": 5.5, "baseline_loss": 3.3}
+    return Run(Path(name), name, cfg, list(overrides), summary,
+               {"val/loss": val, "train/loss": [(st, v + 0.1) for st, v in val]})
+
+
+def test_loss_figures_keep_coinciding_curves_visible_and_say_how_each_run_ended(tmp_path, monkeypatch):
+    """The quickstart's case: Post-LN and DeepNorm stall on one plateau, their curves equal to
+    the fourth digit. One varied key: one panel, where each line has its own marker, marker size
+    and width (the later, smaller ones nested inside the earlier), and a legend naming its status;
+    the train-loss figure is drawn from train/loss the same way, from step 0."""
+    from normexp.analysis.report import figures
+
+    saved = {}
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path, data: saved.update({path.name: (fig, data)}))
+    plateau = [(0, 5.55), (100, 3.3209), (200, 3.3209)]
+    runs = [_curve_run("a", "pre", "completed", [(0, 5.55), (100, 2.9), (200, 2.4379)]),
+            _curve_run("b", "post", "stalled", plateau), _curve_run("c", "deepnorm", "stalled", plateau)]
+    for r, i in zip(runs, (1, 2, 3)):
+        r.index = i
+    keys = ["placement.name"]
+    for tag, name in (("val/loss", "val.png"), ("train/loss", "train.png")):
+        assert figures.plot_val_curves(runs, keys, tmp_path / name, tag, tag) is None
+        fig, data = saved[name]
+        (ax,) = [a for a in fig.axes if a.get_visible() and a.lines]
+        lines = {ln.get_label(): ln for ln in ax.lines if not ln.get_label().startswith("_")}
+        assert set(lines) == {"placement=pre (completed)", "placement=post (stalled)", "placement=deepnorm (stalled)"}
+        post, deepnorm = lines["placement=post (stalled)"], lines["placement=deepnorm (stalled)"]
+        assert list(post.get_ydata()) == list(deepnorm.get_ydata())  # the same curve ...
+        assert post.get_marker() != deepnorm.get_marker()  # ... told apart by marker, size and width
+        assert post.get_markersize() != deepnorm.get_markersize() and post.get_linewidth() != deepnorm.get_linewidth()
+        assert min(row["step"] for row in data) == 0
+    assert [row["mean"] for row in saved["train.png"][1] if row["placement"] == "pre"] == pytest.approx([5.65, 3.0, 2.5379])
+
+
+def test_the_warmup_shown_is_the_one_the_run_used():
+    """A run that left warmup at its default (100) with steps=60 warmed up over 60 steps (the
+    summary and HParams say 60); a warmup given on the command line is shown as given."""
+    assert _curve_run("a", "pre", "completed", [(0, 5.0)], steps=60).config["warmup"] == 60
+    assert _curve_run("a", "pre", "completed", [(0, 5.0)], steps=300).config["warmup"] == 100
+    assert _curve_run("a", "pre", "failed", [(0, 5.0)], ["warmup=100"], steps=60).config["warmup"] == 100
+
+
+def test_a_figure_too_crowded_for_tight_layout_is_saved_whole_without_a_warning(tmp_path):
+    import warnings
+
+    import matplotlib.image
+
+    from normexp.analysis.report.figures import pyplot, save_figure
+
+    fig, ax = pyplot().subplots(figsize=(3, 2))
+    ax.plot([0, 1], [0, 1])
+    ax.set_yticks([0, 1], ["a tick label far wider than the figure " * 5, "b"])  # tight_layout gives up on it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        save_figure(fig, tmp_path / "crowded.png", [{"x": 0}])
+    assert [str(w.message) for w in caught] == []
+    height, width = matplotlib.image.imread(tmp_path / "crowded.png").shape[:2]
+    assert width > 3 * 100  # the bounding box grew to hold the label, wider than the 3-inch figure at 100 dpi
+
+
+def test_terminal_tables_have_unique_headers_and_leave_out_empty_columns():
+    from normexp.analysis.report.tables import table_rows, without_empty_columns
+
+    runs = [_curve_run(n, p, "stalled", [(0, 5.0), (200, 3.3)], ["steps=200", f"placement={p}"])
+            for n, p in (("a", "pre"), ("b", "post"))]
+    for i, r in enumerate(runs, 1):
+        r.index = i
+    head, rows = table_rows(runs, ["placement.name", "steps"])
+    assert len(head) == len(set(head)), head  # `steps` (the setting) and `steps done` (the count)
+    shown, shown_rows = without_empty_columns(head, rows)
+    dropped = [h for i, h in enumerate(head) if all(r[i] == "-" for r in rows)]
+    assert "diverged at" in dropped and shown == [h for h in head if h not in dropped]
+    assert all(len(r) == len(shown) for r in shown_rows)

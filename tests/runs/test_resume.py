@@ -142,7 +142,8 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corp
         assert [s for s, _ in got[tag]] == [s for s, _ in points], f"{tag}: steps differ"
         for (step, want), (_, have) in zip(points, got[tag]):
             assert have == pytest.approx(want, abs=1e-6), f"{tag} at step {step} (resumed from {resume_step})"
-    assert len(expected["train/loss"]) == STEPS and len(expected["val/loss"]) == STEPS // 10
+    # val/loss: the initial model at step 0, then every 10th step
+    assert len(expected["train/loss"]) == STEPS and len(expected["val/loss"]) == STEPS // 10 + 1
     summary, reference_summary = read_summary(killed_dir), read_summary(reference_dir)
     assert summary["status"] in RAN_TO_THE_END and summary["steps_completed"] == STEPS
     assert summary["final_val_loss"] == pytest.approx(reference_summary["final_val_loss"], abs=1e-6)

@@ -608,3 +608,91 @@ def test_resume_continues_a_run_stranded_by_a_reboot_and_report_says_it_is_not_r
     after = read_summary(run)
     assert after["status"] in RAN_TO_THE_END and after["steps_completed"] == 4 and after["pid"] != os.getpid()
     assert after["final_val_loss"] == final  # it trained steps 3 and 4 again from the checkpoint of step 2
+
+
+# ------------------------------------------------- job folders named by what varies
+
+def _named_folders(sweep_dir, jobs, *cfg_overrides, keep=frozenset()):
+    """(the naming override, each job's folder name) as the pre-flight names a sweep's jobs."""
+    import os
+
+    from normexp.runs.folder import job_folders, name_jobs_by_what_varies
+
+    command = [f"hydra.sweep.dir={sweep_dir}", *cfg_overrides]
+    cfg = _sweep_cfg(*command)
+    jobs = [[*job, *command] for job in jobs]  # each job carries the command's overrides
+    override = name_jobs_by_what_varies(cfg, jobs, keep)
+    return override, [os.path.basename(f) for f in job_folders(cfg, jobs)]
+
+
+def _grid(**axes):
+    import itertools
+
+    return [[f"{k}={v}" for k, v in zip(axes, values)] for values in itertools.product(*axes.values())]
+
+
+def test_job_folders_are_named_by_the_keys_that_vary_only(tmp_path):
+    """The README's sweep with two warmups: 6 jobs, named by placement and warmup alone; the
+    keys every job shares (layers, d_model, ...) stay in the config, not in the name."""
+    jobs = _grid(placement=["pre", "post", "deepnorm"], lr=["1e-2"], warmup=[0, 100], layers=[6], d_model=[64],
+                 steps=[200])
+    override, names = _named_folders(tmp_path / "s", jobs)
+    assert names == [f"placement={p},warmup={w}" for p in ("pre", "post", "deepnorm") for w in (0, 100)]
+    assert override.startswith("hydra.job.config.override_dirname.exclude_keys=[")
+    for key in ("'lr'", "'layers'", "'d_model'", "'steps'", "'data.files'"):  # the shared ones and the old ones
+        assert key in override
+
+
+def test_a_sweep_of_one_job_or_a_subdir_of_ones_own_keeps_its_names(tmp_path):
+    jobs = _grid(placement=["post"], lr=["1e-2"])
+    assert _named_folders(tmp_path / "s", jobs) == (None, ["lr=1e-2,placement=post"])
+    own = "hydra.sweep.subdir=${hydra.job.num}"
+    assert _named_folders(tmp_path / "s", _grid(placement=["pre", "post"], lr=["1e-2"]), own) == (None, ["0", "1"])
+
+
+def test_keys_the_boundary_sweeper_sets_per_job_stay_in_the_names(tmp_path):
+    """The boundary sweeper adds its searched key (and, for budget checks, steps and warmup) to
+    each job beyond the grid the pre-flight sees: they must never be left out, or two probes of
+    one setting would share a folder (and the second be skipped as finished)."""
+    jobs = _grid(placement=["pre", "post"], lr=["1e-3"], steps=[200], layers=[6])
+    _, names = _named_folders(tmp_path / "s", jobs, keep={"lr", "seed", "steps", "warmup"})
+    assert names == [f"lr=1e-3,placement={p},steps=200" for p in ("pre", "post")]  # layers=6 shared: left out
+
+
+def test_a_resumed_sweep_named_the_old_way_keeps_its_folders(tmp_path):
+    """A sweep run before this rule named each job by all of its overrides: resume=true must
+    find those folders (and skip its finished jobs), not start every job again in new ones."""
+    jobs = _grid(placement=["pre", "post"], layers=[2])
+    sweep = tmp_path / "s"
+    for p in ("pre", "post"):
+        (sweep / f"layers=2,placement={p}" / ".hydra").mkdir(parents=True)
+    assert _named_folders(sweep, jobs, "resume=true") == (None, ["layers=2,placement=pre", "layers=2,placement=post"])
+    # resume=true lets sweeps share a folder: one whose own jobs are not there yet keeps full names
+    # (two sweeps differing in a shared key only would meet in one folder)
+    assert _named_folders(tmp_path / "new", jobs, "resume=true")[0] is None
+    short = tmp_path / "short"  # a sweep named by what varies, resumed: its own jobs are found
+    (short / "placement=pre" / ".hydra").mkdir(parents=True)
+    (short / "placement=pre" / ".hydra" / "overrides.yaml").write_text("- placement=pre\n- layers=2\n")
+    override, names = _named_folders(short, jobs, "resume=true")
+    assert override is not None and names == ["placement=pre", "placement=post"]
+    # a boundary search's jobs carry an lr the pre-flight's job list lacks: told by the shared item
+    boundary = tmp_path / "boundary"
+    (boundary / "layers=2,lr=0.001,placement=pre,seed=0" / ".hydra").mkdir(parents=True)
+    keep = {"lr", "seed", "steps", "warmup"}
+    assert _named_folders(boundary, jobs, "resume=true", keep=keep)[0] is None
+    assert _named_folders(boundary, jobs, keep=keep)[0] is not None  # (without resume=true it is a new sweep)
+
+
+def test_a_single_runs_folder_name_holds_its_non_default_overrides():
+    from normexp.runs.folder import single_run_name
+
+    def name(*overrides):
+        return single_run_name(_sweep_cfg(*overrides), list(overrides))
+
+    # placement=pre and seed=0 are the defaults; paths and thread counts never name a run
+    assert name("placement=pre", "warmup=0", "layers=12", "seed=0", "threads=1", "data.files=[/x/y.txt]",
+                "data=text") == "data=text,layers=12,warmup=0"
+    assert name() == "" and name("placement=pre") == ""
+    assert name("optim.betas=[0.9, 0.95]") == "optim.betas=_0.9__0.95_"  # no space, bracket or slash in a folder name
+    many = [f"+x{i:02d}=1" for i in range(40)]  # 6 characters each: 11 and 10 commas make 76, a 12th 83 > 80
+    assert name(*many) == ",".join(many[:11])

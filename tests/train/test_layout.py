@@ -67,3 +67,27 @@ def test_layer_profiles_run_in_block_order_beyond_100_blocks():
     # block i logs the value i at step 0; as text, layer_100 sorts before layer_11
     run = SimpleNamespace(scalars={names.layer_tag("act_std", i): [(0, float(i))] for i in range(120)})
     assert layer_profile(run, "act_std") == {0: [float(i) for i in range(120)]}
+
+
+def test_depth_profile_panels_label_every_y_axis_in_plain_numbers():
+    """The Images tab's depth profile at step 0: every block's activation std 0.9999955 (to 1e-8),
+    gradient norms within one decade, update ratios near 5e-5. Each panel's y axis has at least
+    two tick labels, each a plain number that reads back as its tick's position (to half a
+    step), all different, and no offset or ×10^k text (it read `1e-8+9.999955e-1`; the gradient
+    and update panels, log axes under a decade, had no labels at all)."""
+    from normexp.train.logbook import depth_profile_figure
+
+    values = {"act_std": [0.9999955 + 1e-9 * i for i in range(6)], "grad_norm": [0.02 * 1.5 ** i for i in range(6)],
+              "update_ratio": [3e-5 * (1 + 0.2 * i) for i in range(6)]}
+    fig = depth_profile_figure(values, step=0)
+    fig.canvas.draw()
+    assert len(fig.axes) == 3
+    for ax in fig.axes:
+        low, high = ax.get_ylim()
+        ticks = [(t.get_position()[1], t.get_text()) for t in ax.get_yticklabels() if low <= t.get_position()[1] <= high]
+        assert len(ticks) >= 2 and all(text for _, text in ticks), (ax.get_title(), ticks)
+        assert len({text for _, text in ticks}) == len(ticks)
+        step = min(b[0] - a[0] for a, b in zip(ticks, ticks[1:]))
+        for position, text in ticks:
+            assert abs(float(text.replace("\u2212", "-")) - position) <= step / 2, (ax.get_title(), text, position)
+        assert ax.yaxis.get_offset_text().get_text() == "", ax.get_title()

@@ -56,6 +56,31 @@ def test_hparams_mark_the_chosen_keys_and_leave_out_unused_settings(runs):
     assert [(m.name.tag, m.display_name) for m in pre.metric_infos] == [(m.tag, m.display_name) for m in HPARAM_METRICS]
 
 
+def test_hparams_show_integers_as_integers(runs):
+    """TensorBoard writes every numeric hparam to five significant digits (layers 4 read
+    `4.0000`): integers go as text, which it shows as written; floats stay numbers."""
+    from tensorboard.plugins.hparams import api_pb2, metadata
+
+    infos = {h.name: h.type for h in experiment(runs / "sweep" / "pre").hparam_infos}
+    [start] = [metadata.parse_session_start_info_plugin_data(v.metadata.plugin_data.content)
+               for e in events(runs / "sweep" / "pre") for v in e.summary.value if v.tag == metadata.SESSION_START_INFO_TAG]
+    summary = read_summary(runs / "sweep" / "pre")
+    for key in ("layers", "warmup", "d_model", "seed"):
+        assert infos[key] == api_pb2.DATA_TYPE_STRING and start.hparams[key].string_value == str(summary[key])
+    assert infos["lr"] == api_pb2.DATA_TYPE_FLOAT64 and start.hparams["lr"].number_value == pytest.approx(1e-3)
+
+
+def test_validation_loss_starts_at_step_0_in_tensorboard_only(runs):
+    """The initial model is evaluated before the first step (val/loss at step 0), so a curve starts
+    where training does; summary.json's trajectory, read by the outcome rule, keeps the trained
+    model's evaluations only (an untrained first point would steepen its slope)."""
+    run = runs / "sweep" / "pre"
+    val = load_events(run).Scalars("val/loss")
+    assert [e.step for e in val] == [0, 10, 20, 30]
+    assert [s for s, _ in read_summary(run)["loss_trajectory"]["val"]] == [10, 20, 30]
+    assert val[0].value > val[-1].value  # the untrained model's loss, above where training took it
+
+
 def test_hparams_metrics_hold_the_final_numbers_and_the_status_code(runs):
     import json
 
@@ -139,7 +164,9 @@ def test_every_custom_scalars_chart_matches_exactly_the_tags_it_names(runs):
                             and t.split("/")[1].startswith("layer_")}  # (not act_std/embedding: no block)
                 assert expected, chart.title
             else:  # a chart of named tags: each pattern, unanchored, is the tag it names
-                expected = {p.strip("^$").replace("\\", "") for p in chart.multiline.tag} & logged
+                named = {p.strip("^$").replace("\\", "") for p in chart.multiline.tag}
+                assert named & logged, chart.title  # every chart draws something of a real run
+                expected = named & logged
             assert matched == expected, f"{category.title} / {chart.title}"
             charted += 1
     assert charted >= 15 + len(LAYER_FAMILIES) + len(HEAD_FAMILIES)

@@ -29,7 +29,7 @@ from .figures import draw_figures
 from .sections import (boundary_section, depth_law_section, depth_section, overview_line, run_notes, screening_notes,
                        sensitivity_section, swept)
 from .tables import (cell_rows, display_name, kept_apart_note, left_out_of_statistics, markdown_table, sets_the_unit,
-                     sort_key, table_rows, text_table, varied_keys, write_csv)
+                     sort_key, table_rows, text_table, varied_keys, without_empty_columns, write_csv)
 
 __all__ = ["ReportError", "make_report"]
 
@@ -119,8 +119,8 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
         md += [f"### {title}", "", f"![{title}]({name})", ""]
     md_path.write_text("\n".join(md))
     echo(overview)
-    echo(text_table(head, rows))
-    echo("\nper setting (seeds pooled):\n" + text_table(cell_head, cell_body))
+    echo(text_table(*without_empty_columns(head, rows)))
+    echo("\nper setting (seeds pooled):\n" + text_table(*without_empty_columns(cell_head, cell_body)))
     for n in notes:
         echo(f"note: {n}")
     written = [csv_path, md_path, *(out_dir / name for _, name in figures), *(out_dir / n for n in extra)]

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ...runs.reading import Run
-from ...runs.schema import LAYER_FAMILIES, VAL_LOSS, Status, layer_index, layer_tag_pattern
+from ...runs.schema import LAYER_FAMILIES, TRAIN_LOSS, VAL_LOSS, Status, layer_index, layer_tag_pattern
 from .. import study
 from ..boundary import at_search_budget
 from .tables import display_name, fmt_param, is_missing, sets_the_unit, sort_key
@@ -27,8 +28,10 @@ def pyplot():
 
 def save_figure(fig, path: Path, data) -> None:
     """The PNG, and beside it (same stem, .csv) the data it draws: a list of dicts or a DataFrame."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with warnings.catch_warnings():  # a figure tight_layout cannot fit (a long legend) is saved whole below
+        warnings.filterwarnings("ignore", message="Tight layout not applied")
+        fig.tight_layout()
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     pyplot().close(fig)
     (data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)).to_csv(path.with_suffix(".csv"), index=False)
 
@@ -37,10 +40,10 @@ def _label(r: Run, keys: list[str]) -> str:
     return ", ".join(f"{display_name(k)}={fmt_param(r.config.get(k))}" for k in keys) or f"run #{r.index}"
 
 
-def _curve_points(members: list[Run]) -> list[tuple[int, float, float, float, int]]:
-    """(step, mean, low, high, n) of val/loss over a cell's seeds; after a run diverged it
+def _curve_points(members: list[Run], tag: str = VAL_LOSS) -> list[tuple[int, float, float, float, int]]:
+    """(step, mean, low, high, n) of `tag` (val/loss) over a cell's seeds; after a run diverged it
     counts as its initial loss ℓ₀ (as in the loss statistics), never dropped."""
-    curves = [(dict(r.scalars.get(VAL_LOSS, [])), r) for r in members]
+    curves = [(dict(r.scalars.get(tag, [])), r) for r in members]
     steps = sorted({st for c, _ in curves for st in c})
     out = []
     for st in steps:
@@ -57,24 +60,39 @@ def _curve_points(members: list[Run]) -> list[tuple[int, float, float, float, in
 
 
 def _outcome_note(members: list[Run]) -> str:
-    """" (n=3, 1 diverged, 2 stalled)": the cell's size and how many did not learn."""
-    st = [r.status for r in members]
-    parts = [f"n={len(members)}"] + [f"{st.count(k)} {k}" for k in (Status.DIVERGED, Status.STALLED, Status.FAILED, Status.RUNNING, Status.KILLED)
-                                     if st.count(k)]
-    return " (" + ", ".join(parts) + ")"
+    """" (stalled)" for one run, " (n=3: 2 completed, 1 diverged)" for several: how each ended."""
+    st = [str(r.status) for r in members]
+    if len(st) == 1:
+        return f" ({st[0]})"
+    return f" (n={len(st)}: " + ", ".join(f"{st.count(k)} {k}" for k in dict.fromkeys(st)) + ")"
 
 
-def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
-    """Validation loss against step: one panel per value of the first varied key, one line per
-    cell (runs that differ only in seed) labelled by the other varied keys: the mean over
-    seeds with its 95 % t-interval shaded: the cell's replicates (study.screen) once one has
-    finished, every run (dashed) before. The drawn data go to the .csv beside the PNG.
-    Returns a note if there is nothing to draw."""
-    with_val = [r for r in runs if r.scalars.get(VAL_LOSS)]
+# markers of the lines of one panel, each hollow and a size smaller than the one before, over
+# lines each thinner than the one before: curves that coincide (two runs that stalled on the same
+# plateau) stay visible, nested, instead of the last one drawn hiding the others
+MARKERS = "osD^v<>p"
+
+
+def line_style(i: int) -> dict:
+    """The matplotlib keywords of a panel's i-th line (see MARKERS)."""
+    return {"marker": MARKERS[i % len(MARKERS)], "ms": max(3.0, 8.0 - 1.2 * (i % 5)), "mfc": "none",
+            "lw": max(0.8, 2.6 - 0.45 * (i % 5))}
+
+
+def plot_val_curves(runs: list[Run], keys: list[str], path: Path, tag: str = VAL_LOSS,
+                    what: str = "validation loss") -> str | None:
+    """`tag` (validation loss; train/loss for the training loss) against step: one panel per
+    value of the first varied key where two or more vary (else one panel), one line per cell
+    (runs that differ only in seed) labelled by the other varied keys and how its runs ended:
+    the mean over seeds with its 95 % t-interval shaded: the cell's replicates (study.screen)
+    once one has finished, every run (dashed) before. Each line its marker (line_style), so
+    coinciding curves stay visible. The drawn data go to the .csv beside the PNG. Returns a
+    note if there is nothing to draw."""
+    with_val = [r for r in runs if r.scalars.get(tag)]
     if not with_val:
-        return "no run has logged val/loss yet: the validation-loss figure is skipped"
+        return f"no run has logged {tag} yet: the {what} figure is skipped"
     plt = pyplot()
-    panel_key, line_keys = (keys[0], keys[1:]) if keys else (None, [])
+    panel_key, line_keys = (keys[0], keys[1:]) if len(keys) > 1 else (None, keys)
     panels = sorted({r.config.get(panel_key) for r in with_val}, key=sort_key) if panel_key else [None]
     groups = sorted(study.cells(with_val, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]])
     # once a run of a cell has finished, its curve averages the replicates the statistics use
@@ -83,36 +101,41 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path) -> str | None:
     colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
     cols = min(len(panels), 4)
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharey=True)
+    width = 4.2 * cols if cols > 1 else 6.4  # one panel holds every line: room for them
+    fig, axes = plt.subplots(rows, cols, figsize=(width, 3.4 * rows + 0.4), squeeze=False, sharey=True)
     data = []
     for ax, value in zip(axes.flat, panels):
+        drawn = 0
         for cell, members in groups:
             if panel_key and cell[0] != value:
                 continue
-            points = _curve_points(members)
+            points = _curve_points(members, tag)
+            if not points:
+                continue
             steps, means, lows, highs, ns = map(list, zip(*points))
             lab = _label(members[0], line_keys)
             unfinished = any(r.unfinished for r in members)
-            ax.plot(steps, means, color=colors[lab], ls="--" if unfinished else "-", marker=".",
+            ax.plot(steps, means, color=colors[lab], ls="--" if unfinished else "-", **line_style(drawn),
                     label=lab + _outcome_note(members))
+            drawn += 1
             ax.fill_between(steps, lows, highs, color=colors[lab], alpha=0.2)
             data += [{**dict(zip(map(display_name, keys), cell)), "step": p[0], "mean": p[1], "low": p[2], "high": p[3],
                       "n": p[4]} for p in points]
             for r in members:
-                finite = [(st, v) for st, v in r.scalars[VAL_LOSS] if math.isfinite(v)]
+                finite = [(st, v) for st, v in r.scalars.get(tag, []) if math.isfinite(v)]
                 if r.status == Status.DIVERGED and finite:  # the cross sits at the divergence step
                     at = r.summary.get("diverged_at_step")
                     ax.plot(at if at is not None else finite[-1][0], finite[-1][1], marker="x", color="red", ms=9, mew=2)
-        ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else "validation loss", fontsize=10)
+        ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else what, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for ax in axes[:, 0]:
-        ax.set_ylabel("validation loss")
+        ax.set_ylabel(what)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle("Validation loss: mean over seeds, 95 % t-interval shaded (red x: diverged; dashed: still running)",
-                 fontsize=10)
+    fig.suptitle(f"{what[0].upper() + what[1:]}: mean over seeds, 95 % t-interval shaded\n(red x: diverged; "
+                 "dashed: still running)", fontsize=10)
     save_figure(fig, path, data)
     return None
 
@@ -245,18 +268,20 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
                 break
         else:
             groups.append((v, [r]))
-    for v, members in groups:
+    for i, (v, members) in enumerate(groups):
         common = [k for k in keys if len({repr(m.config.get(k)) for m in members}) == 1]
         label = _label(members[0], common) + (f" ({len(members)} runs)" if len(members) > 1 else "")
-        axes[0].plot(np.arange(len(v)), clean(v), marker=dots(v), ms=3, color=colour_of(members[0]),
-                     ls="-" if len(members) > 1 else style_of(members[0]), label=label)
+        style = {**line_style(i), **({} if dots(v) else {"marker": None})}  # close profiles stay visible
+        axes[0].plot(np.arange(len(v)), clean(v), color=colour_of(members[0]),
+                     ls="-" if len(members) > 1 else style_of(members[0]), label=label, **style)
     axes[0].set_title("step 0 (initialisation, first batch)", fontsize=10)
-    for r in drawn:
+    for i, r in enumerate(drawn):
         last = max(profiles[r.index])
         v = np.array(profiles[r.index][last], dtype=float)
-        tail = f" @{last}" + (f" {r.status}" if r.unfinished or r.status == Status.DIVERGED else "")
-        axes[1].plot(np.arange(len(v)), clean(v), marker=dots(v), ms=3, color=colour_of(r), ls=style_of(r),
-                     label=_label(r, keys) + tail)
+        tail = f" @{last} ({r.status})"
+        style = {**line_style(i), **({} if dots(v) else {"marker": None})}  # coinciding profiles stay visible
+        axes[1].plot(np.arange(len(v)), clean(v), color=colour_of(r), ls=style_of(r), label=_label(r, keys) + tail,
+                     **style)
     axes[1].set_title("last logged step of each run", fontsize=10)
     for ax in axes:
         ax.set_yscale("log")
@@ -343,11 +368,12 @@ def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path, cell_ta
 def draw_figures(runs: list[Run], keys: list[str], out_dir: Path) -> tuple[list, list[str]]:
     """The standard figures (each with its .csv): [(title, file name)] and notes on skipped ones."""
     figures, notes = [], []
-    note = plot_val_curves(runs, keys, out_dir / "val_loss.png")
-    if note:
-        notes.append(note)
-    else:
-        figures.append(("Validation loss", "val_loss.png"))
+    for tag, what, name in ((VAL_LOSS, "validation loss", "val_loss.png"), (TRAIN_LOSS, "train loss", "train_loss.png")):
+        note = plot_val_curves(runs, keys, out_dir / name, tag, what)
+        if note:
+            notes.append(note)
+        else:
+            figures.append((what[0].upper() + what[1:], name))
     kind, note = plot_final_grid(runs, keys, out_dir / "final_val_loss.png")
     if note:
         notes.append(note)

@@ -182,6 +182,13 @@ def text_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(head), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 
+def without_empty_columns(head: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """The columns that hold some value: a terminal table leaves out those that are "-" in every
+    row (no run diverged, no interval for n = 1), which report.md and the CSV keep."""
+    keep = [i for i in range(len(head)) if not rows or any(r[i] != "-" for r in rows)]
+    return [head[i] for i in keep], [[r[i] for i in keep] for r in rows]
+
+
 def markdown_table(head: list[str], rows: list[list[str]]) -> str:
     esc = lambda c: c.replace("|", "\\|")  # noqa: E731
     return "\n".join(["| " + " | ".join(map(esc, head)) + " |", "|" + "---|" * len(head),
