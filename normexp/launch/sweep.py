@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -252,6 +253,7 @@ class SweepCallback(Callback):
             _watcher = None
         folder = Path(str(config.hydra.sweep.dir))
         _outcome = SweepOutcome(folder, read_results(folder), seconds)
+        shutil.rmtree(folder / JOB_RESULTS, ignore_errors=True)  # bookkeeping: the sweep folder holds only its jobs
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """A single run: its .hydra files written first here, so that a machine that refuses them (a

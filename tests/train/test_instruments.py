@@ -34,7 +34,7 @@ def test_every_tag_for_every_block_at_every_logged_step(tmp_path, corpus, cli_en
                 "stability/grad_norm_top_over_bottom", "stability/model_update", "train/loss", "output/log_z",
                 "output/z_loss", "train/loss_spike", "train/grad_norm", "train/lr"):
         assert sorted(scalars[tag]) == logged, tag
-    assert sorted(scalars["val/loss"]) == [10, 20, 30]
+    assert sorted(scalars["val/loss"]) == [0, 10, 20, 30]  # a step-0 evaluation, then every eval_every
     assert sorted(scalars["perf/tokens_per_second"]) == [10, 20, 29]
     # the summaries are what their names say
     for s in logged:
