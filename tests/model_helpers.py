@@ -8,7 +8,7 @@ import torch
 
 from normexp.config.compose import compose_config
 from normexp.config.registry import build
-from normexp.model import GPT, NORMS
+from normexp.model import GPT, NORMS, PLACEMENTS
 from normexp.model.layers import Sublayer
 from normexp.train.loop import model_config
 
@@ -107,3 +107,13 @@ def init_std_ratio(model: GPT, d: int) -> tuple[float, float, float]:
                  mlp.fc_out.weight.detach().flatten() / xavier(4 * d, d)]
     rest = torch.cat(rest)
     return torch.cat(qk).std().item(), rest.std().item(), 1 / math.sqrt(2 * rest.numel())
+
+
+def sandwich_block_output(name: str):
+    """(x, y, out, want) of placement `name` around a StandIn at block 0 of 6, with
+    want = LN_out(F(LN_in(x))) by hand: Sandwich-LN's block (peri is the same class)."""
+    f = StandIn()
+    layer = PLACEMENTS[name](f, lambda: NORMS["layer"](D, eps=1e-5), index=0, depth=6)
+    x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(0)) * 3
+    y, out = layer(x)
+    return x, y, out, by_hand_norm(f(by_hand_norm(x)))

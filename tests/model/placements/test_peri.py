@@ -5,8 +5,8 @@ tests/conftest.py's `placement_expectations`."""
 
 import torch
 
-from model_helpers import D, StandIn, by_hand_norm
-from normexp.model import NORMS, PLACEMENTS
+from model_helpers import sandwich_block_output
+from normexp.model import PLACEMENTS
 
 
 # (norms per block, whether the model adds a final norm); Norm_in and Norm_out around each sublayer
@@ -17,10 +17,6 @@ SETTINGS = {}
 
 def test_peri_is_the_sandwich_block_under_its_own_name():
     """Peri-LN's x ← x + LN_out(F(LN_in(x))) is Sandwich-LN's block: one class, two names."""
-    f = StandIn()
-    layer = PLACEMENTS["peri"](f, lambda: NORMS["layer"](D, eps=1e-5), index=0, depth=6)
-    x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(0)) * 3
-    y, out = layer(x)
-    want = by_hand_norm(f(by_hand_norm(x)))
+    x, y, _, want = sandwich_block_output("peri")
     torch.testing.assert_close(y, x + want, atol=1e-5, rtol=1e-5)
     assert PLACEMENTS["peri"] is PLACEMENTS["sandwich"]

@@ -5,8 +5,7 @@ tests/conftest.py's `placement_expectations`."""
 
 import torch
 
-from model_helpers import D, StandIn, by_hand_norm
-from normexp.model import NORMS, PLACEMENTS
+from model_helpers import sandwich_block_output
 
 
 # (norms per block, whether the model adds a final norm); Norm_in and Norm_out around each sublayer
@@ -17,10 +16,6 @@ SETTINGS = {}
 
 def test_sandwich_sublayer_normalizes_both_the_input_and_the_output_of_f():
     """x ← x + LN_out(F(LN_in(x))); the contribution is LN_out(F(LN_in(x)))."""
-    f = StandIn()
-    layer = PLACEMENTS["sandwich"](f, lambda: NORMS["layer"](D, eps=1e-5), index=0, depth=6)
-    x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(0)) * 3
-    y, out = layer(x)
-    want = by_hand_norm(f(by_hand_norm(x)))
+    x, y, out, want = sandwich_block_output("sandwich")
     torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(y, x + want, atol=1e-5, rtol=1e-5)
