@@ -155,7 +155,7 @@ MUTANTS = [
     M("unigram baseline in bits, not nats", "normexp/data/batches.py",
       "return float(-(p * np.log(p)).sum())", "return float(-(p * np.log2(p)).sum())",
       ("tests/analysis/test_study.py::test_baseline_is_the_unigram_entropy_and_a_tiny_lr_stalls",)),
-    M("stall margin ignored", "normexp/runs/folder.py",
+    M("stall margin ignored", "normexp/runs/summary.py",
       "return baseline_loss is None or final_val_loss <= (1 - margin) * baseline_loss",
       "return baseline_loss is None or final_val_loss <= baseline_loss",
       ("tests/analysis/test_study.py::test_the_stall_rule_by_hand",)),

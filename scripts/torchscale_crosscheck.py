@@ -284,7 +284,7 @@ def train_normexp(cfg, work: Path) -> tuple[float, str]:
 
 
 def outcome(loss: float, baseline: float, margin: float) -> str:
-    from normexp.runs.folder import beat_baseline
+    from normexp.runs.summary import beat_baseline
 
     return "learned" if beat_baseline(loss, baseline, margin) else "stalled"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_summary, run_cli
 
-from normexp.runs.folder import find_runs
+from normexp.runs.reading import find_runs
 from normexp.config.compose import declared_names
 
 BASE = [*TINY, "steps=5", "warmup=0", "data=text"]  # + data.files and hydra.run.dir per case
@@ -266,7 +266,8 @@ def test_valid_names_match_the_registries():
 
 def test_checking_a_config_does_not_import_torch():
     """The pre-flight path stays light, so a typo costs about a second, not a torch import."""
-    code = ("import sys, normexp.cli, normexp.launch.validate, normexp.runs.folder; "
+    code = ("import sys, normexp.cli, normexp.launch.validate, normexp.runs.claims, "
+            "normexp.runs.folder_names; "
             "print(sorted(m for m in ('torch', 'datasets', 'tokenizers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

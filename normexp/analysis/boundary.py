@@ -64,7 +64,7 @@ from pathlib import Path
 
 from ..runs import outcomes
 from ..runs.outcomes import LEARNED
-from ..runs.folder import FINISHED
+from ..runs.schema import FINISHED
 from ..config.checks import is_number
 from ..runs.schema import Status
 

@@ -72,7 +72,7 @@ def run_loss(r: Run) -> float | None:
 
 def counts_as_learned(r: Run) -> bool:
     """Whether the statistics count a run as learned: status completed (finished at least
-    stall_margin below the unigram baseline, see runs.folder.beat_baseline)."""
+    stall_margin below the unigram baseline, see runs.summary.beat_baseline)."""
     return r.status == Status.COMPLETED
 
 

@@ -31,7 +31,8 @@ def _mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None) -> Non
 
     from ..runs.checkpoint import list_checkpoints
     from ..train.distributed import is_main
-    from ..runs.folder import FINISHED, read_summary, set_status
+    from ..runs.schema import FINISHED
+    from ..runs.summary import read_summary, set_status
 
     summary = read_summary(run_dir) or {}
     saved = list_checkpoints(run_dir)
@@ -50,13 +51,15 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
     a new run's settings, and train."""
     import logging
 
-    from ..runs.folder import FINISHED, claim_folder, read_record, restore_hydra_files, trained_nothing, write_record
+    from ..runs.claims import claim_folder, trained_nothing
+    from ..runs.record import read_record, restore_hydra_files, write_record
+    from ..runs.schema import FINISHED
     from ..runs.resume import same_settings
     from .validate import validate
 
     log = logging.getLogger("normexp")
     if previous is None and (run_dir / "summary.json").exists():  # a sweep's job folder: no pre-flight saw it
-        from ..runs.folder import FolderTaken
+        from ..runs.claims import FolderTaken
         from ..runs.resume import unreadable_summary
 
         raise FolderTaken(f"{run_dir}: {unreadable_summary(run_dir)}")
@@ -95,7 +98,9 @@ def hydra_task(cfg, hooks=None) -> dict | None:
     from hydra.types import RunMode
 
     from ..data.batches import DataError
-    from ..runs.folder import FolderTaken, read_summary, restore_hydra_files, trained_nothing
+    from ..runs.claims import FolderTaken, trained_nothing
+    from ..runs.record import restore_hydra_files
+    from ..runs.summary import read_summary
     from ..train.signals import Interrupted, Preempted, StopSignals
     from ..config.checks import ConfigError
 
@@ -119,7 +124,7 @@ def hydra_task(cfg, hooks=None) -> dict | None:
         # SLURM stops the job soon (time limit or preemption). The checkpoint is saved and the
         # status is "requeued" (also when the signal came before training began); submitit's
         # handler now requeues the job (the launcher resubmits the same job) and exits.
-        from ..runs.folder import set_status
+        from ..runs.summary import set_status
 
         summary = read_summary(run_dir) or {}
         if summary.get("status") != Status.REQUEUED:
@@ -185,7 +190,9 @@ def _leave_resumable(run_dir: Path, cfg, previous: dict | None, message: str, co
     interrupted run being resumed) stays resumable: stopped by its environment (exit 2: a full
     disk, a read-only folder) it is "interrupted" at its newest checkpoint; a run refused
     before it trained again keeps its status. Only a run that trained nothing is "failed"."""
-    from ..runs.folder import read_summary, restore_hydra_files, trained_nothing, write_summary
+    from ..runs.claims import trained_nothing
+    from ..runs.record import restore_hydra_files
+    from ..runs.summary import read_summary, write_summary
 
     try:
         now = read_summary(run_dir) or {}
@@ -204,7 +211,7 @@ def _record_failure(run_dir: Path, cfg, message: str) -> None:
     """Status "failed" and the one-line error in summary.json: the run's own summary if it got
     that far, else the config's hyperparameters (as far as they read)."""
     from ..train.distributed import is_main
-    from ..runs.folder import set_status, summary_record
+    from ..runs.summary import set_status, summary_record
 
     if not is_main():  # under torchrun only rank 0 writes into the run folder
         return
@@ -223,7 +230,9 @@ def _undo_start(run_dir: Path) -> bool:
     import logging
     import shutil
 
-    from ..runs.folder import CLAIM, holds_own_claim, read_record, read_summary, restore_hydra_files
+    from ..runs.claims import CLAIM, holds_own_claim
+    from ..runs.record import read_record, restore_hydra_files
+    from ..runs.summary import read_summary
     from .preflight import made_by_claim
 
     run_dir = Path(run_dir)
@@ -264,7 +273,7 @@ def run_hydra(plan: LaunchPlan, hooks=None) -> sweep.SweepOutcome | None:
     # the shell completion script Hydra prints registers itself for sys.argv[0]'s name: the
     # `normexp` command (its query comes back through cli._completion_for_train)
     sys.argv = ["normexp" if plan.completion else "normexp train", *plan.args]
-    from ..runs.folder import new_launch
+    from ..runs.claims import new_launch
 
     new_launch()
     sweep.start_launch()

@@ -240,7 +240,7 @@ def preflight(plan: LaunchPlan):
     from omegaconf import OmegaConf
 
     from ..config.compose import sweep_jobs
-    from ..runs.folder import check_job_folders, name_jobs_by_what_varies
+    from ..runs.folder_names import check_job_folders, name_jobs_by_what_varies
     from ..config.checks import ConfigError
     from ..runs.resume import check_output_folder
     from .validate import check_cache
@@ -307,14 +307,13 @@ def sweep_preview(jobs: list[list[str]], sweeper) -> str:
 
 
 def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
-    """Claim the folder this command writes into before Hydra writes anything (runfolder's
-    claims), and pin it in the arguments: Hydra would resolve the default `${now:...}` name
-    again, maybe in the next second. A single run claims its run folder; a new sweep its
-    sweep folder (each job then claims its own job folder). One line and exit 2 when the
-    folder belongs to another run."""
+    """Claim the folder this command writes into before Hydra writes anything (runs/claims.py),
+    and pin it in the arguments: Hydra would resolve the default `${now:...}` name again, maybe
+    in the next second. A single run claims its run folder; a new sweep its sweep folder (each
+    job then claims its own job folder). One line and exit 2 when the folder belongs to another run."""
     from omegaconf import OmegaConf
 
-    from ..runs.folder import FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder
+    from ..runs.claims import FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder
     from ..runs.resume import output_folder
 
     multirun, key, given = plan.multirun, plan.folder_key, plan.override(plan.folder_key)
@@ -349,7 +348,7 @@ def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
     return plan.with_overrides(f"{key}={quote}{folder}{quote}", *(_NAMING if multirun else []), dropping=key)
 
 
-# the override that names a sweep's job folders by what varies (runs.folder.name_jobs_by_what_varies),
+# the override that names a sweep's job folders by what varies (runs.folder_names.name_jobs_by_what_varies),
 # made by the pre-flight, passed to Hydra by claim_output
 _NAMING: list[str] = []
 
@@ -365,10 +364,10 @@ def _set_per_job(cfg) -> set[str]:
 
 def _named_run_folder(folder: Path, cfg, overrides: list[str], multirun: bool) -> Path:
     """A single run's default folder (runs/<date>/<time>) with its non-default overrides added
-    to the name (runs.folder.single_run_name)."""
+    to the name (runs.folder_names.single_run_name)."""
     from omegaconf import OmegaConf
 
-    from ..runs.folder import single_run_name
+    from ..runs.folder_names import single_run_name
 
     if multirun or not str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir")).endswith("${now:%H-%M-%S}"):
         return folder
@@ -401,7 +400,7 @@ def _undo_claim(folder: Path, made: list[Path]) -> None:
     then the folders the claim created, if they are empty."""
     import contextlib
 
-    from ..runs.folder import CLAIM, holds_own_claim, read_claim
+    from ..runs.claims import CLAIM, holds_own_claim, read_claim
 
     with contextlib.suppress(OSError):
         if (folder / CLAIM).exists() and (not read_claim(folder) or holds_own_claim(folder)):

@@ -37,7 +37,7 @@ import torch
 from ..config.checks import ConfigError
 from ..config.keys import override_key
 from ..data.files import atomic_write_bytes
-from .folder import canonical_value
+from .settings import canonical_value
 from .schema import HPARAMS, Status
 
 log = logging.getLogger("normexp")
@@ -212,7 +212,7 @@ def reconcile_optimizer_steps(state: dict, name: str, run_dir: Path) -> str | No
 def check_settings(state: dict, settings: dict, path: str, run_dir: Path) -> None:
     """Refuse (ConfigError, one line) a checkpoint trained with other settings than the run
     resuming it (e.g. copied in from another run's folder). `settings`: the resuming run's
-    runfolder.result_settings; the checkpoint's own are its "settings" (checkpoints written
+    runs.settings.result_settings; the checkpoint's own are its "settings" (checkpoints written
     before they were kept: the hyperparameters of its summary)."""
     saved = state.get("settings")
     if saved is None:  # an older checkpoint: its summary's hyperparameters are what it holds

@@ -10,7 +10,7 @@ baseline_loss; ℓ₀, the step-0 loss, for a run without one):
     diverged       status diverged: the divergence guard stopped it (a non-finite loss or
                    gradient, or a loss above its ceiling)
     learned        status completed: it ended at least `stall_margin` below b
-                   (final val ≤ (1 − stall_margin)·b, runfolder.beat_baseline)
+                   (final val ≤ (1 − stall_margin)·b, runs.summary.beat_baseline)
     collapsed      it ended above that, but some loss of its trajectory before the end (a
                    logged train loss or a validation loss, not the last of either) got at
                    least `learned_margin` below b: min ℓ ≤ (1 − learned_margin)·b — it fell,

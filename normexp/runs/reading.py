@@ -6,7 +6,7 @@
     >>> curves = runs.scalars("runs/multirun/...", ["val/loss", "grad_norm/layer_*"])
 
 `read_runs` is the one reader: `load`, `scalars` and `normexp report` all go through it.
-It reads the run-folder contract (folder.py) and nothing else:
+It reads the run-folder contract (runs/__init__.py) and nothing else:
 
     summary.json            status and final numbers
     .hydra/config.yaml      the hyperparameters (flattened: placement.name, norm.eps, lr, ...)
@@ -25,18 +25,36 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from .process import process_alive as _process_alive
 from .schema import NUMERIC_FIELDS, OUTCOME_FIELDS, STATUSES, TOKENS_PER_SECOND, TRAIN_LOSS, VAL_LOSS
-from .folder import find_runs, flat_settings
-from .folder import process_alive as _process_alive
 from .schema import Status
+from .settings import flat_settings
 
 # summary.json fields that load() puts in its frame besides the status (the hyperparameters come from the config)
 FRAME_FIELDS = tuple(f for f in OUTCOME_FIELDS if f not in ("status", "requeues"))
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Every run folder under root (a folder with .hydra/config.yaml), sorted by path. Symlinked
+    folders are followed, each real folder once (a link back up the tree, or a second link to
+    a folder already found, adds nothing), so a run is never missed or counted twice."""
+    root = Path(root)
+    found, seen = [], set()
+    for folder, subfolders, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:  # reached again through a link: a cycle or a duplicate
+            subfolders[:] = []
+            continue
+        seen.add(real)
+        if os.path.basename(folder) == ".hydra" and "config.yaml" in files:
+            found.append(Path(folder).parent)
+    return sorted(found)
 
 
 @dataclass
@@ -98,7 +116,7 @@ class Run:
 
 
 def process_alive(summary: dict) -> bool:
-    """False only when the run's process is known to be gone (runs.folder.process_alive: same
+    """False only when the run's process is known to be gone (runs.process.process_alive: same
     host, and no such pid, or the pid's process is not the run's, or the machine restarted)."""
     return _process_alive(summary) is not False
 
@@ -138,7 +156,7 @@ def read_summary_checked(run_dir: Path) -> tuple[dict, str | None]:
 
 def flatten(node, prefix: str = "") -> dict:
     """{"optim": {"lr": 1.0}} -> {"optim.lr": 1}: dotted keys, each value in its one canonical
-    form (runfolder.canonical_value: grad_clip=1 and grad_clip=1.0 are one value), lists as
+    form (runs.settings.canonical_value: grad_clip=1 and grad_clip=1.0 are one value), lists as
     the string form of their canonical items ("[0.9, 0.98]")."""
     def shown(v):  # as str(list) writes it
         return "[" + ", ".join(map(shown, v)) + "]" if isinstance(v, tuple) else repr(v)
@@ -160,7 +178,7 @@ def load_config(run_dir: Path) -> dict:
 def warmup_as_run(config: dict, overrides: list[str]) -> dict:
     """The flattened config with the warmup the run used: the default warmup cut to the run's
     steps (it warms up over all of them), as summary.json and HParams record it
-    (runs.folder.hyperparameters). A warmup given above steps is refused before training
+    (runs.summary.hyperparameters). A warmup given above steps is refused before training
     (launch.validate), so such a run keeps the value it was refused for."""
     warmup, steps = config.get("warmup"), config.get("steps")
     given = any(o.lstrip("+~").split("=", 1)[0] == "warmup" for o in overrides)

@@ -13,8 +13,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ..config.checks import ConfigError
 from ..config.keys import dotted, override_key
-from .folder import (CLAIM, FINISHED, RECORD, changed_data_file, claim_alive, data_files, find_runs, read_claim,
-                     read_record, read_summary, result_settings, run_artefacts, trained_nothing, training_now)
+from .claims import CLAIM, claim_alive, read_claim, run_artefacts, trained_nothing, training_now
+from .reading import find_runs
+from .record import RECORD, changed_data_file, data_files, read_record
+from .schema import FINISHED
+from .settings import result_settings
+from .summary import read_summary
 from .reading import read_summary_checked
 
 
@@ -80,7 +84,7 @@ def _flat(cfg) -> dict:
 
 
 def _recorded_settings(run_dir: Path) -> dict | None:
-    """The run's own settings (runfolder.result_settings): normexp's record, or for a run made
+    """The run's own settings (runs.settings.result_settings): normexp's record, or for a run made
     before there was one, .hydra/config.yaml (only trustworthy before Hydra rewrites it for a new job)."""
     record = read_record(run_dir)
     try:
@@ -96,8 +100,8 @@ def _shown(v) -> str:
 
 def same_settings(run_dir: Path, job: DictConfig) -> None:
     """A resumed run must compute what the run it continues computed: the same settings by
-    value (runfolder.result_settings: run settings such as threads aside, 1 and 1.0 alike) and
-    the same contents in the data files the job names now (runfolder.changed_data_file)."""
+    value (runs.settings.result_settings: run settings such as threads aside, 1 and 1.0 alike) and
+    the same contents in the data files the job names now (runs.record.changed_data_file)."""
     old = _recorded_settings(Path(run_dir))
     if old is None:
         raise ConfigError("hydra.run.dir", run_dir, f"the run's settings are unreadable (no .hydra/config.yaml, "
@@ -150,7 +154,7 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
     if "hydra.run.dir" not in explicit and not resume:
         # a new run's default (time-stamped) folder: what another run started in the same second
         # has written there so far is that run's, and the launch gives this run a free name
-        # (runs.folder.claim_default_folder: <time>-2, ...), so there is nothing to refuse
+        # (runs.claims.claim_default_folder: <time>-2, ...), so there is nothing to refuse
         return None
     previous = read_summary(run_dir)
     if previous is None and (run_dir / "summary.json").exists():

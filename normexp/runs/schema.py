@@ -120,11 +120,11 @@ def layer_tag_pattern(family: str) -> str:
 
 class Status(str, Enum):
     """A run's status: what summary.json says (the first seven, written by training and the
-    launch layer through runs.folder.write_summary) and what the reader derives from it
+    launch layer through runs.summary.write_summary) and what the reader derives from it
     (runs.reading.Run.status). A str, so it compares equal to the text in summary.json.
 
     stalled      completed, but the final validation loss is not `stall_margin` below the
-                 unigram baseline (runs.folder.beat_baseline): it learned nothing beyond
+                 unigram baseline (runs.summary.beat_baseline): it learned nothing beyond
                  token frequencies
     requeued     SLURM stopped the job (time limit, preemption) after a checkpoint, and
                  submitit queued it again; it resumes from the checkpoint when it next runs
@@ -200,7 +200,7 @@ LOSS_TRAJECTORY = "loss_trajectory"
 
 # How a run is executed, in two kinds, side by side:
 # - EXECUTION_FACTS: summary.json fields that record where and how it ran (written by training;
-#   `normexp report` reads pid, host, pid_start and boot_id to tell a killed run: runs.folder.process_alive);
+#   `normexp report` reads pid, host, pid_start and boot_id to tell a killed run: runs.process.process_alive);
 # - EXECUTION_SETTINGS: config keys that choose how to run, not what is computed: a resumed run
 #   may change them, the report never calls them "varied", a setting's identity
 #   (folder.result_settings) and run names leave them out (train.yaml's exclude_keys holds them

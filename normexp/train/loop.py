@@ -43,8 +43,10 @@ from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, 
 from ..model import GPT, ModelConfig
 from ..runs import schema
 from ..runs import outcomes
-from ..runs.folder import (beat_baseline, hparams_row, process_identity, read_record, read_summary, result_settings,
-                           summary_record, write_summary)
+from ..runs.process import process_identity
+from ..runs.record import read_record
+from ..runs.settings import result_settings
+from ..runs.summary import beat_baseline, hparams_row, read_summary, summary_record, write_summary
 from .schedules import lr_multiplier
 from .spikes import HampelSpikeRule
 from .threads import set_threads
@@ -646,7 +648,7 @@ class Trainer:
     def finish(self, status: str, **extra) -> dict:
         """Final numbers into the summary, TensorBoard's HParams metrics and summary.json.
         A completed run that did not end at least `stall_margin` below the unigram baseline
-        is "stalled" (runs.folder.beat_baseline)."""
+        is "stalled" (runs.summary.beat_baseline)."""
         self.progress.close()
         self.summary.update(extra)
         if status == Status.COMPLETED and not beat_baseline(self.summary["final_val_loss"], self.summary.get("baseline_loss"),

@@ -8,7 +8,7 @@ import pytest
 from conftest import TINY, make_corpus, read_csv, read_summary, run_cli
 
 from normexp.analysis import boundary
-from normexp.runs.folder import find_runs
+from normexp.runs.reading import find_runs
 
 
 def search(outcome, lower=1e-4, upper=1e-1, ratio=1.25, first=4, seeds=(0, 1, 2), integer=False, settings=1):

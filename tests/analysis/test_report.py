@@ -37,7 +37,7 @@ def sweep(tmp_path_factory):
     summary.update(status="running", steps_completed=0, final_train_loss=None, final_val_loss=None,
                    best_val_loss=None, tokens_per_second=None, wall_seconds=None,
                    pid=os.getpid())  # a live process on this host: the run counts as still going
-    from normexp.runs.folder import process_identity
+    from normexp.runs.process import process_identity
 
     summary.update(process_identity())  # (the finished run's start time and boot would name its own process)
     (running / "summary.json").write_text(json.dumps(summary))
@@ -303,7 +303,7 @@ def test_files_the_report_writes_hold_no_absolute_path(tmp_path):
     import socket
 
     from normexp.analysis.report import make_report
-    from normexp.runs.folder import process_start
+    from normexp.runs.process import process_start
 
     sweep = tmp_path / "machine" / "studies" / "lr_sweep"
     for lr, loss in ((0.001, 2.0), (0.003, 1.8), (0.01, 2.2)):  # 3 lrs: the sensitivity section too

@@ -195,7 +195,7 @@ LEARNS = ["steps=60", "lr=3e-3", "warmup=0", "batch_size=16", "eval_every=60", "
 
 def test_the_stall_rule_by_hand():
     """Learned means final <= (1 - margin) · baseline: 2 % below a baseline of 3.0 is 2.94."""
-    from normexp.runs.folder import beat_baseline
+    from normexp.runs.summary import beat_baseline
 
     assert beat_baseline(2.94, 3.0, 0.02) and beat_baseline(2.5, 3.0, 0.02)
     assert not beat_baseline(2.95, 3.0, 0.02) and not beat_baseline(2.99, 3.0, 0.02) and not beat_baseline(3.2, 3.0, 0.02)

@@ -382,7 +382,7 @@ def test_jsonl_bad_records_are_one_line_errors(tmp_path, content, expected):
 
 
 def test_jsonl_checks_before_loading(tmp_path):
-    from normexp.runs.folder import data_files
+    from normexp.runs.record import data_files
     from normexp.config.checks import ConfigError
     from normexp.launch.validate import check_data
 
@@ -436,7 +436,7 @@ def test_a_file_replaced_while_the_corpus_is_read_cannot_poison_the_cache(tmp_pa
     one read the key, the tokens and the record all name the text that was read."""
     import hashlib
 
-    from normexp.runs.folder import file_identity
+    from normexp.runs.record import file_identity
 
     a = write(tmp_path / "a.txt", prose(3000, seed=1))
     first, other = a.read_bytes(), prose(3000, seed=2).encode()
@@ -468,7 +468,7 @@ def test_a_file_replaced_while_the_corpus_is_read_cannot_poison_the_cache(tmp_pa
 def test_a_file_changed_after_the_run_recorded_it_is_refused_in_one_line(tmp_path):
     """The run's record names the file's hash when the run begins; the corpus read later must
     be that text, else the run would train on a text its record does not name."""
-    from normexp.runs.folder import file_identity
+    from normexp.runs.record import file_identity
 
     a = write(tmp_path / "a.txt", prose(3000, seed=1))
     b = write(tmp_path / "b.txt", prose(3000, seed=3))
@@ -511,13 +511,13 @@ def test_a_full_disk_while_writing_the_token_cache_is_one_line_naming_the_folder
 SWAPPED_AFTER_RECORD = """
 import sys
 from pathlib import Path
-import normexp.runs.folder as folder
+import normexp.runs.record as record
 from normexp.cli import main
-real = folder.write_record
+real = record.write_record
 def write_record(run_dir, data):
     real(run_dir, data)  # the record names the file as it is now ...
     Path({path!r}).write_bytes({other!r})  # ... and another version is swapped in before the corpus is read
-folder.write_record = write_record
+record.write_record = write_record
 sys.argv = ["normexp", *sys.argv[1:]]
 main()
 """
@@ -530,7 +530,7 @@ def test_a_run_whose_file_is_replaced_after_its_record_trains_on_nothing_else(tm
     import hashlib
 
     from conftest import TINY
-    from normexp.runs.folder import read_record
+    from normexp.runs.record import read_record
 
     a = write(tmp_path / "a.txt", prose(6000, seed=1))
     other = prose(6000, seed=2).encode()

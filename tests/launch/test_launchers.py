@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import RAN_TO_THE_END, TINY, read_summary, run_cli
 
-from normexp.runs.folder import find_runs
+from normexp.runs.reading import find_runs
 
 # TINY without its threads=1: these runs pick their thread count themselves (threads=auto)
 SMALL = [a for a in TINY if not a.startswith("threads=")] + ["steps=6", "log_every=3", "eval_every=6",

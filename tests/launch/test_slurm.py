@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import RAN_TO_THE_END, TINY, make_corpus, read_summary, run_cli, scalar_events
 
-from normexp.runs.folder import find_runs
+from normexp.runs.reading import find_runs
 
 
 def cluster_problem() -> str | None:

@@ -11,7 +11,7 @@ from conftest import TINY, read_summary, run_cli
 
 from normexp.launch import sweep
 from normexp.launch.sweep import JOB_RESULTS, JobResult, SweepWatcher, progress_line
-from normexp.runs.folder import find_runs
+from normexp.runs.reading import find_runs
 
 
 def test_the_progress_line_counts_and_estimates_from_finished_jobs():

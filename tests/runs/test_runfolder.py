@@ -14,15 +14,17 @@ from pathlib import Path
 import pytest
 from conftest import RAN_TO_THE_END, TINY, make_corpus, read_summary
 
-from normexp.runs import folder as runfolder
+from normexp.runs import claims, process
 from normexp.runs.schema import EXECUTION_SETTINGS
-from normexp.runs.folder import (CLAIM, FolderTaken, canonical_value, changed_data_file, claim_default_folder,
-                               claim_folder, file_identity, find_runs, result_settings, run_artefacts)
+from normexp.runs.claims import CLAIM, FolderTaken, claim_default_folder, claim_folder, run_artefacts
+from normexp.runs.reading import find_runs
+from normexp.runs.record import changed_data_file, file_identity
+from normexp.runs.settings import canonical_value, result_settings
 
 RACE = """
 import sys, time
 from pathlib import Path
-from normexp.runs.folder import FolderTaken, claim_folder
+from normexp.runs.claims import FolderTaken, claim_folder
 folder, start = Path(sys.argv[1]), float(sys.argv[2])
 time.sleep(max(0.0, start - time.time()))  # all racers call at the same moment
 try:
@@ -68,7 +70,7 @@ def test_a_folder_with_a_runs_files_but_no_summary_is_not_empty(tmp_path, artefa
     assert "no summary.json" in str(e.value) and "pass resume=true" in str(e.value)
     assert not (run / CLAIM).exists() and (run / artefact).read_bytes() == b"x"
     claim_folder(run, resume=True)  # a resume takes such a folder over
-    assert runfolder.holds_own_claim(run)
+    assert claims.holds_own_claim(run)
 
 
 def test_a_finished_run_is_refused_to_a_new_run_and_handed_to_a_resume(tmp_path):
@@ -89,7 +91,7 @@ def test_a_run_that_failed_before_training_gives_its_folder_to_the_corrected_com
     (run / CLAIM).write_text(json.dumps({"pid": 1, "host": "elsewhere", "token": "old"}))
     (run / "summary.json").write_text(json.dumps({"status": "failed", "error": "seq_len too long"}))
     claim_folder(run, resume=False)
-    assert runfolder.holds_own_claim(run)
+    assert claims.holds_own_claim(run)
 
 
 def test_a_resume_is_refused_while_the_claiming_process_trains(tmp_path):
@@ -107,7 +109,7 @@ def test_a_resume_is_refused_while_the_claiming_process_trains(tmp_path):
         live.kill()
         live.wait()
     claim_folder(run, resume=True)  # its process is gone (killed): the resume may continue it
-    assert runfolder.holds_own_claim(run)
+    assert claims.holds_own_claim(run)
 
 
 def test_run_artefacts_leave_out_what_hydra_writes_for_any_job(tmp_path):
@@ -129,7 +131,7 @@ def _sweep_cfg(*overrides):
 
 def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
     from normexp.config.checks import ConfigError
-    from normexp.runs.folder import check_job_folders
+    from normexp.runs.folder_names import check_job_folders
 
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     jobs = [["data=text", f"data.files=[{a}]", "lr=0.001"], ["data=text", f"data.files=[{b}]", "lr=0.001"]]
@@ -147,7 +149,7 @@ def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
 
 def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
     from normexp.config.checks import ConfigError
-    from normexp.runs.folder import check_job_folders
+    from normexp.runs.folder_names import check_job_folders
 
     for spellings in (("grad_clip=1", "grad_clip=1.0"), ("lr=1e-3", "lr=0.001"), ("optim.betas=[0.9,1]",
                                                                                   "optim.betas=[0.9,1.0]")):
@@ -170,7 +172,7 @@ def test_a_subdir_of_the_users_own_that_puts_two_jobs_in_one_folder_is_refused(t
     """Issue 38, item 3: whatever places the jobs (a fixed subdir, an interpolation of a key the
     sweep does not vary, hydra.job.chdir), two jobs resolving to one folder are refused."""
     from normexp.config.checks import ConfigError
-    from normexp.runs.folder import check_job_folders
+    from normexp.runs.folder_names import check_job_folders
 
     sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
     jobs = [[f"lr={lr}", "norm=rms", "seed=0", sweep, *placing] for lr in ("1e-3", "2e-3")]
@@ -187,7 +189,7 @@ def test_each_job_gets_the_folder_hydra_gives_it(tmp_path):
     from omegaconf import OmegaConf
 
     from normexp.config.compose import compose_config
-    from normexp.runs.folder import job_folders
+    from normexp.runs.folder_names import job_folders
 
     sweep = f"hydra.sweep.dir={tmp_path}/${{norm.name}}"
     subdir = "hydra.sweep.subdir=l${layers}_${hydra.job.override_dirname}_${hydra:job.num}"
@@ -212,7 +214,7 @@ def test_job_folders_apply_overrides_as_hydras_composition_does(tmp_path, seed):
     import random
 
     from normexp.config.compose import compose_config
-    from normexp.runs.folder import job_folders
+    from normexp.runs.folder_names import job_folders
 
     rng = random.Random(seed)
     choices = [["layers=3", "layers=5"], ["+extra.note=a", "++extra.note=b"], ["~grad_clip", "grad_clip=0.5"],
@@ -234,11 +236,11 @@ def test_a_second_job_of_one_process_into_a_folder_an_earlier_job_trained_in_is_
     """Behind the pre-flight check: a sweep's jobs run in one process (or reused workers), so the
     claim an earlier job made is this process's own; a later job must not train into it too."""
     run = tmp_path / "fixed"
-    runfolder.new_launch()
+    claims.new_launch()
     assert claim_folder(run, resume=False, key="hydra.sweep.dir", job=True) is None
     with pytest.raises(FolderTaken, match=f"hydra.sweep.dir={run}: another job of this sweep trained into it; "):
         claim_folder(run, resume=False, key="hydra.sweep.dir", job=True)
-    runfolder.new_launch()  # the next command of this process (an in-process resume) may take it
+    claims.new_launch()  # the next command of this process (an in-process resume) may take it
     claim_folder(run, resume=True, key="hydra.sweep.dir", job=True)
 
 
@@ -489,7 +491,7 @@ def test_a_claim_left_by_a_process_stopped_at_start_up_does_not_lock_the_folder(
     run.mkdir()
     (run / CLAIM).write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname(), "token": "t"}))
     claim_folder(run, resume=False)  # nothing but the claim of a process that is gone: an empty folder
-    assert runfolder.holds_own_claim(run)
+    assert claims.holds_own_claim(run)
     other = tmp_path / "other"
     other.mkdir()
     (other / CLAIM).write_text(json.dumps({"pid": 1, "host": "another-host", "token": "t"}))
@@ -506,18 +508,18 @@ def _btime() -> int:
 
 def _proc_start(pid):
     """The process's start in seconds since the epoch, from /proc on its own: btime plus field 22
-    of /proc/<pid>/stat (clock ticks after boot); checked against runfolder.process_start."""
+    of /proc/<pid>/stat (clock ticks after boot); checked against process.process_start."""
     import os
 
     stat = Path(f"/proc/{pid}/stat").read_text()
     start = _btime() + int(stat.rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-    assert runfolder.process_start(pid) == pytest.approx(start, abs=0.02)
-    return runfolder.process_start(pid)
+    assert process.process_start(pid) == pytest.approx(start, abs=0.02)
+    return process.process_start(pid)
 
 
 def _boot():
-    assert runfolder.boot_id() == str(_btime())
-    return runfolder.boot_id()
+    assert process.boot_id() == str(_btime())
+    return process.boot_id()
 
 
 def _stranded(run, pid, **identity):
@@ -543,7 +545,7 @@ def test_a_claim_whose_pid_now_belongs_to_another_process_is_released_by_a_resum
         with pytest.raises(FolderTaken, match="already holds a run \\(status running\\); pass resume=true"):
             claim_folder(run, resume=False)
         note = claim_folder(run, resume=True)
-        assert runfolder.holds_own_claim(run)
+        assert claims.holds_own_claim(run)
         assert note.startswith(f"hydra.run.dir={run}: released the claim of a run whose process is gone (claimed by "
                                f"pid {live.pid} ") and "\n" not in note
         from normexp.runs.reading import Run
@@ -575,7 +577,7 @@ def test_a_claim_records_the_process_start_time_and_boot(tmp_path):
     claim_folder(tmp_path / "run", resume=False)
     claim = json.loads((tmp_path / "run" / CLAIM).read_text())
     assert claim["pid"] == os.getpid() and claim["pid_start"] == _proc_start(os.getpid()) and claim["boot_id"] == _boot()
-    assert runfolder.process_alive(claim) is True and runfolder.process_alive({**claim, "pid_start": 1}) is False
+    assert process.process_alive(claim) is True and process.process_alive({**claim, "pid_start": 1}) is False
 
 
 def test_resume_continues_a_run_stranded_by_a_reboot_and_report_says_it_is_not_running(tmp_path, cli_env):
@@ -616,7 +618,7 @@ def _named_folders(sweep_dir, jobs, *cfg_overrides, keep=frozenset()):
     """(the naming override, each job's folder name) as the pre-flight names a sweep's jobs."""
     import os
 
-    from normexp.runs.folder import job_folders, name_jobs_by_what_varies
+    from normexp.runs.folder_names import job_folders, name_jobs_by_what_varies
 
     command = [f"hydra.sweep.dir={sweep_dir}", *cfg_overrides]
     cfg = _sweep_cfg(*command)
@@ -684,7 +686,7 @@ def test_a_resumed_sweep_named_the_old_way_keeps_its_folders(tmp_path):
 
 
 def test_a_single_runs_folder_name_holds_its_non_default_overrides():
-    from normexp.runs.folder import single_run_name
+    from normexp.runs.folder_names import single_run_name
 
     def name(*overrides):
         return single_run_name(_sweep_cfg(*overrides), list(overrides))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import RAN_TO_THE_END, TINY, make_corpus, read_summary, run_cli
 
-from normexp.runs.folder import find_runs
+from normexp.runs.reading import find_runs
 
 BASE = [*TINY, "steps=4", "warmup=0", "data=text", "checkpoint_every=2"]
 

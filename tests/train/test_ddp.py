@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import RAN_TO_THE_END, TINY, read_scalars, read_summary
 
-from normexp.runs.folder import find_runs
+from normexp.runs.reading import find_runs
 
 pytestmark = pytest.mark.slow  # two torchrun processes and a reference run
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import TINY, cli_environment, load_events, make_corpus, read_summary, run_cli
 
 from normexp.runs.schema import HEAD_FAMILIES, HPARAM_METRICS, LAYER_FAMILIES
-from normexp.runs.folder import STATUSES
+from normexp.runs.schema import STATUSES
 
 pytestmark = pytest.mark.slow  # every test reads the runs of one module fixture (a sweep and two runs)
 
