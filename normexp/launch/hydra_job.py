@@ -349,7 +349,7 @@ def run_train(args: list[str], hooks=None) -> None:
     """`normexp train ARGS`: the command line parsed once (LaunchPlan), the pre-flight check,
     torchrun's process group if any, the output folder's claim, then Hydra."""
     plan = LaunchPlan.parse(args)
-    cfg = preflight(plan)
+    plan, cfg = preflight(plan)
     exit_if_early_signal()  # a Ctrl-C during the pre-flight: stop before Hydra makes a folder
     from ..train import distributed
     from . import launchers

@@ -40,10 +40,14 @@ class LaunchPlan:
     multirun     -m/--multirun: a sweep
     cfg          the value of --cfg/-c (job, hydra, all), None without it
     completion   Hydra's shell completion (-sc/--shell-completion)
-    preflight    False for help, completion and another primary config: nothing to check"""
+    preflight    False for help, completion and another primary config: nothing to check
+    naming       the override that names a sweep's job folders by what varies across it
+                 (runs.folder_names.name_jobs_by_what_varies): chosen by the pre-flight, passed
+                 to Hydra with the claimed folder (claim_output); empty: Hydra's own names"""
 
     flags: tuple[str, ...]
     overrides: tuple[str, ...]
+    naming: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, args: list[str]) -> "LaunchPlan":
@@ -92,6 +96,10 @@ class LaunchPlan:
     def override(self, key: str) -> str | None:
         """The override that sets `key` (`hydra.run.dir=...`), None if none does."""
         return next((o for o in self.overrides if override_key(o) == key), None)
+
+    def with_naming(self, override: str | None) -> "LaunchPlan":
+        """This plan with the sweep's job-folder naming the pre-flight chose (None: none)."""
+        return replace(self, naming=(override,) if override else ())
 
     def with_overrides(self, *added: str, dropping: str | None = None) -> "LaunchPlan":
         """This plan with overrides added at the end (after dropping the one that sets `dropping`)."""

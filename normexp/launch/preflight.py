@@ -225,14 +225,15 @@ def _check_boundary_search(sweeper, parsed: list) -> None:
              f"hydra.sweeper.upper={sweeper.upper}; drop the list of {sweeper.key} values")
 
 
-def preflight(plan: LaunchPlan):
+def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
     """Compose the config as Hydra will and check it before any folder is written: one run
-    fully; a sweep job by job (see _check_sweep). Returns the composed config (with its hydra
-    node) of a command that will train, else None."""
+    fully; a sweep job by job (see _check_sweep). Returns the plan (with the naming of a
+    sweep's job folders, LaunchPlan.naming) and the composed config (with its hydra node) of
+    a command that will train, else None."""
     _check_flags(plan)
     _check_config_name(plan)
     if not plan.preflight:
-        return None
+        return plan, None
     multirun, show, overrides = plan.multirun, plan.cfg is not None, list(plan.overrides)
     if multirun and show and plan.cfg != "job":
         fail(f"--cfg {plan.cfg} shows the config of one run: drop -m, or use -m --cfg job to list the "
@@ -275,7 +276,7 @@ def preflight(plan: LaunchPlan):
         check_cache()
         if multirun:
             jobs = sweep_jobs(parsed, sweeper_params)
-            _NAMING[:] = [o for o in [name_jobs_by_what_varies(cfg, jobs, _set_per_job(cfg))] if o]
+            plan = plan.with_naming(name_jobs_by_what_varies(cfg, jobs, _set_per_job(cfg)))
             check_job_folders(cfg, jobs)
         nothing_to_do = check_output_folder(cfg, multirun, explicit)
     except ConfigError as e:
@@ -286,7 +287,7 @@ def preflight(plan: LaunchPlan):
     if nothing_to_do:  # resume=true on a finished run: say so, write nothing
         typer.echo(f"normexp: {nothing_to_do}", err=True)
         raise SystemExit(0)
-    return None if show else cfg
+    return plan, (None if show else cfg)
 
 
 def sweep_preview(jobs: list[list[str]], sweeper) -> str:
@@ -310,7 +311,8 @@ def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
     """Claim the folder this command writes into before Hydra writes anything (runs/claims.py),
     and pin it in the arguments: Hydra would resolve the default `${now:...}` name again, maybe
     in the next second. A single run claims its run folder; a new sweep its sweep folder (each
-    job then claims its own job folder). One line and exit 2 when the folder belongs to another run."""
+    job then claims its own job folder); a sweep's job folders named as the pre-flight chose
+    (plan.naming). One line and exit 2 when the folder belongs to another run."""
     from omegaconf import OmegaConf
 
     from ..runs.claims import FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder
@@ -345,12 +347,7 @@ def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
         _undo_claim(folder, made)
         fail(folder_refusal(e, key, folder, resumable=resume and not made))
     quote = '"' if "'" in str(folder) else "'"  # a quoted value keeps `,` or `=` in a path literal
-    return plan.with_overrides(f"{key}={quote}{folder}{quote}", *(_NAMING if multirun else []), dropping=key)
-
-
-# the override that names a sweep's job folders by what varies (runs.folder_names.name_jobs_by_what_varies),
-# made by the pre-flight, passed to Hydra by claim_output
-_NAMING: list[str] = []
+    return plan.with_overrides(f"{key}={quote}{folder}{quote}", *plan.naming, dropping=key)
 
 
 def _set_per_job(cfg) -> set[str]:

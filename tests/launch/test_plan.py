@@ -1,5 +1,6 @@
 """The command line of `normexp train` is parsed once, into a LaunchPlan (issue 40, item 3)."""
 
+import ast
 import random
 
 import pytest
@@ -78,3 +79,33 @@ def test_normexp_train_splits_its_command_line_once(args, monkeypatch, capsys):
     out = capsys.readouterr().out
     # what each command shows: the job's config (DeepNorm's alpha resolved), or the sweep's jobs
     assert ("layers: 2" in out and "alpha: auto  # 1.41421 for layers=2" in out) or "#1 placement=post" in out
+
+
+def _exclude_keys(naming_override: str) -> list[str]:
+    """The keys of a `hydra.job.config.override_dirname.exclude_keys=[...]` override."""
+    key, _, value = naming_override.partition("=")
+    assert key == "hydra.job.config.override_dirname.exclude_keys"
+    return ast.literal_eval(value)
+
+
+def test_the_sweeps_job_folder_naming_travels_in_its_plan(tmp_path, corpus, monkeypatch):
+    """The pre-flight's naming of a sweep's job folders (leave out the keys every job shares)
+    is part of that command's plan, and claim_output hands it to Hydra with the folder: a
+    second command checked in the same process in between (a sweep whose shared keys are
+    others) changes nothing of the first's."""
+    from normexp.launch.preflight import claim_output, preflight
+
+    monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    data = ["data=text", f"data.files=[{corpus}]"]
+    plan_a, cfg_a = preflight(LaunchPlan.parse(["-m", *data, "layers=2", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'a'}"]))
+    plan_b, _ = preflight(LaunchPlan.parse(["-m", *data, "layers=2,3", "seed=0", f"hydra.sweep.dir={tmp_path / 'b'}"]))
+    single, _ = preflight(LaunchPlan.parse([*data, "layers=2", f"hydra.run.dir={tmp_path / 'c'}"]))
+
+    (naming_a,), (naming_b,) = plan_a.naming, plan_b.naming
+    assert "layers" in _exclude_keys(naming_a) and "seed" not in _exclude_keys(naming_a)  # layers is shared in a
+    assert "seed" in _exclude_keys(naming_b) and "layers" not in _exclude_keys(naming_b)  # seed is shared in b
+    assert single.naming == ()  # a single run has no job folders to name
+    claimed = claim_output(plan_a, cfg_a)
+    assert claimed.overrides == (*plan_a.overrides[:-1], f"hydra.sweep.dir='{tmp_path / 'a'}'", naming_a)
+    assert (tmp_path / "a" / ".normexp_claim").is_file()
