@@ -9,7 +9,7 @@ Every swept key but `seed` spans the settings; `seed` gives the replicates; the 
 
     async   (default) runs start as slots free up, across settings, with no round-wide
             barrier; seed 0 of a point runs first and decides it alone where the rule allows
-            (normexp.analysis.boundary.Scheduler); the largest `layers` first. A launcher's `launch`
+            (normexp.launch.boundary_schedule.Scheduler); the largest `layers` first. A launcher's `launch`
             blocks until its batch is done, so each run is its own one-job launch call, made
             from `parallel` threads at once (default: the launcher's n_jobs, else 1: inline).
     rounds  each round launches the next point of every unfinished setting × every seed as
@@ -42,6 +42,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
 from normexp.analysis import boundary
+from normexp.launch import boundary_schedule
 
 log = logging.getLogger("normexp")
 
@@ -160,11 +161,11 @@ class BoundarySweeper(Sweeper):
         first = boundary.initial_points(self.lower, self.upper, self.initial_points, integer)
         schedule = None
         if self.schedule == "rounds":
-            rounds = boundary.search_all(searches, seeds, first, launch, after_round=lambda k: save_tables())
+            rounds = boundary_schedule.search_all(searches, seeds, first, launch, after_round=lambda k: save_tables())
         else:
             rounds = None
-            scheduler = boundary.Scheduler(searches, seeds, first, cost=cost)
-            schedule = boundary.run_scheduled(scheduler, lambda job: launch([job])[0], self._slots(),
+            scheduler = boundary_schedule.Scheduler(searches, seeds, first, cost=cost)
+            schedule = boundary_schedule.run_scheduled(scheduler, lambda job: launch([job])[0], self._slots(),
                                               after_run=save_tables)
             (sweep_dir / "boundary_schedule.json").write_text(json.dumps(schedule, indent=2) + "\n")
         boundary.write_tables(searches, self.key, sweep_dir)

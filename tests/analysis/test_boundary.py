@@ -8,6 +8,7 @@ import pytest
 from conftest import TINY, make_corpus, read_csv, read_summary, run_cli
 
 from normexp.analysis import boundary
+from normexp.launch import boundary_schedule
 from normexp.runs.reading import find_runs
 
 
@@ -26,7 +27,7 @@ def search(outcome, lower=1e-4, upper=1e-1, ratio=1.25, first=4, seeds=(0, 1, 2)
         return out
 
     points = boundary.initial_points(lower, upper, first, integer)
-    boundary.search_all(searches, list(seeds), points, launch)
+    boundary_schedule.search_all(searches, list(seeds), points, launch)
     return searches, batches
 
 
@@ -218,8 +219,8 @@ def scheduled(outcome, lower=1e-4, upper=1e-1, ratio=1.25, first=4, seeds=(0, 1,
         launched.append(job)
         return outcome(job[1], job[2], job[0])
 
-    scheduler = boundary.Scheduler(searches, list(seeds), boundary.initial_points(lower, upper, first, False))
-    stats = boundary.run_scheduled(scheduler, launch_one, slots)
+    scheduler = boundary_schedule.Scheduler(searches, list(seeds), boundary.initial_points(lower, upper, first, False))
+    stats = boundary_schedule.run_scheduled(scheduler, launch_one, slots)
     return searches, launched, stats
 
 
@@ -311,9 +312,9 @@ def test_no_barrier_between_settings_and_the_busy_fraction():
         spans.append((i, t, time.monotonic()))
         return {"status": "completed" if x <= 0.02 else "diverged"}
 
-    scheduler = boundary.Scheduler(searches, [0], boundary.initial_points(1e-3, 1e-1, 3, False),
+    scheduler = boundary_schedule.Scheduler(searches, [0], boundary.initial_points(1e-3, 1e-1, 3, False),
                                    cost=lambda i, x: searches[i].setting[0][1])
-    stats = boundary.run_scheduled(scheduler, launch_one, slots=2)
+    stats = boundary_schedule.run_scheduled(scheduler, launch_one, slots=2)
     assert min(spans, key=lambda s: s[1])[0] == 0      # the deep setting starts first (largest cost)
     assert all(s.bracket()[1] / s.bracket()[0] <= 1.25 for s in searches)
     assert stats["runs"] == sum(s.runs for s in searches) == len(spans)
@@ -373,8 +374,8 @@ def scheduled_n(outcome, budget_check=0, **kw):
         launched.append(job)
         return outcome(job[1], job[2], job[0], *job[3:])
 
-    boundary.run_scheduled(boundary.Scheduler([s], list(seeds), boundary.initial_points(lower, upper, first, False)),
-                           launch_one, 1)
+    scheduler = boundary_schedule.Scheduler([s], list(seeds), boundary.initial_points(lower, upper, first, False))
+    boundary_schedule.run_scheduled(scheduler, launch_one, 1)
     return s, launched
 
 
@@ -453,7 +454,7 @@ def test_the_budget_check_under_the_rounds_schedule_and_off_by_default(tmp_path)
         batches.append(batch)
         return [outcome(job[1], job[2], job[0], *job[3:]) for job in batch]
 
-    boundary.search_all([s], [0, 1], boundary.initial_points(1e-4, 1e-1, 4, False), launch)
+    boundary_schedule.search_all([s], [0, 1], boundary.initial_points(1e-4, 1e-1, 4, False), launch)
     assert all(len(job) == 4 and job[3] == 3 for job in batches[-1])    # the last round is the check
     assert not any(len(job) == 4 for b in batches[:-1] for job in b)
     assert s.upper_edge() == "too slow for the budget"
