@@ -137,8 +137,8 @@ def probe(
     (Xiong et al. 2020, §3 and Fig. 3): table, probe.json and figures."""
     import time as _time
 
-    from .analysis.probe import (ProbeError, ProbeSettings, check_out_dir, format_table, parse_list, probe_tokens, run_probe,
-                        write_outputs)
+    from .analysis.probe import format_table, write_outputs
+    from .train.probe import ProbeError, ProbeSettings, check_out_dir, parse_list, probe_tokens, run_probe
 
     try:
         settings = ProbeSettings(

@@ -26,8 +26,8 @@ from conftest import make_corpus, run_cli
 from normexp.cli import app
 from normexp.data.batches import get_batch
 from normexp.model import GPT, ModelConfig
-from normexp.analysis.probe import (ProbeError, ProbeSettings, fitted_ratio, format_table, mean_profiles, parse_list,
-                           probe_tokens, run_probe)
+from normexp.analysis.probe import fitted_ratio, format_table, mean_profiles
+from normexp.train.probe import ProbeError, ProbeSettings, parse_list, probe_tokens, run_probe
 
 DEPTHS = (4, 8, 16, 24)
 STUDY = ProbeSettings(placements=("post", "pre"), depths=DEPTHS, seeds=12, batches=1,
@@ -224,7 +224,7 @@ def test_encoder_decoder_model_is_the_sum_of_its_parts():
     (its output at position 0 depends on later source tokens), the decoder's loss equals
     one computed here from the same modules with explicit cross-attention."""
     from normexp.train.instruments import recording
-    from normexp.analysis.probe import EncoderDecoder
+    from normexp.model.encoder_decoder import EncoderDecoder
 
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=50, seq_len=8, layers=2, d_model=16, heads=2, placement="post")
@@ -387,7 +387,7 @@ def test_probe_bad_input_is_one_line(args, message, tmp_path):
 def test_the_probe_memory_check_names_what_helps():
     """check_probe_memory against validate's estimate without the optimizer (8 bytes a
     parameter), for the deepest model: refused just above what is free, with the fix that helps."""
-    from normexp.analysis.probe import check_probe_memory
+    from normexp.train.probe import check_probe_memory
     from normexp.launch.validate import memory_parts
     from omegaconf import OmegaConf
 
@@ -408,7 +408,7 @@ def test_the_probe_memory_check_names_what_helps():
 def test_an_out_that_cannot_be_a_folder_is_refused_before_computing(tmp_path):
     """`check_out_dir` runs before the models are built: an existing file, a folder under a
     file, or an unwritable place is one ProbeError naming --out; a new or existing folder is fine."""
-    from normexp.analysis.probe import check_out_dir
+    from normexp.train.probe import check_out_dir
 
     afile = tmp_path / "probe_out"
     afile.write_text("not a folder")
