@@ -20,9 +20,13 @@ failing point with every seed at N× `steps` and N× `warmup` (the schedule's de
 last step, so the lr schedule keeps its shape): an edge whose failures learn there is "too
 slow for the budget", never a stability limit (boundary.csv's upper_budget / lower_budget).
 
-After each run (async) or round, boundary.csv and boundary_points.csv are written into the
-sweep folder (`normexp report` reads them); at the end boundary_schedule.json holds the
-runs, wall and busy seconds and the busy fraction (busy / (slots × wall)).
+After each run (async) or round, the searches so far go to boundary_progress.csv and
+boundary_points_progress.csv in the sweep folder; when every search is done, to boundary.csv and
+boundary_points.csv (`normexp report` reads them, or the progress files of a sweep not yet
+finished), and the progress files are removed. A resumed sweep knows only the points it has
+replayed so far, so it never writes over a finished sweep's tables before it has finished
+itself. At the end boundary_schedule.json holds the runs, wall and busy seconds and the busy
+fraction (busy / (slots × wall)).
 """
 
 
@@ -156,7 +160,7 @@ class BoundarySweeper(Sweeper):
 
         def save_tables():
             with lock:
-                boundary.write_tables(searches, self.key, sweep_dir)
+                boundary.write_tables(searches, self.key, sweep_dir, finished=False)
 
         first = boundary.initial_points(self.lower, self.upper, self.initial_points, integer)
         schedule = None

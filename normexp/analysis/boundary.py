@@ -55,6 +55,7 @@ hydra_plugins/normexp_boundary_sweeper; this module is pure Python and is tested
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -63,6 +64,7 @@ from ..runs import outcomes
 from ..runs.outcomes import LEARNED
 from ..runs.schema import FINISHED
 from ..config.checks import is_number
+from ..data.files import atomic_write_bytes
 
 SEARCHABLE = {"lr": False, "layers": True}  # key -> whole numbers?
 HIGH_FAILURES = ("unstable", "stuck")          # point classes of a failure above a window
@@ -480,27 +482,57 @@ def grid_runs(lower, upper, ratio: float, seeds: int, integer: bool) -> int:
     return points * seeds
 
 
-def write_tables(searches: list[Search], key: str, folder: Path) -> tuple[Path, Path]:
-    """boundary.csv (one row per setting) and boundary_points.csv (every probed point and seed)."""
+# The tables a finished search leaves, and the ones a search writes while it runs. A running
+# (or resumed) search knows only the points it has reached so far, so it writes its progress
+# beside the finished tables, never over them: a resume killed in its first minute leaves the
+# finished sweep's tables as they were.
+TABLE, POINTS = "boundary.csv", "boundary_points.csv"
+PROGRESS_TABLE, PROGRESS_POINTS = "boundary_progress.csv", "boundary_points_progress.csv"
+
+
+def points_file(table: Path) -> Path:
+    """The boundary_points file that goes with a boundary table (finished or progress)."""
+    table = Path(table)
+    return table.with_name(PROGRESS_POINTS if table.name == PROGRESS_TABLE else POINTS)
+
+
+def sweep_tables(found_tables: list[Path], found_progress: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(tables to read, of which in progress): each sweep folder's boundary.csv, or its
+    boundary_progress.csv where no search there has finished yet."""
+    finished = {t.parent for t in found_tables}
+    running = [t for t in found_progress if t.parent not in finished]
+    return sorted([*found_tables, *running]), sorted(running)
+
+
+def write_tables(searches: list[Search], key: str, folder: Path, finished: bool = True) -> tuple[Path, Path]:
+    """boundary.csv (one row per setting) and boundary_points.csv (every probed point and seed),
+    each written atomically. `finished=False` (after each run or round): the progress files
+    instead, so the tables of a finished sweep stay whole until its resume has finished too; the
+    finished write removes them."""
     folder = Path(folder)
     rows = [s.row(key) for s in searches]
     columns = list(dict.fromkeys(k for r in rows for k in r))
-    table, points = folder / "boundary.csv", folder / "boundary_points.csv"
+    names = (TABLE, POINTS) if finished else (PROGRESS_TABLE, PROGRESS_POINTS)
+    table, points = folder / names[0], folder / names[1]
     _write(table, columns, rows)
     point_rows = [{**dict(s.setting), key: x, "seed": seed, "learned": "yes" if o == LEARNED else "no", "outcome": o,
                    "steps_factor": factor}
-                  for s in searches for factor, table in ((1, s.outcomes), (s.budget_check, s.budget))
-                  for x in sorted(table) for seed, o in sorted(table[x].items())]
+                  for s in searches for factor, table_ in ((1, s.outcomes), (s.budget_check, s.budget))
+                  for x in sorted(table_) for seed, o in sorted(table_[x].items())]
     _write(points, list(dict.fromkeys(k for r in point_rows for k in r))
            or [key, "seed", "learned", "outcome", "steps_factor"], point_rows)
+    if finished:
+        for name in (PROGRESS_TABLE, PROGRESS_POINTS):
+            (folder / name).unlink(missing_ok=True)
     return table, points
 
 
 def _write(path: Path, columns: list[str], rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns)
-        w.writeheader()
-        w.writerows({k: "" if r.get(k) is None else r.get(k) for k in columns} for r in rows)
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=columns)
+    w.writeheader()
+    w.writerows({k: "" if r.get(k) is None else r.get(k) for k in columns} for r in rows)
+    atomic_write_bytes(path, text.getvalue().encode())  # a kill mid-write leaves the old file whole
 
 
 SCHEDULES = ("async", "rounds")

@@ -40,21 +40,31 @@ from .settings import flat_settings
 FRAME_FIELDS = tuple(f for f in OUTCOME_FIELDS if f not in ("status", "requeues"))
 
 
-def find_runs(root: Path) -> list[Path]:
-    """Every run folder under root (a folder with .hydra/config.yaml), sorted by path. Symlinked
-    folders are followed, each real folder once (a link back up the tree, or a second link to
-    a folder already found, adds nothing), so a run is never missed or counted twice."""
-    root = Path(root)
-    found, seen = [], set()
-    for folder, subfolders, files in os.walk(root, followlinks=True):
+def walk_folders(root: Path):
+    """(folder, file names) of every folder under root, root included. Symlinked folders are
+    followed, each real folder once (a link back up the tree, or a second link to a folder
+    already found, adds nothing), so nothing is missed or counted twice."""
+    seen = set()
+    for folder, subfolders, files in os.walk(Path(root), followlinks=True):
         real = os.path.realpath(folder)
         if real in seen:  # reached again through a link: a cycle or a duplicate
             subfolders[:] = []
             continue
         seen.add(real)
-        if os.path.basename(folder) == ".hydra" and "config.yaml" in files:
-            found.append(Path(folder).parent)
-    return sorted(found)
+        yield Path(folder), files
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Every run folder under root (a folder with .hydra/config.yaml), sorted by path; symlinked
+    folders followed as walk_folders does."""
+    return sorted(folder.parent for folder, files in walk_folders(root)
+                  if folder.name == ".hydra" and "config.yaml" in files)
+
+
+def find_files(root: Path, name: str) -> list[Path]:
+    """Every file called `name` under root, sorted, found the way find_runs finds runs (so a
+    report sees a linked sweep's tables as it sees its runs)."""
+    return sorted(folder / name for folder, files in walk_folders(root) if name in files)
 
 
 @dataclass

@@ -164,6 +164,7 @@ def test_the_sweeper_end_to_end_and_a_resumed_search(tmp_path, cli_env):
     assert all((r / "summary.json").stat().st_mtime_ns == first[r] for r in first)  # nothing retrained
     assert len(runs) > len(first)
     table = {row["placement"]: row for row in read_csv(sweep / "boundary.csv")}
+    assert not any((sweep / f).exists() for f in (boundary.PROGRESS_TABLE, boundary.PROGRESS_POINTS))  # finished
     by_hand = _from_folders(sweep)
     assert set(table) == set(by_hand) == {"post", "pre"}
     for placement, points in by_hand.items():
@@ -523,3 +524,48 @@ def test_stuck_everywhere_searches_every_gap_to_the_lower_ratio_and_says_so():
     assert all(b / a <= 2.5 for a, b in zip(xs, xs[1:])) and len(xs) > 4
     assert s.upper_edge() == "stuck everywhere"
     assert s.upper_gap_why() == "search bound reached: no slow point down to lower; stuck everywhere, each gap searched to ×2.5"
+
+
+# ------------------------------------------------------------ the tables on disk
+
+def test_a_resumed_search_writes_its_progress_beside_the_finished_tables(tmp_path):
+    """A resumed sweep knows only the points it has replayed so far: its progress goes to the
+    progress files, so a resume stopped early leaves the finished tables whole (the depth-law
+    resume killed seconds in had rewritten boundary.csv with 16 and 32 blocks as "none")."""
+    (done,), _ = search(threshold(0.01))
+    table, points = boundary.write_tables([done], "lr", tmp_path)
+    finished = (table.read_bytes(), points.read_bytes())
+    replayed = boundary.Search((("placement", 0),), 1e-4, 1e-1, 1.25, False)  # the resume, one point in
+    replayed.outcomes[1e-3] = {0: "learned"}
+    boundary.write_tables([replayed], "lr", tmp_path, finished=False)
+    assert (table.read_bytes(), points.read_bytes()) == finished
+    progress = read_csv(tmp_path / boundary.PROGRESS_POINTS)
+    assert [(float(r["lr"]), r["outcome"]) for r in progress] == [(1e-3, "learned")]
+    assert boundary.points_file(tmp_path / boundary.PROGRESS_TABLE) == tmp_path / boundary.PROGRESS_POINTS
+    boundary.write_tables([done], "lr", tmp_path)  # the resume finished: its tables, no progress left
+    assert not (tmp_path / boundary.PROGRESS_TABLE).exists() and not (tmp_path / boundary.PROGRESS_POINTS).exists()
+    assert (table.read_bytes(), points.read_bytes()) == finished
+
+
+def test_the_report_reads_finished_tables_else_progress_and_follows_linked_sweeps(tmp_path):
+    """Each sweep folder's boundary.csv, or its progress table where none has finished; found the
+    way runs are found, symlinked sweep folders included (a study folder linking its parts)."""
+    from normexp.runs.reading import find_files
+
+    (done,), _ = search(threshold(0.01))
+    finished, running, elsewhere = tmp_path / "a", tmp_path / "b", tmp_path / "elsewhere" / "c"
+    for folder in (finished, running, elsewhere):
+        folder.mkdir(parents=True)
+    boundary.write_tables([done], "lr", finished)
+    boundary.write_tables([done], "lr", finished, finished=False)  # a resume of `a` under way
+    boundary.write_tables([done], "lr", running, finished=False)
+    boundary.write_tables([done], "lr", elsewhere)
+    study = tmp_path / "study"
+    study.mkdir()
+    for name, target in (("a", finished), ("b", running), ("c", elsewhere)):
+        (study / name).symlink_to(target, target_is_directory=True)
+    tables, in_progress = boundary.sweep_tables(find_files(study, boundary.TABLE),
+                                                find_files(study, boundary.PROGRESS_TABLE))
+    assert [t.relative_to(study).as_posix() for t in tables] == ["a/boundary.csv", "b/boundary_progress.csv",
+                                                                 "c/boundary.csv"]
+    assert [t.parent.name for t in in_progress] == ["b"]

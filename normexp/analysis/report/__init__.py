@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...runs.reading import read_runs
+from ...runs.reading import find_files, read_runs
+from ..boundary import PROGRESS_TABLE, TABLE, sweep_tables
 from .. import study
 from .figures import draw_figures
 from .sections import (boundary_section, depth_law_section, depth_section, overview_line, run_notes, screening_notes,
@@ -53,6 +54,11 @@ def _check_paths(root: Path, out: Path | None) -> Path:
     except OSError as e:
         raise ReportError(f"cannot write to {out_dir} ({e.strerror}); choose another folder with --out") from None
     return out_dir
+
+
+def _relative(folder: Path, root: Path) -> str:
+    """A folder as report.md names it: relative to the reported folder, never this machine's path."""
+    return str(folder.relative_to(root)) if folder != root else "."
 
 
 def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
@@ -90,7 +96,11 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     md_notes = notes + run_notes(runs, folder=folder_name) + pools
     notes = notes + run_notes(runs) + pools
     sections, extra = [], []
-    searched = sorted(root.rglob("boundary.csv"))
+    searched, in_progress = sweep_tables(find_files(root, TABLE), find_files(root, PROGRESS_TABLE))
+    if in_progress:  # a search still running, or stopped before it finished: read what it had written so far
+        note = ("boundary search not finished (still running, or stopped: resume it with resume=true) in "
+                + ", ".join(_relative(t.parent, root) for t in in_progress) + f": its {PROGRESS_TABLE} is read")
+        notes, md_notes = notes + [note], md_notes + [note]
     if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
         sections += boundary_section(searched, out_dir, echo)
         extra += ["boundary_search.png"]

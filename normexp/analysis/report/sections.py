@@ -12,7 +12,7 @@ import pandas as pd
 from ...runs.reading import Run
 from ...runs.schema import Status
 from .. import depth_law, study
-from ..boundary import RESULT_COLUMNS, budget_check_rows
+from ..boundary import RESULT_COLUMNS, budget_check_rows, points_file
 from .figures import plot_boundary_search, plot_sweep, save_figure
 from .tables import display_name, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
 
@@ -133,7 +133,7 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     """The boundary sweeper's results (boundary.csv and boundary_points.csv of each search under
     the folder): a table, and boundary_search.png (figures.plot_boundary_search)."""
     table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
-    points = pd.concat([pd.read_csv(t.with_name("boundary_points.csv")) for t in tables], ignore_index=True)
+    points = pd.concat([pd.read_csv(points_file(t)) for t in tables], ignore_index=True)
     key = str(table["key"].iloc[0])
     setting_cols = [c for c in table.columns if c not in RESULT_COLUMNS]
     label = lambda row: ", ".join(f"{c}={fmt_param(row[c])}" for c in setting_cols) or "all runs"  # noqa: E731
@@ -186,7 +186,7 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
     if str(table["key"].iloc[0]) != "lr" or "layers" not in table.columns or table["layers"].nunique() < 2:
         return []
     line_cols = [c for c in table.columns if c not in RESULT_COLUMNS and c != "layers"]
-    point_files = [t.with_name("boundary_points.csv") for t in tables]
+    point_files = [points_file(t) for t in tables]
     points = None
     if all(f.is_file() for f in point_files):
         points = pd.concat([pd.read_csv(f) for f in point_files], ignore_index=True)
