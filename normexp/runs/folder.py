@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from .schema import (EXECUTION_FACTS, FINISHED, HPARAMS, LOSS_TRAJECTORY, OUTCOME_FIELDS, SETTINGS_FIELDS,  # noqa: F401
                      STATUSES, Status, is_execution_setting)  # (some re-exported)
 from ..config.keys import dotted, override_key
+from ..config.run_config import effective_warmup
 from ..data.files import atomic_write_bytes, content_id
 
 def data_label(cfg) -> str:
@@ -37,7 +38,7 @@ def hyperparameters(cfg) -> dict:
     option's name, the warmup as run (at most `steps`), the corpus by `data_label`."""
     row = {k: cfg[k].name if isinstance(cfg[k], Mapping) else cfg[k] for k in HPARAMS}
     if isinstance(cfg.warmup, int) and isinstance(cfg.steps, int):
-        row["warmup"] = min(cfg.warmup, cfg.steps)
+        row["warmup"] = effective_warmup(cfg.warmup, cfg.steps)
     row["data"] = data_label(cfg)
     return row
 

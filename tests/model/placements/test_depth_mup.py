@@ -16,8 +16,9 @@ import torch
 
 from model_helpers import D, StandIn
 from normexp.config.compose import compose_config
-from normexp.model import GPT, NORMS, PLACEMENTS
-from normexp.train.loop import Trainer, make_optimizer, model_config
+from normexp.config.run_config import OptimizerConfig
+from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.train.loop import Trainer, make_optimizer
 
 
 # (norms per block, whether the model adds a final norm): Pre-LN's
@@ -49,8 +50,8 @@ def optimizer_for(layers: int, exponent: float, base: int, lr=0.01, eps=1e-6, wd
                           f"layers={layers}", "d_model=16", "heads=2", "seq_len=8", f"lr={lr}", f"optim.eps={eps}",
                           f"optim.weight_decay={wd}"])
     torch.manual_seed(0)
-    model = GPT(model_config(cfg, 256))
-    return model, make_optimizer(model, cfg), cfg
+    model = GPT(ModelConfig.from_composed(cfg, 256))
+    return model, make_optimizer(model, OptimizerConfig.from_composed(cfg)), cfg
 
 
 # (L, L₀, α, hidden lr scale (L/L₀)^(α−1), hidden ε scale (L/L₀)^-α), by hand
