@@ -157,7 +157,7 @@ def main(argv=None) -> None:
     ap.add_argument("override", nargs="*", help="more normexp config overrides, e.g. norm=rms")
     args = ap.parse_args(argv)
 
-    from normexp.config.run_config import TrainConfig
+    from normexp.train.config import TrainConfig
     from normexp.model import GPT, ModelConfig
     from normexp.train.loop import Hooks, Trainer
 

@@ -305,7 +305,7 @@ def main(argv=None) -> int:
         print(f"torchscale_crosscheck: {why}", file=sys.stderr)
         return 2
 
-    from normexp.config.run_config import TrainConfig
+    from normexp.train.config import TrainConfig
     from normexp.train.loop import load_data
 
     start = "own init" if args.weights == "own" else "from normexp's weights"

@@ -56,8 +56,9 @@ import torch.nn.functional as F
 
 from normexp.config.compose import compose_config
 from normexp.data.batches import get_batch
-from normexp.config.run_config import OptimizerConfig, TrainConfig
+from normexp.config.run_config import OptimizerConfig
 from normexp.model import GPT, ModelConfig
+from normexp.train.config import TrainConfig
 from normexp.train.loop import (autocast_for, build_model, generator, load_data, make_optimizer, seed_everything,
                                 validation_loss)
 from normexp.train.schedules import lr_multiplier

@@ -102,7 +102,7 @@ def build_seconds(shape: Shape, tokens: torch.Tensor) -> dict[str, float]:
     has one) on the bench's byte tokens, and the minimal GPT."""
     from types import SimpleNamespace
 
-    from ..config.run_config import TrainConfig
+    from ..train.config import TrainConfig
     from ..train.loop import build_model
 
     config = TrainConfig.from_composed(compose_config(shape.overrides()))

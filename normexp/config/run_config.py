@@ -1,34 +1,25 @@
-"""A training run's settings as typed objects, built once from the composed config.
+"""A training run's settings, typed: the parts of TrainConfig (normexp/train/config.py) that
+stand on their own, each with its rules beside its data.
 
-    TrainConfig       the run: seed, device, batch, data, checkpoints, ... and the parts below
-      ModelConfig     the model's shape, norm, placement and init (normexp/model/config.py)
-      OptimizerConfig AdamW's settings and clipping
-      ScheduleConfig  the learning-rate schedule: its name, steps, warmup (the warmup rule)
-      LogConfig       the logging, evaluation and instrument cadence
-      LossSpikeConfig the loss-spike flag's Hampel rule (train/spikes.py)
+    OptimizerConfig AdamW's settings and clipping
+    ScheduleConfig  the learning-rate schedule: its name, steps, warmup (the warmup rule)
+    LogConfig       the logging, evaluation and instrument cadence
+    LossSpikeConfig the loss-spike flag's Hampel rule (train/spikes.py)
 
-`TrainConfig.from_composed(cfg)` reads the composed DictConfig (Hydra's) once; the Trainer and
-the functions it calls read these objects, never the DictConfig. Each part's rules (ranges,
-cross-key checks) are its `check` method, which the pre-flight (launch/validate.py) calls, so a
-rule and its one-line ConfigError live beside the data they check. The parts read values as
-they are written (no conversion that could fail), so `check` sees what the user wrote.
-
-Torch-free and Hydra-free: the pre-flight builds the parts before torch loads; only
-`TrainConfig.from_composed` imports the model package (for ModelConfig), and the pre-flight
-does not call it.
+Each reads its keys off the composed config once (`from_composed`); its `check` holds its rules
+(ranges, cross-key checks) and raises their one-line ConfigError; the pre-flight
+(launch/validate.py) calls it. They keep values as written (no conversion that could fail), so
+`check` names what the user wrote. Standard library only (with config/'s own leaves), so the
+pre-flight builds them before torch loads, and runs/ reads `effective_warmup` from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .checks import ConfigError, is_integer, is_number
+from .compose import declared_names
 from .keys import plain
-
-if TYPE_CHECKING:
-    from ..model.config import ModelConfig
 
 
 def effective_warmup(warmup: int, steps: int) -> int:
@@ -106,15 +97,11 @@ class ScheduleConfig:
     def check(self, warmup_given: bool = False) -> None:
         """`warmup_given`: the user set warmup on the command line. A default warmup longer than
         a short run is shortened (with a warning, `warmup_shortened`); a given one is refused."""
-        # the registry lives with the schedules (pure Python); imported here so that config/ stays
-        # a floor below train/ (train/ imports config/, not the other way round, at import time)
-        from ..train.schedules import SCHEDULES
-
         w = self.warmup
         if not is_integer(w) or w < 0 or (w > self.steps and warmup_given):
             raise ConfigError("warmup", w, f"must be an integer step count from 0 to steps={self.steps}")
-        if self.name not in SCHEDULES:
-            raise ConfigError("schedule", self.name, f"choose from {', '.join(sorted(SCHEDULES))}")
+        if self.name not in declared_names("schedule"):  # the shipped options: train/schedules.py's SCHEDULES
+            raise ConfigError("schedule", self.name, f"choose from {', '.join(declared_names('schedule'))}")
         floor = self.settings.get("min_lr_ratio")
         if "min_lr_ratio" in self.settings and (not is_number(floor) or not 0 <= floor <= 1):
             raise ConfigError("schedule.min_lr_ratio", floor, "must be a number in [0, 1] (the final lr as a fraction of lr)")
@@ -182,54 +169,3 @@ class LossSpikeConfig:
         if self.min_points > self.window:
             raise ConfigError("loss_spike.min_points", self.min_points,
                               f"must be at most loss_spike.window={self.window} (the rule looks at most that far back)")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """One training run's settings (configs/train.yaml, composed and checked). `composed`: the
-    composed config itself, kept as the run's record: the summary's hyperparameters
-    (runs.folder.summary_record), the checkpoint's settings (runs.folder.result_settings) and
-    TensorBoard's config text are made from it exactly as before, so old run folders compare
-    equal; training itself reads only the typed fields."""
-
-    model: "ModelConfig"   # vocab_size: the tokenizer's; the trainer builds with the corpus's (with_vocab_size)
-    optim: OptimizerConfig
-    schedule: ScheduleConfig
-    log: LogConfig
-    loss_spike: LossSpikeConfig
-    seed: int
-    device: str
-    threads: int | str           # a count, or "auto" (train/threads.py)
-    compile: bool
-    resume: bool
-    batch_size: int
-    z_loss: float                # c of the auxiliary loss c·(log Z)² (0 = off)
-    max_loss: float              # divergence.max_loss: the divergence guard's ceiling
-    checkpoint_every: int        # 0 = only at the end
-    keep_checkpoints: int
-    data: dict                   # the data source's node (data/sources.py)
-    tokenizer: dict              # the tokenizer's node
-    composed: Mapping            # the composed config (a DictConfig): the run's record, see above
-
-    @classmethod
-    def from_composed(cls, cfg) -> "TrainConfig":
-        """The typed settings of a composed config (a DictConfig or the same as plain data),
-        read once. Assumes the pre-flight's checks passed (launch/validate.py)."""
-        from ..model.config import ModelConfig  # imports the model package (torch): only the trainer's callers need it
-
-        return cls(model=ModelConfig.from_composed(cfg, vocab_size=cfg["tokenizer"]["vocab_size"]),
-                   optim=OptimizerConfig.from_composed(cfg), schedule=ScheduleConfig.from_composed(cfg),
-                   log=LogConfig.from_composed(cfg), loss_spike=LossSpikeConfig.from_composed(cfg),
-                   seed=cfg.seed, device=str(cfg.device), threads=cfg.threads, compile=cfg.compile,
-                   resume=cfg.resume, batch_size=cfg.batch_size, z_loss=cfg.z_loss, max_loss=cfg.divergence.max_loss,
-                   checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
-                   data=plain(cfg["data"]), tokenizer=plain(cfg["tokenizer"]), composed=cfg)
-
-    @property
-    def steps(self) -> int:
-        """Optimizer updates in the run (the schedule's)."""
-        return self.schedule.steps
-
-    @property
-    def seq_len(self) -> int:
-        return self.model.seq_len

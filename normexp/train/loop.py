@@ -19,14 +19,13 @@ RNG states and the data sampler's generator.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import gc
 import logging
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Callable
@@ -38,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..data.batches import get_batch, load_corpus
 from ..runs import checkpoint as ckpt
 from . import distributed
+from .config import TrainConfig
 from .flat_adamw import FlatAdamW
 from .instruments import Instruments, StepWatch, recording, scalar_tags
 from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
@@ -51,7 +51,7 @@ from .spikes import HampelSpikeRule
 from .threads import set_threads
 from .signals import Interrupted, Preempted, StopSignals
 from ..config.checks import ConfigError
-from ..config.run_config import OptimizerConfig, TrainConfig
+from ..config.run_config import OptimizerConfig
 from ..runs.schema import Status
 
 log = logging.getLogger("normexp")
@@ -360,7 +360,7 @@ class Trainer:
         self.ddp_model = distributed.wrap(self.model, self.device)  # DDP under torchrun; `model` itself otherwise
         self.instruments = Instruments(self.model, config.log.model_update, config.log.model_update_every,
                                        extra_signals=config.log.extra_signals)
-        self.spike_rule = HampelSpikeRule(**dataclasses.asdict(config.loss_spike))
+        self.spike_rule = HampelSpikeRule(**asdict(config.loss_spike))
         self.data_gen = generator(config.seed, "data")
         self.instruments.set_reference_batch(reference_batch(self.corpus.val, config).to(self.device), self.autocast)
 

@@ -10,10 +10,10 @@ from omegaconf import OmegaConf
 
 from normexp.config.checks import ConfigError
 from normexp.config.compose import compose_config
-from normexp.config.run_config import (LogConfig, LossSpikeConfig, OptimizerConfig, ScheduleConfig, TrainConfig,
-                                       effective_warmup)
+from normexp.config.run_config import LogConfig, LossSpikeConfig, OptimizerConfig, ScheduleConfig, effective_warmup
 from normexp.launch.preflight import check_job
 from normexp.model import ModelConfig
+from normexp.train.config import TrainConfig
 
 # Every field of TrainConfig and its parts, and the composed config's key it holds (the keys the
 # Trainer read off the DictConfig before). A field missing here fails test_every_field_is_listed.
@@ -164,8 +164,12 @@ def test_the_defaults_pass_every_rule(part):
 
 
 def test_the_schedule_names_the_schedules_it_knows():
+    """The check accepts the shipped options (configs/schedule/), which are the schedules the
+    code has (train/schedules.py's registry)."""
+    from normexp.config.compose import declared_names
     from normexp.train.schedules import SCHEDULES
 
+    assert declared_names("schedule") == tuple(sorted(SCHEDULES))
     schedule = dataclasses.replace(ScheduleConfig.from_composed(compose_config([])), name="step")
     with pytest.raises(ConfigError) as e:
         schedule.check()

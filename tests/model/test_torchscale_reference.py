@@ -17,7 +17,8 @@ import torchscale_crosscheck as tc  # noqa: E402
 import torchscale_trajectory as tt  # noqa: E402
 
 from normexp.config.compose import compose_config  # noqa: E402
-from normexp.config.run_config import OptimizerConfig, TrainConfig  # noqa: E402
+from normexp.config.run_config import OptimizerConfig  # noqa: E402
+from normexp.train.config import TrainConfig  # noqa: E402
 from normexp.train.loop import make_optimizer  # noqa: E402
 
 MISSING = tc.torchscale_missing()

@@ -446,7 +446,7 @@ def test_a_checkpoint_from_before_the_reference_batch_rename_resumes_its_model_u
     newer ones under "instruments". Resuming an old one restores its h₀ (doubled here, so it
     cannot be mistaken for the h₀ the resumed run computes at its own start)."""
     from normexp.config.compose import compose_config
-    from normexp.config.run_config import TrainConfig
+    from normexp.train.config import TrainConfig
     from normexp.train.loop import Hooks, Trainer
 
     monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))

@@ -18,8 +18,9 @@ import torch
 from conftest import TINY, make_corpus
 
 from normexp.config.compose import compose_config
-from normexp.config.run_config import OptimizerConfig, TrainConfig
+from normexp.config.run_config import OptimizerConfig
 from normexp.model import GPT, ModelConfig
+from normexp.train.config import TrainConfig
 from normexp.train.loop import Hooks, Trainer, make_optimizer
 
 # One block of each kind, by hand: the four matrices of a block decay; norms, biases,

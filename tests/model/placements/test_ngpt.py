@@ -16,7 +16,8 @@ from model_helpers import D, StandIn, make_ln
 from normexp.config.compose import compose_config
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 from normexp.model.layers import MLP, CausalSelfAttention
-from normexp.config.run_config import OptimizerConfig, TrainConfig
+from normexp.config.run_config import OptimizerConfig
+from normexp.train.config import TrainConfig
 from normexp.train.loop import Trainer, make_optimizer
 
 
