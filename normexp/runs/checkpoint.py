@@ -220,8 +220,9 @@ def check_settings(state: dict, settings: dict, path: str, run_dir: Path) -> Non
         summary = state.get("summary") or {}
         saved = {k: canonical_value(summary[k]) for k in HPARAMS if k in summary and k in settings}
         mine = {k: settings[k] for k in saved}
-        if "warmup" in saved and "steps" in settings:  # the summary keeps the warmup as run: both sides so
-            saved["warmup"], mine["warmup"] = (effective_warmup(w, settings["steps"]) for w in (saved["warmup"], mine["warmup"]))
+        if "warmup" in saved and "steps" in settings:  # the summary keeps the warmup as run: both sides as run
+            steps = settings["steps"]
+            saved["warmup"], mine["warmup"] = effective_warmup(saved["warmup"], steps), effective_warmup(mine["warmup"], steps)
     else:
         mine = settings
     for key in sorted(set(saved) | set(mine)):

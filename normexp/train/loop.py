@@ -261,7 +261,8 @@ def build_model(config: TrainConfig, corpus, device: torch.device) -> GPT:
     """The model on `device`, for the corpus's tokenizer, calibrated where the placement
     profiles (Admin) on a batch of its own stream, so the training batches are untouched."""
     model = GPT(config.model.with_vocab_size(corpus.vocab_size)).to(device)
-    calibration_batch, _ = get_batch(corpus.train, config.batch_size, config.seq_len, generator(config.seed, "calibration"))
+    calibration_batch, _ = get_batch(corpus.train, config.batch_size, config.seq_len,
+                                     generator(config.seed, "calibration"))
     model.calibrate(calibration_batch.to(device))
     return model
 
@@ -451,8 +452,8 @@ class Trainer:
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every rank draws the same global batch and trains on its own rows of it."""
-        x, y = (distributed.my_rows(t) for t in get_batch(self.corpus.train, self.config.batch_size, self.config.seq_len,
-                                                          self.data_gen))
+        batch = get_batch(self.corpus.train, self.config.batch_size, self.config.seq_len, self.data_gen)
+        x, y = (distributed.my_rows(t) for t in batch)
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def forward_backward(self, x, y, watch: StepWatch | None = None) -> torch.Tensor:
