@@ -1,10 +1,11 @@
-"""A training run's settings, typed: the parts of TrainConfig (normexp/train/config.py) that
-stand on their own, each with its rules beside its data.
+"""A training run's settings, typed, all but the model's (train/config.py's TrainConfig adds
+ModelConfig), each with its rules beside its data.
 
-    OptimizerConfig AdamW's settings and clipping
-    ScheduleConfig  the learning-rate schedule: its name, steps, warmup (the warmup rule)
-    LogConfig       the logging, evaluation and instrument cadence
-    LossSpikeConfig the loss-spike flag's Hampel rule (train/spikes.py)
+    RunConfig         seed, device, batch, data, checkpoints, margins ... and its parts:
+      OptimizerConfig AdamW's settings and clipping
+      ScheduleConfig  the learning-rate schedule: its name, steps, warmup (the warmup rule)
+      LogConfig       the logging, evaluation and instrument cadence
+      LossSpikeConfig the loss-spike flag's Hampel rule (train/spikes.py)
 
 Each reads its keys off the composed config once (`from_composed`); its `check` holds its rules
 (ranges, cross-key checks) and raises their one-line ConfigError; the pre-flight
@@ -15,6 +16,7 @@ pre-flight builds them before torch loads, and runs/ reads `effective_warmup` fr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .checks import ConfigError, is_integer, is_number
@@ -169,3 +171,72 @@ class LossSpikeConfig:
         if self.min_points > self.window:
             raise ConfigError("loss_spike.min_points", self.min_points,
                               f"must be at most loss_spike.window={self.window} (the rule looks at most that far back)")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A run's settings apart from the model (train/config.py's TrainConfig adds it): the parts
+    above and the run's own. `composed`: the composed config itself, kept as the run's record:
+    the summary's hyperparameters (runs.folder.summary_record), the checkpoint's settings
+    (runs.folder.result_settings) and TensorBoard's config text are made from it exactly as
+    before, so old run folders compare equal; training reads only the typed fields."""
+
+    optim: OptimizerConfig
+    schedule: ScheduleConfig
+    log: LogConfig
+    loss_spike: LossSpikeConfig
+    seed: int
+    device: str                  # auto | cpu | cuda | cuda:N | mps (launch/validate.py checks it is there)
+    threads: int | str           # a count, or "auto" (train/threads.py)
+    compile: bool
+    resume: bool
+    batch_size: int
+    z_loss: float                # c of the auxiliary loss c·(log Z)² (0 = off)
+    max_loss: float              # divergence.max_loss: the divergence guard's ceiling
+    checkpoint_every: int        # 0 = only at the end
+    keep_checkpoints: int
+    stall_margin: float          # a completed run this fraction above the unigram baseline is "stalled"
+    learned_margin: float        # outcome.learned_margin (runs/outcomes.py)
+    data: dict                   # the data source's node (data/sources.py checks it)
+    tokenizer: dict              # the tokenizer's node
+    composed: Mapping            # the composed config (a DictConfig): the run's record, see above
+
+    @classmethod
+    def fields_of(cls, cfg) -> dict:
+        """The constructor's arguments read off a composed config (a DictConfig)."""
+        return dict(optim=OptimizerConfig.from_composed(cfg), schedule=ScheduleConfig.from_composed(cfg),
+                    log=LogConfig.from_composed(cfg), loss_spike=LossSpikeConfig.from_composed(cfg),
+                    seed=cfg.seed, device=str(cfg.device), threads=cfg.threads, compile=cfg.compile, resume=cfg.resume,
+                    batch_size=cfg.batch_size, z_loss=cfg.z_loss, max_loss=cfg.divergence.max_loss,
+                    checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
+                    stall_margin=cfg.stall_margin, learned_margin=cfg.outcome.learned_margin,
+                    data=plain(cfg.data), tokenizer=plain(cfg.tokenizer), composed=cfg)
+
+    @classmethod
+    def from_composed(cls, cfg) -> "RunConfig":
+        return cls(**cls.fields_of(cfg))
+
+    @property
+    def steps(self) -> int:
+        """Optimizer updates in the run (the schedule's)."""
+        return self.schedule.steps
+
+    def check(self) -> None:
+        """The run's own ranges (its parts have their own `check`; the integer counts, the
+        switches and the device are the pre-flight's generic checks)."""
+        if not is_integer(self.seed) or not 0 <= self.seed < 2**32:  # numpy's generators take seeds below 2³²
+            raise ConfigError("seed", self.seed, f"must be an integer from 0 to {2**32 - 1}")
+        if not is_number(self.stall_margin) or not 0 <= self.stall_margin < 1:
+            raise ConfigError("stall_margin", self.stall_margin,
+                              "must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)")
+        if not is_number(self.learned_margin) or not 0 <= self.learned_margin < 1:
+            raise ConfigError("outcome.learned_margin", self.learned_margin,
+                              "must be a number from 0 to below 1 (0.05 = 5 % below the unigram baseline)")
+        if not is_number(self.z_loss) or self.z_loss < 0:
+            raise ConfigError("z_loss", self.z_loss, "must be a finite number >= 0 (0 = off; PaLM uses 1e-4)")
+        if not is_number(self.max_loss) or self.max_loss <= 0:
+            raise ConfigError("divergence.max_loss", self.max_loss, "must be a finite number > 0")
+        if not is_integer(self.checkpoint_every) or self.checkpoint_every < 0:
+            raise ConfigError("checkpoint_every", self.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
+        if self.threads != "auto" and (not is_integer(self.threads) or self.threads <= 0):
+            raise ConfigError("threads", self.threads, 'must be "auto" or a positive integer')

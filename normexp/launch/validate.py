@@ -2,9 +2,10 @@
 the value, and what is allowed, before any data is loaded or any folder is written.
 
 This module imports neither torch nor the data stack, so `normexp train` answers a typo in
-about a second. Every rule lives once: the optimizer's, the schedule's (warmup), the logging's
-and the loss-spike rule's beside their data, in config/run_config.py's typed settings, whose
-`check` this module calls; the others here; a data source's and a tokenizer's own rules live
+about a second. Every rule lives once: the run's own, the optimizer's, the schedule's (warmup),
+the logging's and the loss-spike rule's beside their data, in config/run_config.py's typed
+settings, whose `check` this module calls; the model's shape and the generic ones (integer
+counts, switches, the device, the registries' names) here; a data source's and a tokenizer's own rules live
 in its class (data/sources.py), which data/batches.py also applies for callers that skip the command line. The valid norm/placement/data/tokenizer names are
 read from the shipped config groups (`compose.declared_names`). A norm's or placement's own
 settings (eps, alpha, ratio, ...) are checked by its class in model/, which owns them.
@@ -21,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ..config.checks import FLOAT32_MAX, ConfigError, is_integer, is_number
 from ..config.compose import config_groups, declared_keys, declared_names, top_level_keys
 from ..config.keys import did_you_mean, dotted, override_key
-from ..config.run_config import LogConfig, LossSpikeConfig, OptimizerConfig, ScheduleConfig
+from ..config.run_config import RunConfig
 from ..config.resources import (available_memory_bytes, batch_norm_needs, memory_parts,  # noqa: F401 - re-exported
                                  memory_problem, training_memory_bytes)
 from ..data.files import cache_root
@@ -90,20 +91,13 @@ def _validate(cfg: DictConfig, explicit) -> None:
     if cfg.d_model % cfg.heads:
         raise ConfigError("heads", cfg.heads, f"must divide d_model={cfg.d_model}")
     _known_keys(cfg)
-    OptimizerConfig.from_composed(cfg).check()
-    ScheduleConfig.from_composed(cfg).check(warmup_given="warmup" in explicit)
-    if not is_integer(cfg.seed) or not 0 <= cfg.seed < 2**32:  # numpy's generators take seeds below 2³²
-        raise ConfigError("seed", cfg.seed, f"must be an integer from 0 to {2**32 - 1}")
-    margin = cfg.stall_margin
-    if not is_number(margin) or not 0 <= margin < 1:
-        raise ConfigError("stall_margin", margin, "must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)")
-    learned = cfg.outcome.learned_margin
-    if not is_number(learned) or not 0 <= learned < 1:
-        raise ConfigError("outcome.learned_margin", learned, "must be a number from 0 to below 1 (0.05 = 5 % below the "
-                          "unigram baseline)")
+    run = RunConfig.from_composed(cfg)  # the typed settings: their rules live beside them
+    run.optim.check()
+    run.schedule.check(warmup_given="warmup" in explicit)
+    run.check()
     _positive_int(cfg, "loss_spike.window")
     _positive_int(cfg, "loss_spike.min_points")
-    LossSpikeConfig.from_composed(cfg).check()
+    run.loss_spike.check()
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")
     if cfg.norm.name == "batch" and cfg.batch_size * cfg.seq_len < 2:
@@ -111,8 +105,6 @@ def _validate(cfg: DictConfig, explicit) -> None:
                                                                           "batch_size or seq_len"))
     _choice("placement", cfg.placement.name, "placement")
     _choice("init", cfg.init.name, "init")
-    if not is_number(cfg.z_loss) or cfg.z_loss < 0:
-        raise ConfigError("z_loss", cfg.z_loss, "must be a finite number >= 0 (0 = off; PaLM uses 1e-4)")
     for key, gemma in (("attn_softcap", 50), ("logit_softcap", 30)):
         cap = cfg.get(key)
         # 1e308 is finite here but inf in float32, where c·tanh(z/c) would be nan
@@ -121,19 +113,12 @@ def _validate(cfg: DictConfig, explicit) -> None:
     if cfg.qk_norm and cfg.norm.name == "none":
         raise ConfigError("qk_norm", "true", "norm=none has no norm to apply to queries and keys; "
                           "choose a norm (e.g. norm=rms) or drop qk_norm=true")
-    if not is_number(cfg.divergence.max_loss) or cfg.divergence.max_loss <= 0:
-        raise ConfigError("divergence.max_loss", cfg.divergence.max_loss, "must be a finite number > 0")
-    if not is_integer(cfg.checkpoint_every) or cfg.checkpoint_every < 0:
-        raise ConfigError("checkpoint_every", cfg.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
     _positive_int(cfg, "keep_checkpoints")
     _positive_int(cfg, "log.model_update_every")
     for key in ("resume", "compile", "log.histograms", "log.model_update", "log.extra_signals", "qk_norm",
                 "scale_embeddings"):
         _boolean(cfg, key)
-    LogConfig.from_composed(cfg).check()
-    threads = cfg.threads
-    if threads != "auto" and (not is_integer(threads) or threads <= 0):
-        raise ConfigError("threads", threads, 'must be "auto" or a positive integer')
+    run.log.check()
     check_tokenizer(cfg.tokenizer)
     check_data(cfg.data)
 

@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from normexp.config.checks import ConfigError
 from normexp.config.compose import compose_config
-from normexp.config.run_config import LogConfig, LossSpikeConfig, OptimizerConfig, ScheduleConfig, effective_warmup
+from normexp.config.run_config import (LogConfig, LossSpikeConfig, OptimizerConfig, RunConfig, ScheduleConfig,
+                                       effective_warmup)
 from normexp.launch.preflight import check_job
 from normexp.model import ModelConfig
 from normexp.train.config import TrainConfig
@@ -30,6 +31,7 @@ FIELD_KEYS = {
     "seed": "seed", "device": "device", "threads": "threads", "compile": "compile", "resume": "resume",
     "batch_size": "batch_size", "z_loss": "z_loss", "max_loss": "divergence.max_loss",
     "checkpoint_every": "checkpoint_every", "keep_checkpoints": "keep_checkpoints",
+    "stall_margin": "stall_margin", "learned_margin": "outcome.learned_margin",
     "model.seq_len": "seq_len", "model.layers": "layers", "model.d_model": "d_model", "model.heads": "heads",
     "model.mlp_ratio": "mlp_ratio", "model.qk_norm": "qk_norm", "model.scale_embeddings": "scale_embeddings",
     "model.vocab_size": "tokenizer.vocab_size",
@@ -117,6 +119,17 @@ def test_the_summary_records_the_warmup_as_run():
 
 # (the part, overrides, the keys given on the command line, the whole one-line message)
 RULES = [
+    (RunConfig, ["seed=-1"], (), "seed=-1: must be an integer from 0 to 4294967295"),
+    (RunConfig, ["seed=4294967296"], (), "seed=4294967296: must be an integer from 0 to 4294967295"),
+    (RunConfig, ["stall_margin=1"], (),
+     "stall_margin=1: must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)"),
+    (RunConfig, ["outcome.learned_margin=-0.1"], (),
+     "outcome.learned_margin=-0.1: must be a number from 0 to below 1 (0.05 = 5 % below the unigram baseline)"),
+    (RunConfig, ["z_loss=-1"], (), "z_loss=-1: must be a finite number >= 0 (0 = off; PaLM uses 1e-4)"),
+    (RunConfig, ["divergence.max_loss=0"], (), "divergence.max_loss=0: must be a finite number > 0"),
+    (RunConfig, ["checkpoint_every=-5"], (), "checkpoint_every=-5: must be an integer >= 0 (0 = only at the end)"),
+    (RunConfig, ["threads=0"], (), 'threads=0: must be "auto" or a positive integer'),
+    (RunConfig, ["threads=many"], (), 'threads=many: must be "auto" or a positive integer'),
     (OptimizerConfig, ["lr=0"], (), "lr=0: must be a finite number > 0"),
     (OptimizerConfig, ["lr=inf"], (), "lr=inf: must be a finite number > 0"),
     (OptimizerConfig, ["grad_clip=-1"], (), "grad_clip=-1: must be null (off) or a finite number > 0"),
@@ -158,7 +171,7 @@ def test_each_moved_rule_refuses_with_its_line(part, overrides, given, message):
     assert str(preflight.value) == message
 
 
-@pytest.mark.parametrize("part", [OptimizerConfig, ScheduleConfig, LogConfig, LossSpikeConfig])
+@pytest.mark.parametrize("part", [RunConfig, OptimizerConfig, ScheduleConfig, LogConfig, LossSpikeConfig])
 def test_the_defaults_pass_every_rule(part):
     part.from_composed(compose_config([])).check()
 
