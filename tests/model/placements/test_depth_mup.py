@@ -18,6 +18,7 @@ from model_helpers import D, StandIn
 from normexp.config.compose import compose_config
 from normexp.config.run_config import OptimizerConfig
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.train.config import TrainConfig
 from normexp.train.loop import Trainer, make_optimizer
 
 
@@ -104,8 +105,8 @@ def test_the_flat_adamw_step_honours_each_groups_lr_and_eps():
 def test_the_schedule_keeps_each_groups_lr_scale():
     """The trainer's lr schedule sets lr·multiplier·lr_scale in every group (not one lr for all)."""
     _, opt, cfg = optimizer_for(12, 0.5, 3, lr=0.02)
-    trainer = SimpleNamespace(cfg=compose_config(["lr=0.02", "warmup=10", "steps=100", "schedule=constant"]),
-                              optimizer=opt)
+    config = TrainConfig.from_composed(compose_config(["lr=0.02", "warmup=10", "steps=100", "schedule=constant"]))
+    trainer = SimpleNamespace(config=config, optimizer=opt)
     lr = Trainer.set_lr(trainer, 4)  # linear warmup: (4 + 1)/10 of the peak at step 4
     assert lr == pytest.approx(0.01)
     for group in opt.param_groups:
