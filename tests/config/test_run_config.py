@@ -83,7 +83,8 @@ def test_the_typed_config_holds_what_the_composed_config_says(overrides):
 
 
 def test_the_model_config_is_the_one_the_trainer_built_before():
-    """ModelConfig.from_composed against the fields train.loop.model_config used to pick, written out."""
+    """ModelConfig.from_composed against the fields the trainer picked for the model before (its old
+    model_config), written out by hand."""
     cfg = compose_config(OVERRIDES[1])
     expected = ModelConfig(vocab_size=300, seq_len=cfg.seq_len, layers=12, d_model=cfg.d_model, heads=cfg.heads,
                            mlp_ratio=cfg.mlp_ratio, norm={"name": "rms", "eps": cfg.norm.eps},
