@@ -72,8 +72,8 @@ MUTANTS = [
     M("inverse_sqrt counts from 0", "normexp/train/schedules.py",
       "math.sqrt(start / max(step + 1, start))", "math.sqrt(start / max(step, start))",
       ("tests/train/test_schedules.py",)),
-    M("warmup not clamped to steps", "normexp/train/loop.py",
-      "min(self.cfg.warmup, self.cfg.steps), self.cfg.schedule)", "self.cfg.warmup, self.cfg.schedule)",
+    M("warmup not clamped to steps", "normexp/config/run_config.py",
+      "    return min(warmup, steps)", "    return warmup",
       ("tests/train/test_schedules.py",)),
     # ---- config -> model wiring
     M("LayerNorm eps ignored", "normexp/model/norms.py",

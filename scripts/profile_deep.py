@@ -101,7 +101,7 @@ def timed_phases(phases: Phases, n: int) -> dict[str, float]:
 
 def trainer_step(trainer, logging: bool) -> None:
     """One `train_step` that is (or is not) a logging step: the step counter decides."""
-    every = trainer.cfg.log_every
+    every = trainer.config.log.log_every
     trainer.step = every * (1 + trainer.step // every) + (0 if logging else 1)
     trainer.train_step()
 
@@ -157,8 +157,9 @@ def main(argv=None) -> None:
     ap.add_argument("override", nargs="*", help="more normexp config overrides, e.g. norm=rms")
     args = ap.parse_args(argv)
 
-    from normexp.model import GPT
-    from normexp.train.loop import Hooks, Trainer, model_config
+    from normexp.train.config import TrainConfig
+    from normexp.model import GPT, ModelConfig
+    from normexp.train.loop import Hooks, Trainer
 
     print(f"normexp from {Path(normexp.__file__).parent}; torch {torch.__version__}")
     with tempfile.TemporaryDirectory(prefix="profile-deep-") as tmp:
@@ -166,11 +167,11 @@ def main(argv=None) -> None:
         cfg = compose_config(overrides(args, make_corpus(tmp)))
         (tmp / "run").mkdir()
         t = time.perf_counter()
-        trainer = Trainer(cfg, tmp / "run", Hooks())
+        trainer = Trainer(TrainConfig.from_composed(cfg), tmp / "run", Hooks())
         setup = time.perf_counter() - t
         torch.manual_seed(0)
         t = time.perf_counter()
-        model = GPT(model_config(cfg, trainer.corpus.vocab_size))
+        model = GPT(ModelConfig.from_composed(cfg, trainer.corpus.vocab_size))
         build = time.perf_counter() - t
         init = median_seconds(model._init_weights, 1) if hasattr(model, "_init_weights") else float("nan")
         del model

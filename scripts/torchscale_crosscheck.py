@@ -132,12 +132,11 @@ def normexp_model(placement: str, layers: int, d_model: int, heads: int, vocab_s
                   overrides=()):
     """normexp's GPT with init=torchscale, composed as `normexp train` composes it."""
     from normexp.config.compose import compose_config
-    from normexp.model import GPT
-    from normexp.train.loop import model_config
+    from normexp.model import GPT, ModelConfig
 
     cfg = compose_config([f"placement={placement}", "init=torchscale", "norm=layer", f"layers={layers}",
                           f"d_model={d_model}", f"heads={heads}", f"seq_len={seq_len}", *overrides])
-    return GPT(model_config(cfg, vocab_size))
+    return GPT(ModelConfig.from_composed(cfg, vocab_size))
 
 
 @torch.no_grad()
@@ -241,8 +240,9 @@ def train_reference(cfg, corpus, weights: str = "own") -> float:
     its own init; "normexp": the weights normexp's run for this config starts from (so the
     two runs differ only by the implementation)."""
     from normexp.data.batches import get_batch
-    from normexp.model import GPT
-    from normexp.train.loop import generator, model_config, seed_everything
+    from normexp.config.run_config import ScheduleConfig
+    from normexp.model import GPT, ModelConfig
+    from normexp.train.loop import generator, seed_everything
     from normexp.train.schedules import lr_multiplier
 
     torch.set_num_threads(int(cfg.threads))
@@ -251,13 +251,14 @@ def train_reference(cfg, corpus, weights: str = "own") -> float:
                                 cfg.seq_len, cfg.mlp_ratio)
     if weights == "normexp":
         seed_everything(cfg.seed)  # as train.loop.Trainer does before it builds the model
-        copy_into_reference(GPT(model_config(cfg, corpus.vocab_size)), decoder)
+        copy_into_reference(GPT(ModelConfig.from_composed(cfg, corpus.vocab_size)), decoder)
     opt = reference_optimizer(decoder, cfg.lr, cfg.optim.betas, cfg.optim.eps, cfg.optim.weight_decay)
     data = generator(cfg.seed, "data")
+    schedule = ScheduleConfig.from_composed(cfg)
     decoder.train()
     for step in range(cfg.steps):
         for group in opt.param_groups:  # normexp's warmup and schedule (Trainer.set_lr), not a constant lr
-            group["lr"] = cfg.lr * lr_multiplier(step, cfg.steps, min(cfg.warmup, cfg.steps), cfg.schedule)
+            group["lr"] = cfg.lr * lr_multiplier(step, schedule.steps, schedule.effective_warmup, schedule)
         x, y = get_batch(corpus.train, cfg.batch_size, cfg.seq_len, data)
         logits = reference_logits(decoder, x)
         loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
@@ -304,6 +305,7 @@ def main(argv=None) -> int:
         print(f"torchscale_crosscheck: {why}", file=sys.stderr)
         return 2
 
+    from normexp.train.config import TrainConfig
     from normexp.train.loop import load_data
 
     start = "own init" if args.weights == "own" else "from normexp's weights"
@@ -316,7 +318,7 @@ def main(argv=None) -> int:
         ref_cells, ours_cells, ref_out, ours_out = [], [], [], []
         for seed in args.seeds:
             cfg = protocol_config(placement, int(layers), float(lr), seed, args.steps, args.extra)
-            corpus = corpus or load_data(cfg)
+            corpus = corpus or load_data(TrainConfig.from_composed(cfg))
             baseline, margin = corpus.baseline_loss, cfg.stall_margin
             ref_loss = train_reference(cfg, corpus, args.weights)
             with tempfile.TemporaryDirectory() as tmp:

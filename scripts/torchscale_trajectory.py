@@ -56,9 +56,11 @@ import torch.nn.functional as F
 
 from normexp.config.compose import compose_config
 from normexp.data.batches import get_batch
-from normexp.model import GPT
-from normexp.train.loop import (autocast_for, build_model, generator, load_data, make_optimizer, model_config,
-                                seed_everything, validation_loss)
+from normexp.config.run_config import OptimizerConfig
+from normexp.model import GPT, ModelConfig
+from normexp.train.config import TrainConfig
+from normexp.train.loop import (autocast_for, build_model, generator, load_data, make_optimizer, seed_everything,
+                                validation_loss)
 from normexp.train.schedules import lr_multiplier
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -103,7 +105,7 @@ class FairseqAdam(torch.optim.Optimizer):
 def normexp_optimizer(setup: str, model, cfg) -> torch.optim.Optimizer:
     """The optimizer of one normexp model (the pair's, or a noise copy's) under the set-up."""
     if setup == "normexp":
-        return make_optimizer(model, cfg)
+        return make_optimizer(model, OptimizerConfig.from_composed(cfg))
     return FairseqAdam([{"params": list(model.parameters())}], lr=cfg.lr, betas=cfg.optim.betas,
                        eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
 
@@ -206,7 +208,8 @@ def run_pair(cfg, corpus, setup: str = "normexp", noise_runs: int = 2, reference
     use it to show a changed reference parts)."""
     torch.set_num_threads(int(cfg.threads))
     seed_everything(cfg.seed)  # as Trainer does before it builds the model
-    model = build_model(cfg, corpus, torch.device("cpu"))
+    config = TrainConfig.from_composed(cfg)
+    model = build_model(config, corpus, torch.device("cpu"))
     initial = copy.deepcopy(model.state_dict())
     decoder = tc.reference_decoder(cfg.placement.name, cfg.layers, cfg.d_model, cfg.heads, corpus.vocab_size,
                                    cfg.seq_len, cfg.mlp_ratio)
@@ -215,7 +218,7 @@ def run_pair(cfg, corpus, setup: str = "normexp", noise_runs: int = 2, reference
         reference_hook(decoder)
     copies = []
     for _ in range(noise_runs):
-        twin = GPT(model_config(cfg, corpus.vocab_size))
+        twin = GPT(ModelConfig.from_composed(cfg, corpus.vocab_size))
         twin.load_state_dict(initial)
         copies.append(twin)
     ours = normexp_optimizer(setup, model, cfg)
@@ -227,7 +230,7 @@ def run_pair(cfg, corpus, setup: str = "normexp", noise_runs: int = 2, reference
         m.train()
     out = Trajectory()
     for step in range(cfg.steps):
-        lr = cfg.lr * lr_multiplier(step, cfg.steps, min(cfg.warmup, cfg.steps), cfg.schedule)
+        lr = cfg.lr * lr_multiplier(step, cfg.steps, config.schedule.effective_warmup, config.schedule)
         for opt in (ours, ref_opt, *copy_opts):
             set_lr(opt, lr)
         x, y = get_batch(corpus.train, cfg.batch_size, cfg.seq_len, data)
@@ -238,7 +241,7 @@ def run_pair(cfg, corpus, setup: str = "normexp", noise_runs: int = 2, reference
         out.noise.append([normexp_step(twin, opt, x[p], y[p]) for twin, opt, p in zip(copies, copy_opts, perms)])
         if not all(map(math.isfinite, (out.ours[-1], out.reference[-1]))):
             break
-    out.val_ours = validation_loss(model, corpus.val, cfg, torch.device("cpu"), autocast_for(torch.device("cpu")))
+    out.val_ours = validation_loss(model, corpus.val, config, torch.device("cpu"), autocast_for(torch.device("cpu")))
     out.val_reference = reference_validation(decoder, corpus, cfg)
     return out
 
@@ -289,7 +292,7 @@ def main(argv=None) -> int:
         for placement, layers, lr, lr_value in rows:
             for seed in args.seeds:
                 cfg = trajectory_config(placement, layers, lr_value, seed, args.steps)
-                corpus = corpus or load_data(cfg)
+                corpus = corpus or load_data(TrainConfig.from_composed(cfg))
                 traj = run_pair(cfg, corpus, setup, args.noise_runs)
                 deltas, envelope, bounds = traj.deltas(), traj.envelope(), traj.bounds()
                 parting = traj.parting_step()

@@ -8,9 +8,8 @@ import torch
 
 from normexp.config.compose import compose_config
 from normexp.config.registry import build
-from normexp.model import GPT, NORMS, PLACEMENTS
+from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 from normexp.model.layers import Sublayer
-from normexp.train.loop import model_config
 
 D = 16
 EPS = 1e-5
@@ -43,10 +42,10 @@ def by_hand_norm(x):
 
 def compose_model(*overrides: str) -> GPT:
     """The GPT `normexp train` builds for SMALL and `overrides` (seed 0): the shipped configs
-    composed with them (compose_config), turned into a ModelConfig (model_config)."""
+    composed with them (compose_config), turned into a ModelConfig (ModelConfig.from_composed)."""
     cfg = compose_config([*SMALL, *overrides])
     torch.manual_seed(0)
-    return GPT(model_config(cfg, 256))
+    return GPT(ModelConfig.from_composed(cfg, 256))
 
 
 def ln(x, norm=None):

@@ -102,13 +102,14 @@ def build_seconds(shape: Shape, tokens: torch.Tensor) -> dict[str, float]:
     has one) on the bench's byte tokens, and the minimal GPT."""
     from types import SimpleNamespace
 
+    from ..train.config import TrainConfig
     from ..train.loop import build_model
 
-    cfg = compose_config(shape.overrides())
+    config = TrainConfig.from_composed(compose_config(shape.overrides()))
     corpus = SimpleNamespace(vocab_size=shape.vocab_size, train=tokens.numpy())  # as load_data gives it
     torch.manual_seed(0)
     t0 = time.perf_counter()
-    build_model(cfg, corpus, torch.device("cpu"))
+    build_model(config, corpus, torch.device("cpu"))
     t1 = time.perf_counter()
     MinimalGPT(shape)
     return {"normexp": t1 - t0, "minimal": time.perf_counter() - t1}

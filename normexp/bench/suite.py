@@ -268,10 +268,11 @@ def bench_profiles(shape: Shape, ms_per_step: float | None, say, repeats: int = 
     (log.profiles_every=auto) adds to the default run: images × ms ÷ (steps × ms/step)."""
     from ..config.compose import compose_config
     from ..train.logbook import depth_profile_figure, open_writer
-    from ..train.loop import is_logging_step, profiles_every
+    from ..config.run_config import LogConfig
+    from ..train.loop import is_logging_step
 
     cfg = compose_config([])
-    every = profiles_every(cfg)
+    every = LogConfig.from_composed(cfg).profile_interval(cfg.steps)
     logged = [s for s in range(cfg.steps) if is_logging_step(s, cfg.log_every, cfg.steps)]
     images = sum(1 for s in logged if s % every == 0 or s == cfg.steps - 1)
     values = {k: [float(i + 1) for i in range(shape.layers)] for k in ("act_std", "grad_norm", "update_ratio")}

@@ -3,7 +3,7 @@ and a nested node's leaves by dotted key (`{"optim": {"eps": 1e-8}}` -> `{"optim
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableSequence
 
 from .checks import did_you_mean
 
@@ -36,3 +36,13 @@ def suggest_key(key: str, keys, groups=()) -> str:
         hint = did_you_mean(head, heads)
         return hint.replace("? ", f"{dot}{rest}? ") if hint else ""
     return did_you_mean(key, [k for k in keys if k.startswith(f"{head}.")])
+
+
+def plain(node):
+    """A config node as plain data, values resolved: a mapping (a DictConfig too) becomes a
+    dict, a list (a ListConfig too) a list, anything else stays as it is."""
+    if isinstance(node, Mapping):
+        return {k: plain(v) for k, v in node.items()}
+    if isinstance(node, MutableSequence):
+        return [plain(v) for v in node]
+    return node

@@ -2,7 +2,10 @@
 the value, and what is allowed, before any data is loaded or any folder is written.
 
 This module imports neither torch nor the data stack, so `normexp train` answers a typo in
-about a second. Every rule lives here once; a data source's and a tokenizer's own rules live
+about a second. Every rule lives once: the run's own, the optimizer's, the schedule's (warmup),
+the logging's and the loss-spike rule's beside their data, in config/run_config.py's typed
+settings, whose `check` this module calls; the model's shape and the generic ones (integer
+counts, switches, the device, the registries' names) here; a data source's and a tokenizer's own rules live
 in its class (data/sources.py), which data/batches.py also applies for callers that skip the command line. The valid norm/placement/data/tokenizer names are
 read from the shipped config groups (`compose.declared_names`). A norm's or placement's own
 settings (eps, alpha, ratio, ...) are checked by its class in model/, which owns them.
@@ -13,12 +16,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..config.checks import FLOAT32_MAX, ConfigError, is_integer, is_number
 from ..config.compose import config_groups, declared_keys, declared_names, top_level_keys
 from ..config.keys import did_you_mean, dotted, override_key
+from ..config.run_config import RunConfig
 from ..config.resources import (available_memory_bytes, batch_norm_needs, memory_parts,  # noqa: F401 - re-exported
                                  memory_problem, training_memory_bytes)
 from ..data.files import cache_root
@@ -81,32 +85,19 @@ def validate(cfg: DictConfig, explicit: frozenset[str] | set[str] = frozenset())
 
 
 def _validate(cfg: DictConfig, explicit) -> None:
-    from ..train.schedules import SCHEDULES  # pure Python
-
     for key in ("layers", "d_model", "heads", "mlp_ratio", "seq_len", "batch_size", "steps",
                 "log_every", "eval_every", "eval_batches"):
         _positive_int(cfg, key)
     if cfg.d_model % cfg.heads:
         raise ConfigError("heads", cfg.heads, f"must divide d_model={cfg.d_model}")
     _known_keys(cfg)
-    if not is_number(cfg.lr) or cfg.lr <= 0:
-        raise ConfigError("lr", cfg.lr, "must be a finite number > 0")
-    w = cfg.warmup
-    if not is_integer(w) or w < 0 or (w > cfg.steps and "warmup" in explicit):
-        raise ConfigError("warmup", w, f"must be an integer step count from 0 to steps={cfg.steps}")
-    if cfg.grad_clip is not None and (not is_number(cfg.grad_clip) or cfg.grad_clip <= 0):
-        raise ConfigError("grad_clip", cfg.grad_clip, "must be null (off) or a finite number > 0")
-    if not is_integer(cfg.seed) or not 0 <= cfg.seed < 2**32:  # numpy's generators take seeds below 2³²
-        raise ConfigError("seed", cfg.seed, f"must be an integer from 0 to {2**32 - 1}")
-    margin = cfg.stall_margin
-    if not is_number(margin) or not 0 <= margin < 1:
-        raise ConfigError("stall_margin", margin, "must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)")
-    learned = cfg.outcome.learned_margin
-    if not is_number(learned) or not 0 <= learned < 1:
-        raise ConfigError("outcome.learned_margin", learned, "must be a number from 0 to below 1 (0.05 = 5 % below the "
-                          "unigram baseline)")
-    _loss_spike(cfg)
-    _optimizer(cfg)
+    run = RunConfig.from_composed(cfg)  # the typed settings: their rules live beside them
+    run.optim.check()
+    run.schedule.check(warmup_given="warmup" in explicit)
+    run.check()
+    _positive_int(cfg, "loss_spike.window")
+    _positive_int(cfg, "loss_spike.min_points")
+    run.loss_spike.check()
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")
     if cfg.norm.name == "batch" and cfg.batch_size * cfg.seq_len < 2:
@@ -114,8 +105,6 @@ def _validate(cfg: DictConfig, explicit) -> None:
                                                                           "batch_size or seq_len"))
     _choice("placement", cfg.placement.name, "placement")
     _choice("init", cfg.init.name, "init")
-    if not is_number(cfg.z_loss) or cfg.z_loss < 0:
-        raise ConfigError("z_loss", cfg.z_loss, "must be a finite number >= 0 (0 = off; PaLM uses 1e-4)")
     for key, gemma in (("attn_softcap", 50), ("logit_softcap", 30)):
         cap = cfg.get(key)
         # 1e308 is finite here but inf in float32, where c·tanh(z/c) would be nan
@@ -124,44 +113,14 @@ def _validate(cfg: DictConfig, explicit) -> None:
     if cfg.qk_norm and cfg.norm.name == "none":
         raise ConfigError("qk_norm", "true", "norm=none has no norm to apply to queries and keys; "
                           "choose a norm (e.g. norm=rms) or drop qk_norm=true")
-    if cfg.schedule.name not in SCHEDULES:
-        raise ConfigError("schedule", cfg.schedule.name, f"choose from {', '.join(sorted(SCHEDULES))}")
-    floor = cfg.schedule.get("min_lr_ratio")  # a setting of the decaying schedules only
-    if "min_lr_ratio" in cfg.schedule and (not is_number(floor) or not 0 <= floor <= 1):
-        raise ConfigError("schedule.min_lr_ratio", floor, "must be a number in [0, 1] (the final lr as a fraction of lr)")
-    if not is_number(cfg.divergence.max_loss) or cfg.divergence.max_loss <= 0:
-        raise ConfigError("divergence.max_loss", cfg.divergence.max_loss, "must be a finite number > 0")
-    if not is_integer(cfg.checkpoint_every) or cfg.checkpoint_every < 0:
-        raise ConfigError("checkpoint_every", cfg.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
     _positive_int(cfg, "keep_checkpoints")
     _positive_int(cfg, "log.model_update_every")
     for key in ("resume", "compile", "log.histograms", "log.model_update", "log.extra_signals", "qk_norm",
                 "scale_embeddings"):
         _boolean(cfg, key)
-    every = cfg.log.profiles_every
-    if every != "auto" and (not is_integer(every) or every < 0):
-        raise ConfigError("log.profiles_every", every, 'must be "auto" or a step count >= 0 (0 = no images)')
-    if cfg.log.progress not in ("auto", "bar", "lines", "off"):
-        raise ConfigError("log.progress", cfg.log.progress, "choose auto, bar, lines or off")
-    threads = cfg.threads
-    if threads != "auto" and (not is_integer(threads) or threads <= 0):
-        raise ConfigError("threads", threads, 'must be "auto" or a positive integer')
+    run.log.check()
     check_tokenizer(cfg.tokenizer)
     check_data(cfg.data)
-
-
-def _loss_spike(cfg) -> None:
-    """train.yaml's loss_spike: the Hampel rule's settings (normexp/train/spikes.py)."""
-    _positive_int(cfg, "loss_spike.window")
-    _positive_int(cfg, "loss_spike.min_points")
-    spike = cfg.loss_spike
-    if not is_number(spike.k) or spike.k <= 0:
-        raise ConfigError("loss_spike.k", spike.k, "must be a finite number > 0 (robust deviations above the median; 5 = default)")
-    if not is_number(spike.floor) or spike.floor < 0:
-        raise ConfigError("loss_spike.floor", spike.floor, "must be a finite number >= 0 (a fraction of the median, 0.01 = 1 %)")
-    if spike.min_points > spike.window:
-        raise ConfigError("loss_spike.min_points", spike.min_points,
-                          f"must be at most loss_spike.window={spike.window} (the rule looks at most that far back)")
 
 
 # groups whose settings the variant classes in model/ check (config.registry.variant names the key)
@@ -199,16 +158,6 @@ def moved_key(key: str, value) -> None:
 def check_cache() -> None:
     """The cache folder ($NORMEXP_CACHE or its default) must be a writable folder or creatable."""
     check_creatable("NORMEXP_CACHE" if os.environ.get("NORMEXP_CACHE") else "cache folder", cache_root())
-
-
-def _optimizer(cfg) -> None:
-    betas = cfg.optim.betas
-    if not isinstance(betas, (list, ListConfig)) or len(betas) != 2 or not all(is_number(b) and 0 <= b < 1 for b in betas):
-        raise ConfigError("optim.betas", betas, "must be two numbers in [0, 1), e.g. optim.betas=[0.9,0.98]")
-    if not is_number(cfg.optim.eps) or cfg.optim.eps <= 0:
-        raise ConfigError("optim.eps", cfg.optim.eps, "must be a finite number > 0")
-    if not is_number(cfg.optim.weight_decay) or cfg.optim.weight_decay < 0:
-        raise ConfigError("optim.weight_decay", cfg.optim.weight_decay, "must be a finite number >= 0")
 
 
 def _device(device) -> None:

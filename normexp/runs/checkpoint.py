@@ -36,6 +36,7 @@ import torch
 
 from ..config.checks import ConfigError
 from ..config.keys import override_key
+from ..config.run_config import effective_warmup
 from ..data.files import atomic_write_bytes
 from .settings import canonical_value
 from .schema import HPARAMS, Status
@@ -217,9 +218,11 @@ def check_settings(state: dict, settings: dict, path: str, run_dir: Path) -> Non
     saved = state.get("settings")
     if saved is None:  # an older checkpoint: its summary's hyperparameters are what it holds
         summary = state.get("summary") or {}
-        # (warmup: the summary keeps the warmup as run, at most `steps`)
-        saved = {k: canonical_value(summary[k]) for k in HPARAMS if k in summary and k in settings and k != "warmup"}
+        saved = {k: canonical_value(summary[k]) for k in HPARAMS if k in summary and k in settings}
         mine = {k: settings[k] for k in saved}
+        if "warmup" in saved and "steps" in settings:  # the summary keeps the warmup as run: both sides as run
+            steps = settings["steps"]
+            saved["warmup"], mine["warmup"] = effective_warmup(saved["warmup"], steps), effective_warmup(mine["warmup"], steps)
     else:
         mine = settings
     for key in sorted(set(saved) | set(mine)):

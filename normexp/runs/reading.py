@@ -31,6 +31,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from ..config.run_config import effective_warmup
 from .process import process_alive as _process_alive
 from .schema import NUMERIC_FIELDS, OUTCOME_FIELDS, STATUSES, TOKENS_PER_SECOND, TRAIN_LOSS, VAL_LOSS
 from .schema import Status
@@ -192,8 +193,8 @@ def warmup_as_run(config: dict, overrides: list[str]) -> dict:
     (launch.validate), so such a run keeps the value it was refused for."""
     warmup, steps = config.get("warmup"), config.get("steps")
     given = any(o.lstrip("+~").split("=", 1)[0] == "warmup" for o in overrides)
-    if isinstance(warmup, int) and isinstance(steps, int) and warmup > steps and not given:
-        return {**config, "warmup": steps}
+    if isinstance(warmup, int) and isinstance(steps, int) and not given:
+        return {**config, "warmup": effective_warmup(warmup, steps)}
     return config
 
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..config.run_config import effective_warmup
 from ..data.files import atomic_write_bytes
 from .schema import EXECUTION_FACTS, HPARAMS, LOSS_TRAJECTORY, OUTCOME_FIELDS, SETTINGS_FIELDS, STATUSES, Status
 
@@ -24,7 +25,7 @@ def hyperparameters(cfg) -> dict:
     option's name, the warmup as run (at most `steps`), the corpus by `data_label`."""
     row = {k: cfg[k].name if isinstance(cfg[k], Mapping) else cfg[k] for k in HPARAMS}
     if isinstance(cfg.warmup, int) and isinstance(cfg.steps, int):
-        row["warmup"] = min(cfg.warmup, cfg.steps)
+        row["warmup"] = effective_warmup(cfg.warmup, cfg.steps)
     row["data"] = data_label(cfg)
     return row
 

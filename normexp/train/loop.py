@@ -25,7 +25,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Callable
@@ -37,10 +37,11 @@ from omegaconf import DictConfig, OmegaConf
 from ..data.batches import get_batch, load_corpus
 from ..runs import checkpoint as ckpt
 from . import distributed
+from .config import TrainConfig
 from .flat_adamw import FlatAdamW
 from .instruments import Instruments, StepWatch, recording, scalar_tags
 from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
-from ..model import GPT, ModelConfig
+from ..model import GPT
 from ..runs import schema
 from ..runs import outcomes
 from ..runs.process import process_identity
@@ -52,6 +53,7 @@ from .spikes import HampelSpikeRule
 from .threads import set_threads
 from .signals import Interrupted, Preempted, StopSignals
 from ..config.checks import ConfigError
+from ..config.run_config import OptimizerConfig
 from ..runs.schema import Status
 
 log = logging.getLogger("normexp")
@@ -84,12 +86,14 @@ class Hooks:
     on_step: Callable[[int], None] | None = None    # a step finished (its index)
 
 
-def train(cfg: DictConfig, run_dir: Path, stop: StopSignals | None = None, hooks: Hooks | None = None,
+def train(cfg: DictConfig | TrainConfig, run_dir: Path, stop: StopSignals | None = None, hooks: Hooks | None = None,
           job: JobContext | None = None) -> dict:
-    """Train one model as `cfg` says, logging into `run_dir`. Returns the summary (also
-    written to summary.json). On SIGINT/SIGTERM (see signals.py) it saves a checkpoint,
-    records status "interrupted" and raises `Interrupted`. `job`: see JobContext."""
-    trainer = Trainer(cfg, Path(run_dir), hooks or Hooks(), job or JobContext())
+    """Train one model as `cfg` says (a checked composed config, read once into a TrainConfig,
+    or the TrainConfig), logging into `run_dir`. Returns the summary (also written to
+    summary.json). On SIGINT/SIGTERM (see signals.py) it saves a checkpoint, records status
+    "interrupted" and raises `Interrupted`. `job`: see JobContext."""
+    config = cfg if isinstance(cfg, TrainConfig) else TrainConfig.from_composed(cfg)
+    trainer = Trainer(config, Path(run_dir), hooks or Hooks(), job or JobContext())
     with trainer.full_disk_named(), contextlib.ExitStack() as stack:
         stop = stop or stack.enter_context(StopSignals())
         stack.enter_context(set_up_objects_frozen())
@@ -97,7 +101,7 @@ def train(cfg: DictConfig, run_dir: Path, stop: StopSignals | None = None, hooks
             with stop.deferred():
                 if trainer.step == 0:
                     trainer.evaluate_initial()
-                while trainer.step < cfg.steps:
+                while trainer.step < config.steps:
                     stop.check()
                     trainer.train_step()
                     trainer.after_step()
@@ -144,28 +148,10 @@ def autocast_for(device: torch.device):
     return contextlib.nullcontext
 
 
-def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
-    """The model's shape from the config; the norm and placement nodes go to their classes as they are."""
-    return ModelConfig(vocab_size=vocab_size, seq_len=cfg.seq_len, layers=cfg.layers, d_model=cfg.d_model,
-                       heads=cfg.heads, mlp_ratio=cfg.mlp_ratio, norm=OmegaConf.to_container(cfg.norm),
-                       placement=OmegaConf.to_container(cfg.placement), init=OmegaConf.to_container(cfg.init),
-                       qk_norm=cfg.qk_norm, attn_softcap=cfg.attn_softcap or None,  # 0 and null: off
-                       logit_softcap=cfg.logit_softcap or None, scale_embeddings=cfg.scale_embeddings)
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def profiles_every(cfg: DictConfig) -> int:
-    """Steps between depth-profile images (0 = none). "auto": about five per run, at logging
-    steps (a multiple of log_every), plus the last step: each costs ~50-100 ms of matplotlib."""
-    every = cfg.log.profiles_every
-    if every == "auto":
-        return cfg.log_every * math.ceil(cfg.steps / (5 * cfg.log_every))
-    return int(every)
 
 
 # ------------------------------------------------------------ the loop's named parts
@@ -176,7 +162,7 @@ def is_logging_step(step: int, log_every: int, steps: int) -> bool:
     return step % log_every == 0 or step == steps - 1
 
 
-# The random streams of a run, as offsets from cfg.seed: each its own generator, so drawing
+# The random streams of a run, as offsets from the run's seed: each its own generator, so drawing
 # from one never shifts another. Fixed: checkpoints and the numerics fixture depend on them.
 SEED_STREAMS = {"data": 0, "reference_batch": 1, "evaluation": 2, "calibration": 3}
 
@@ -186,11 +172,12 @@ def generator(seed: int, stream: str) -> torch.Generator:
     return torch.Generator().manual_seed(seed + SEED_STREAMS[stream])
 
 
-def reference_batch(val_tokens, cfg: DictConfig) -> torch.Tensor:
+def reference_batch(val_tokens, config: TrainConfig) -> torch.Tensor:
     """The model update's fixed input: a sixteenth of the batch (1 to 8 sequences) of
     validation text. It joins every logging step's forward and backward, so its size is
     paid for at every logging step."""
-    x, _ = get_batch(val_tokens, min(8, max(1, cfg.batch_size // 16)), cfg.seq_len, generator(cfg.seed, "reference_batch"))
+    x, _ = get_batch(val_tokens, min(8, max(1, config.batch_size // 16)), config.seq_len,
+                     generator(config.seed, "reference_batch"))
     return x
 
 
@@ -257,43 +244,45 @@ class ThroughputMeter:
         return self.tokens_per_second if report else None
 
 
-def load_data(cfg: DictConfig, run_dir: Path | None = None):
+def load_data(config: TrainConfig, run_dir: Path | None = None):
     """The corpus, with both splits long enough for one sequence and its target. The data files
     must hold what the run's record (written as the run began) names: a file replaced since is
     refused, not trained on (load_corpus's expect_files)."""
     record = read_record(run_dir) if run_dir is not None else None
-    corpus = load_corpus(cfg.data, cfg.tokenizer, progress=cfg.log.progress != "off",
+    corpus = load_corpus(config.data, config.tokenizer, progress=config.log.progress != "off",
                          expect_files=(record or {}).get("data_files"))
     for split, tokens in (("train", corpus.train), ("val", corpus.val)):
-        if len(tokens) < cfg.seq_len + 2:
-            raise ConfigError("seq_len", cfg.seq_len, f"the {split} split has only {len(tokens)} tokens; "
+        if len(tokens) < config.seq_len + 2:
+            raise ConfigError("seq_len", config.seq_len, f"the {split} split has only {len(tokens)} tokens; "
                               "use a smaller seq_len or a larger corpus")
     log.info("%s", corpus.description)
     return corpus
 
 
-def build_model(cfg: DictConfig, corpus, device: torch.device) -> GPT:
-    """The model on `device`, calibrated where the placement profiles (Admin) on a batch of
-    its own stream, so the training batches are untouched."""
-    model = GPT(model_config(cfg, corpus.vocab_size)).to(device)
-    calibration_batch, _ = get_batch(corpus.train, cfg.batch_size, cfg.seq_len, generator(cfg.seed, "calibration"))
+def build_model(config: TrainConfig, corpus, device: torch.device) -> GPT:
+    """The model on `device`, for the corpus's tokenizer, calibrated where the placement
+    profiles (Admin) on a batch of its own stream, so the training batches are untouched."""
+    model = GPT(config.model.with_vocab_size(corpus.vocab_size)).to(device)
+    calibration_batch, _ = get_batch(corpus.train, config.batch_size, config.seq_len,
+                                     generator(config.seed, "calibration"))
     model.calibrate(calibration_batch.to(device))
     return model
 
 
 @torch.no_grad()
-def validation_loss(model: GPT, val_tokens, cfg: DictConfig, device: torch.device, autocast) -> float:
+def validation_loss(model: GPT, val_tokens, config: TrainConfig, device: torch.device, autocast) -> float:
     """Mean validation loss over `eval_batches` fixed batches (the same every time: the
     evaluation stream restarts), in eval mode; each rank its rows, averaged over ranks."""
-    gen = generator(cfg.seed, "evaluation")
+    gen = generator(config.seed, "evaluation")
+    batches = config.log.eval_batches
     model.eval()
     total = torch.zeros((), device=device)
     with autocast():
-        for _ in range(cfg.eval_batches):
-            x, y = (distributed.my_rows(t) for t in get_batch(val_tokens, cfg.batch_size, cfg.seq_len, gen))
+        for _ in range(batches):
+            x, y = (distributed.my_rows(t) for t in get_batch(val_tokens, config.batch_size, config.seq_len, gen))
             total += model(x.to(device), y.to(device))[1].float()
     model.train()
-    return distributed.mean(total / cfg.eval_batches).item()
+    return distributed.mean(total / batches).item()
 
 
 def decays(name: str, p: torch.nn.Parameter) -> bool:
@@ -301,7 +290,7 @@ def decays(name: str, p: torch.nn.Parameter) -> bool:
     return p.dim() >= 2 and "emb" not in name
 
 
-def make_optimizer(model: GPT, cfg: DictConfig) -> torch.optim.AdamW:
+def make_optimizer(model: GPT, optim: OptimizerConfig) -> torch.optim.AdamW:
     """AdamW over the placement's parameter groups (`GPT.param_groups`: one group, or
     depth_mup's depth-scaled lr and ε for the blocks), each split into the parameters that
     decay and those that do not (`decays`); empty groups left out. Fused, on one flat buffer
@@ -310,13 +299,13 @@ def make_optimizer(model: GPT, cfg: DictConfig) -> torch.optim.AdamW:
     else foreach. Checkpoints keep torch.optim.AdamW's format."""
     names = {id(p): n for n, p in model.named_parameters()}
     groups = []
-    for group in model.param_groups(cfg.lr, cfg.optim.eps):
+    for group in model.param_groups(optim.lr, optim.eps):
         params, hyper = group["params"], {k: v for k, v in group.items() if k != "params"}
-        for decay, weight_decay in ((True, cfg.optim.weight_decay), (False, 0.0)):
+        for decay, weight_decay in ((True, optim.weight_decay), (False, 0.0)):
             chosen = [p for p in params if decays(names[id(p)], p) == decay]
             if chosen:  # a placement's own weight_decay (nGPT: none) wins
                 groups.append({"params": chosen, "weight_decay": weight_decay, **hyper})
-    kwargs = dict(lr=cfg.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
+    kwargs = dict(lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
     try:
         return FlatAdamW(groups, **kwargs)
     except (RuntimeError, TypeError):
@@ -327,21 +316,21 @@ class Trainer:
     """One run's state and its parts: set-up (`__init__`), `train_step`, `after_step`,
     `save_checkpoint`, `finish`. `train()` drives them."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, hooks: Hooks, job: JobContext | None = None):
-        self.cfg, self.run_dir, self.hooks, self.job = cfg, run_dir, hooks, job or JobContext()
+    def __init__(self, config: TrainConfig, run_dir: Path, hooks: Hooks, job: JobContext | None = None):
+        self.config, self.run_dir, self.hooks, self.job = config, run_dir, hooks, job or JobContext()
         self.writing: Path | None = None  # the file a checkpoint or summary write is writing (full_disk_named)
-        self.settings = result_settings(cfg)  # what this run computes; each checkpoint keeps it
+        self.settings = result_settings(config.composed)  # what this run computes; each checkpoint keeps it
         self.t_start = time.time()
-        threads = set_threads(cfg.threads, self.job.launcher)  # again each job: joblib reuses its workers
-        seed_everything(cfg.seed)
-        self.device = distributed.rank_device(select_device(cfg.device))
+        threads = set_threads(config.threads, self.job.launcher)  # again each job: joblib reuses its workers
+        seed_everything(config.seed)
+        self.device = distributed.rank_device(select_device(config.device))
         self.main = distributed.is_main()  # under torchrun only rank 0 writes into run_dir
-        distributed.local_batch_size(cfg.batch_size)  # the global batch must split evenly over ranks
+        distributed.local_batch_size(config.batch_size)  # the global batch must split evenly over ranks
         self.autocast = autocast_for(self.device)
-        if cfg.warmup > cfg.steps:
-            log.warning("warmup=%d is longer than steps=%d: warming up over all %d steps", cfg.warmup, cfg.steps, cfg.steps)
-        self.summary = summary_record(cfg, device=str(self.device), threads=threads)
-        self.corpus = load_data(cfg, run_dir)
+        if config.schedule.warmup_shortened:
+            log.warning("%s", config.schedule.warmup_shortened)
+        self.summary = summary_record(config.composed, device=str(self.device), threads=threads)
+        self.corpus = load_data(config, run_dir)
         self.summary.update(baseline_loss=self.corpus.baseline_loss)
         self._build_model()
         self.step, self.best_val, self.last_train_loss = 0, math.inf, None
@@ -350,38 +339,38 @@ class Trainer:
         # who is running it: lets `normexp report` tell a live run from one killed without a word
         self.summary.update(status=Status.RUNNING, **process_identity())
         self._write_summary()
-        self.writer = open_writer(run_dir, purge_step, self.main, layers=cfg.layers)
+        self.writer = open_writer(run_dir, purge_step, self.main, layers=config.model.layers)
         self._first_events(purge_step)
         # a resumed run keeps the ceiling set at its step 0
-        self.guard = DivergenceGuard(cfg.divergence.max_loss, every_step=self.device.type == "cpu",
+        self.guard = DivergenceGuard(config.max_loss, every_step=self.device.type == "cpu",
                                      initial_loss=self.summary.get("initial_loss"))
-        self.progress = Progress(cfg.log.progress if self.main else "off", cfg.steps, self.step, self.job.label)
-        self.meter = ThroughputMeter(cfg.batch_size * cfg.seq_len, self.summary.get("tokens_per_second"))
+        self.progress = Progress(config.log.progress if self.main else "off", config.steps, self.step, self.job.label)
+        self.meter = ThroughputMeter(config.batch_size * config.seq_len, self.summary.get("tokens_per_second"))
         self.model.train()
         if hooks.on_start:
             hooks.on_start()
 
     def _build_model(self) -> None:
         """Model (blocks compiled under compile=true), optimizer, DDP wrapper, instruments and the model update's reference batch."""
-        cfg = self.cfg
-        self.model = build_model(cfg, self.corpus, self.device)
+        config = self.config
+        self.model = build_model(config, self.corpus, self.device)
         settings = self.model.settings()  # read from the modules: what was built, "auto" resolved
         self.summary.update(parameters=self.model.num_parameters(), placement_settings=settings["placement"],
                             norm_settings=settings["norm"])
-        self.optimizer = make_optimizer(self.model, cfg)
-        if cfg.compile:
+        self.optimizer = make_optimizer(self.model, config.optim)
+        if config.compile:
             self.model.compile_blocks()
         self.ddp_model = distributed.wrap(self.model, self.device)  # DDP under torchrun; `model` itself otherwise
-        self.instruments = Instruments(self.model, cfg.log.model_update, cfg.log.model_update_every,
-                                       extra_signals=cfg.log.extra_signals)
-        self.spike_rule = HampelSpikeRule(**cfg.loss_spike)
-        self.data_gen = generator(cfg.seed, "data")
-        self.instruments.set_reference_batch(reference_batch(self.corpus.val, cfg).to(self.device), self.autocast)
+        self.instruments = Instruments(self.model, config.log.model_update, config.log.model_update_every,
+                                       extra_signals=config.log.extra_signals)
+        self.spike_rule = HampelSpikeRule(**asdict(config.loss_spike))
+        self.data_gen = generator(config.seed, "data")
+        self.instruments.set_reference_batch(reference_batch(self.corpus.val, config).to(self.device), self.autocast)
 
     def _resume(self) -> int | None:
         """With resume=true, continue from the newest checkpoint; returns its step (TensorBoard's
         purge_step: later events of the old file are dropped) or None for a fresh start."""
-        if not self.cfg.resume:
+        if not self.config.resume:
             return None
         state = ckpt.load_latest(self.run_dir, map_location=self.device)
         saved = ckpt.list_checkpoints(self.run_dir)
@@ -419,8 +408,8 @@ class Trainer:
     def _first_events(self, purge_step: int | None) -> None:
         if purge_step is None:
             write_hparams(self.writer, hparams_row(self.summary), leading_keys(self.job.swept_keys))
-            self.writer.add_text(schema.CONFIG_TEXT, "```\n" + OmegaConf.to_yaml(self.cfg) + "\n```", 0)
-        elif purge_step % self.cfg.eval_every == 0 and self.summary.get("final_val_loss") is not None:
+            self.writer.add_text(schema.CONFIG_TEXT, "```\n" + OmegaConf.to_yaml(self.config.composed) + "\n```", 0)
+        elif purge_step % self.config.log.eval_every == 0 and self.summary.get("final_val_loss") is not None:
             # purge_step hides the old file's events from the resume step on, val/loss there included
             self._log_val(self.summary["final_val_loss"], purge_step)
 
@@ -430,15 +419,15 @@ class Trainer:
         """One optimizer update, in nanoGPT's order: forward and backward, clipping, optimizer step,
         logging. On a logging step the instruments watch it (`watch_step`) and attach through one
         call before the update and one after (StepWatch). Raises Diverged if the run must end here."""
-        cfg = self.cfg
+        config = self.config
         lr = self.set_lr(self.step)
         x, y = self.next_batch()
         watch = self.watch_step()  # None on a plain step
         loss = self.forward_backward(x, y, watch)
-        values = watch.before_update(loss, targets=y, z_loss=cfg.z_loss) if watch else None  # one sync
+        values = watch.before_update(loss, targets=y, z_loss=config.z_loss) if watch else None  # one sync
         self.check_health(x, y, loss, values)
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=True)
+        if config.optim.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.optim.grad_clip, foreach=True)
         self.optimizer.step()
         self.model.after_optimizer_step()
         self.step += 1
@@ -448,14 +437,15 @@ class Trainer:
     def watch_step(self) -> StepWatch | None:
         """The instruments on this step if it is a logging step (is_logging_step), measuring the
         model update where Instruments.model_update_due says; None on a plain step."""
-        cfg, step = self.cfg, self.step
-        if not is_logging_step(step, cfg.log_every, cfg.steps):
+        config, step = self.config, self.step
+        if not is_logging_step(step, config.log.log_every, config.steps):
             return None
         return StepWatch(self.instruments, self.autocast,
-                         measure_update=self.instruments.model_update_due(step, cfg.log_every, cfg.steps - 1))
+                         measure_update=self.instruments.model_update_due(step, config.log.log_every, config.steps - 1))
 
     def set_lr(self, step: int) -> float:
-        lr = self.cfg.lr * lr_multiplier(step, self.cfg.steps, min(self.cfg.warmup, self.cfg.steps), self.cfg.schedule)
+        schedule = self.config.schedule
+        lr = self.config.optim.lr * lr_multiplier(step, schedule.steps, schedule.effective_warmup, schedule)
         for group in self.optimizer.param_groups:
             # each group keeps the placement's lr scale (depth_mup's); a checkpoint saved before
             # groups had one resumes at scale 1, which is what it trained with
@@ -464,8 +454,8 @@ class Trainer:
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every rank draws the same global batch and trains on its own rows of it."""
-        x, y = (distributed.my_rows(t) for t in get_batch(self.corpus.train, self.cfg.batch_size, self.cfg.seq_len,
-                                                          self.data_gen))
+        batch = get_batch(self.corpus.train, self.config.batch_size, self.config.seq_len, self.data_gen)
+        x, y = (distributed.my_rows(t) for t in batch)
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def forward_backward(self, x, y, watch: StepWatch | None = None) -> torch.Tensor:
@@ -475,7 +465,7 @@ class Trainer:
         if watch is not None:
             x, y = watch.with_reference_rows(x, y)
         with self.autocast(), watch.recording() if watch else contextlib.nullcontext():
-            _, loss = self.ddp_model(x, y, z_loss=self.cfg.z_loss)
+            _, loss = self.ddp_model(x, y, z_loss=self.config.z_loss)
         loss.backward()
         return loss
 
@@ -514,11 +504,11 @@ class Trainer:
         trajectory.append([s, values["loss"]])  # for outcomes.classify and the loss-spike rule
         tags = {**scalar_tags(values), schema.TRAIN_LOSS: values["loss"], schema.TRAIN_LR: lr, **self.check_spike(trajectory)}
         write_scalars(self.writer, tags, s)
-        every = profiles_every(self.cfg)
+        every = self.config.log.profile_interval(self.config.steps)
         t0 = time.perf_counter()
-        if every and (s % every == 0 or s == self.cfg.steps - 1):
+        if every and (s % every == 0 or s == self.config.steps - 1):
             self.writer.add_figure(schema.DEPTH_PROFILE, depth_profile_figure(values, s), s)
-        if self.cfg.log.histograms:
+        if self.config.log.histograms:
             for i, t in enumerate(block_outputs(self.model, x)):
                 self.writer.add_histogram(schema.layer_tag(schema.ACT_HIST, i), t, s)
         self.meter.exclude(time.perf_counter() - t0)  # drawing is not training: kept out of tokens/s
@@ -545,22 +535,22 @@ class Trainer:
     def after_step(self) -> None:
         """Throughput, evaluation, checkpoint and progress after the step just taken; raises
         Diverged if the validation loss is not finite."""
-        cfg, step = self.cfg, self.step
-        logged = is_logging_step(step - 1, cfg.log_every, cfg.steps)
+        config, step = self.config, self.step
+        logged = is_logging_step(step - 1, config.log.log_every, config.steps)
         self.meter.step_done()
         if logged:  # throughput over the steps since the last logging step (the first window is warm-up)
             tps = self.meter.window_rate(report=step - 1 > self.start_step)
             if tps is not None:
                 self.writer.add_scalar(schema.TOKENS_PER_SECOND, tps, step - 1)
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            val = validation_loss(self.model, self.corpus.val, cfg, self.device, self.autocast)
+        if step % config.log.eval_every == 0 or step == config.steps:
+            val = validation_loss(self.model, self.corpus.val, config, self.device, self.autocast)
             self.summary["final_val_loss"] = val
             self.summary[schema.LOSS_TRAJECTORY]["val"].append([step, val])
             self.best_val = min(self.best_val, val)
             self._log_val(val, step)
             if not math.isfinite(val):
                 raise Diverged(step, f"validation loss {val}")
-        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+        if config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
             self.save_checkpoint()
         fields = {} if self.last_train_loss is None else {"loss": f"{self.last_train_loss:.4f}"}
         fields["lr"] = f"{self.optimizer.param_groups[0]['lr']:.2e}"
@@ -578,7 +568,7 @@ class Trainer:
         generator, not the global RNG) and updates no model state, so the run trains exactly as
         without it; summary.json's trajectory and best/final losses stay the trained model's
         (the outcome rule reads its slope, which an untrained first point would steepen)."""
-        val = validation_loss(self.model, self.corpus.val, self.cfg, self.device, self.autocast)
+        val = validation_loss(self.model, self.corpus.val, self.config, self.device, self.autocast)
         self._log_val(val, 0)
         self.meter.restart()  # the evaluation is not the first step's time
 
@@ -620,7 +610,7 @@ class Trainer:
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
             "data_generator": self.data_gen.get_state(), "rng": ckpt.capture_rng(), "best_val": self.best_val,
             "instruments": self.instruments.state_dict(), "summary": self.summary, "settings": self.settings,
-        }, keep=self.cfg.keep_checkpoints)
+        }, keep=self.config.keep_checkpoints)
         self.writing = None
 
     def _write_summary(self) -> None:

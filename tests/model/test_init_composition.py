@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from normexp.config.compose import compose_config, group_options
-from normexp.model import GPT
-from normexp.train.loop import model_config
+from normexp.model import GPT, ModelConfig
 
 D, LAYERS = 64, 3
 ROLES = ("query", "key", "value", "attn_out", "mlp_in", "mlp_out")
@@ -67,7 +66,7 @@ def test_every_init_has_a_formula_here():
 @pytest.mark.parametrize("init", sorted(group_options("init")))
 def test_each_init_times_each_placement_gain_gives_the_formula_std(init, placement):
     torch.manual_seed(0)
-    model = GPT(model_config(compose_config([f"init={init}", f"placement={placement}", f"d_model={D}", "heads=4",
+    model = GPT(ModelConfig.from_composed(compose_config([f"init={init}", f"placement={placement}", f"d_model={D}", "heads=4",
                                              f"layers={LAYERS}", "seq_len=8"]), 256))
     gain = GAINS.get(placement, 1.0)
     for role in ROLES:
@@ -86,7 +85,7 @@ def test_mitchell_output_std_falls_with_the_block_index_and_is_truncated_at_3_si
     """Block ℓ's outputs: 1/√(2·d_in·(ℓ+1)), d_in = d for W_O and 4d for W₂, each matrix alone."""
     torch.manual_seed(0)
     layers = 8
-    model = GPT(model_config(compose_config(["init=mitchell", "d_model=128", "heads=4", f"layers={layers}",
+    model = GPT(ModelConfig.from_composed(compose_config(["init=mitchell", "d_model=128", "heads=4", f"layers={layers}",
                                              "seq_len=8"]), 256))
     for l, block in enumerate(model.blocks):
         for w, d_in in ((block.attn.sublayer.proj.weight, 128), (block.mlp.sublayer.fc_out.weight, 512)):

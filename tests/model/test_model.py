@@ -127,14 +127,13 @@ def test_scale_positions_says_what_the_embedding_scale_multiplies():
     (tok + pos)·√d by default (Vaswani et al. 2017), written out by hand; the setting can be
     flipped on either, and a non-boolean is a ConfigError naming it."""
     from normexp.config.compose import compose_config
-    from normexp.train.loop import model_config
     from normexp.config.checks import ConfigError
 
     idx = torch.randint(0, 256, (2, 8))
     for overrides, scaled in ((["init=torchscale"], False), (["init=xavier"], True),
                               (["init=torchscale", "init.scale_positions=true"], True),
                               (["init=xavier", "init.scale_positions=false"], False)):
-        model = GPT(model_config(compose_config([*overrides, f"d_model={D}", "heads=2", "layers=2", "seq_len=8"]), 256))
+        model = GPT(ModelConfig.from_composed(compose_config([*overrides, f"d_model={D}", "heads=2", "layers=2", "seq_len=8"]), 256))
         tok, pos = model.tok_emb(idx), model.pos_emb(torch.arange(8))
         expected = (tok + pos) * math.sqrt(D) if scaled else tok * math.sqrt(D) + pos
         torch.testing.assert_close(model.embed(idx), expected)

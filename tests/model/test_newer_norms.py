@@ -10,15 +10,14 @@ import torch
 from normexp.config.checks import ConfigError
 from normexp.config.compose import compose_config
 from normexp.launch.preflight import check_job
-from normexp.model import GPT, NORMS
-from normexp.train.loop import model_config
+from normexp.model import GPT, NORMS, ModelConfig
 
 D = 16
 
 
 def build(*overrides: str) -> GPT:
     torch.manual_seed(0)
-    return GPT(model_config(compose_config(["d_model=16", "heads=2", "seq_len=8", "layers=2", *overrides]), 256))
+    return GPT(ModelConfig.from_composed(compose_config(["d_model=16", "heads=2", "seq_len=8", "layers=2", *overrides]), 256))
 
 
 def norms_of(model: GPT) -> list[torch.nn.Module]:

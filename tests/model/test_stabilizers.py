@@ -13,7 +13,6 @@ from normexp.config.compose import compose_config
 from normexp.model import GPT, NORMS, ModelConfig
 from normexp.config.registry import build
 from normexp.model.layers import CausalSelfAttention
-from normexp.train.loop import model_config
 
 
 def test_qk_norm_attention_matches_a_hand_written_attention():
@@ -35,7 +34,7 @@ def test_qk_norm_attention_matches_a_hand_written_attention():
     y = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(3, 7, D)
     torch.testing.assert_close(attn(x), y @ attn.proj.weight.t() + attn.proj.bias, atol=1e-5, rtol=1e-5)
     # and qk_norm=true in the config puts a norm of the run's type on q and k of every block
-    model = GPT(model_config(compose_config(["qk_norm=true", "norm=rms", "layers=2", "d_model=32", "heads=4"]), 256))
+    model = GPT(ModelConfig.from_composed(compose_config(["qk_norm=true", "norm=rms", "layers=2", "d_model=32", "heads=4"]), 256))
     assert all(type(b.attn.sublayer.q_norm) is NORMS["rms"] and b.attn.sublayer.q_norm.weight.shape == (8,)
                for b in model.blocks)
 
@@ -65,7 +64,7 @@ def test_init_schemes_draw_the_stds_of_their_papers(placement):
     beta = (8 * layers) ** -0.25 if placement == "deepnorm" else 1.0  # DeepNorm's β applies on top
     for init in ("gpt2", "small"):
         torch.manual_seed(0)
-        model = GPT(model_config(compose_config([f"init={init}", f"placement={placement}", f"layers={layers}",
+        model = GPT(ModelConfig.from_composed(compose_config([f"init={init}", f"placement={placement}", f"layers={layers}",
                                                   f"d_model={d}", "heads=4", "seq_len=8"]), 256))
         block = model.blocks[4]
         attn, mlp = block.attn.sublayer, block.mlp.sublayer

@@ -17,6 +17,8 @@ import torchscale_crosscheck as tc  # noqa: E402
 import torchscale_trajectory as tt  # noqa: E402
 
 from normexp.config.compose import compose_config  # noqa: E402
+from normexp.config.run_config import OptimizerConfig  # noqa: E402
+from normexp.train.config import TrainConfig  # noqa: E402
 from normexp.train.loop import make_optimizer  # noqa: E402
 
 MISSING = tc.torchscale_missing()
@@ -84,7 +86,7 @@ def test_same_weights_give_the_reference_gradients_first_update_and_steps(placem
     before = {k: v.detach().clone() for k, v in ours.state_dict().items()}
     cfg = compose_config([f"lr={LR}", f"optim.betas=[{BETAS[0]},{BETAS[1]}]", f"optim.eps={EPS}",
                           f"optim.weight_decay={WD}"])
-    ours_opt = make_optimizer(ours, cfg)
+    ours_opt = make_optimizer(ours, OptimizerConfig.from_composed(cfg))
     ref_opt = tc.reference_optimizer(ref, LR, BETAS, EPS, WD)
 
     x, y = batch(2)
@@ -157,7 +159,7 @@ TRAJECTORY_STEPS = 40  # the full 200 are scripts/torchscale_trajectory.py's (do
 def corpus():
     from normexp.train.loop import load_data
 
-    return load_data(tt.trajectory_config("post", 8, 1e-3, 0, TRAJECTORY_STEPS))
+    return load_data(TrainConfig.from_composed(tt.trajectory_config("post", 8, 1e-3, 0, TRAJECTORY_STEPS)))
 
 
 @pytest.mark.parametrize("placement", ["post", "deepnorm"])

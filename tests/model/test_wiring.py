@@ -1,7 +1,7 @@
 """Config → built model: each setting given as a command-line override reaches the modules.
 
 Every case goes the way `normexp train` goes: compose the shipped configs with the overrides
-(normexp.config.compose.compose_config), turn them into a ModelConfig (normexp.train.loop.model_config)
+(normexp.config.compose.compose_config), turn them into a ModelConfig (normexp.model.ModelConfig.from_composed)
 and build the GPT. The checks read the built model — what its norms and placements compute,
 the std of its initial weights — never the summary or the config echoed back.
 """
@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from normexp.config.compose import compose_config
-from normexp.model import GPT, NORMS, PLACEMENTS
-from normexp.train.loop import model_config
+from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 
 from conftest import placement_expectations
 from model_helpers import init_std_ratio
@@ -24,7 +23,7 @@ SMALL = ["d_model=16", "heads=2", "seq_len=8", "layers=2"]
 def build(*overrides: str) -> GPT:
     cfg = compose_config([*SMALL, *overrides])
     torch.manual_seed(0)
-    return GPT(model_config(cfg, 256))
+    return GPT(ModelConfig.from_composed(cfg, 256))
 
 
 def norms_of(model: GPT) -> list[torch.nn.Module]:

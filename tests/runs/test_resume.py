@@ -446,6 +446,7 @@ def test_a_checkpoint_from_before_the_reference_batch_rename_resumes_its_model_u
     newer ones under "instruments". Resuming an old one restores its h₀ (doubled here, so it
     cannot be mistaken for the h₀ the resumed run computes at its own start)."""
     from normexp.config.compose import compose_config
+    from normexp.train.config import TrainConfig
     from normexp.train.loop import Hooks, Trainer
 
     monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
@@ -461,7 +462,7 @@ def test_a_checkpoint_from_before_the_reference_batch_rename_resumes_its_model_u
         return trainer
 
     try:
-        first = Trainer(compose_config(overrides), run, Hooks())
+        first = Trainer(TrainConfig.from_composed(compose_config(overrides)), run, Hooks())
         h0 = first.instruments.reference_h0.clone()
         for _ in range(2):
             first.train_step()
@@ -472,7 +473,7 @@ def test_a_checkpoint_from_before_the_reference_batch_rename_resumes_its_model_u
         assert torch.equal(state["instruments"]["reference_h0"], h0)
         state["probe_h0"] = 2 * state.pop("instruments")["reference_h0"]  # the old layout
         torch.save(state, path)
-        resumed = closed(Trainer(compose_config([*overrides, "resume=true"]), run, Hooks()))
+        resumed = closed(Trainer(TrainConfig.from_composed(compose_config([*overrides, "resume=true"])), run, Hooks()))
     finally:
         torch.set_num_threads(threads)
     assert resumed.step == 2 and torch.equal(resumed.instruments.reference_h0, 2 * h0)

@@ -298,7 +298,26 @@ def test_a_checkpoint_of_other_settings_is_refused(tmp_path):
     # a checkpoint from before checkpoints kept their settings: its summary's hyperparameters
     with pytest.raises(ConfigError, match="layers=6: differs"):
         check_settings({"summary": {"layers": 12, "lr": 0.002, "warmup": 100}}, mine, "step_1.pt", tmp_path)
-    check_settings({"summary": {"layers": 6, "lr": 0.002, "warmup": 600}}, mine, "step_1.pt", tmp_path)
+    check_settings({"summary": {"layers": 6, "lr": 0.002, "warmup": 100}}, mine, "step_1.pt", tmp_path)
+
+
+def test_an_old_checkpoint_of_another_warmup_is_refused(tmp_path):
+    """A checkpoint from before checkpoints kept their settings holds the warmup its run trained
+    with in its summary: at most `steps` (a longer default warmup warms up over all steps). It is
+    compared as run on both sides: another warmup is refused, the same one (however long it was
+    given) resumes."""
+    from normexp.runs.checkpoint import check_settings
+    from normexp.config.checks import ConfigError
+
+    mine = result_settings(_sweep_cfg())  # steps=600, warmup=100
+    with pytest.raises(ConfigError) as e:
+        check_settings({"summary": {"layers": 6, "warmup": 600}}, mine, "step_1.pt", tmp_path)
+    assert str(e.value).startswith(f"warmup=100: differs from the checkpoint step_1.pt in {tmp_path} (warmup=600)")
+    short = result_settings(_sweep_cfg("steps=40"))  # the default warmup 100 trains as 40
+    check_settings({"summary": {"steps": 40, "warmup": 40}}, short, "step_1.pt", tmp_path)
+    check_settings({"summary": {"steps": 40, "warmup": 100}}, short, "step_1.pt", tmp_path)  # a summary that kept 100
+    with pytest.raises(ConfigError, match="^warmup=40: differs"):
+        check_settings({"summary": {"steps": 40, "warmup": 30}}, short, "step_1.pt", tmp_path)
 
 
 @pytest.mark.parametrize("a,b,same", [(1, 1.0, True), (2000, 2e3, True), (1e-3, 0.001, True), (0.5, 0.50, True),

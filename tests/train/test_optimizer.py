@@ -18,8 +18,10 @@ import torch
 from conftest import TINY, make_corpus
 
 from normexp.config.compose import compose_config
-from normexp.model import GPT
-from normexp.train.loop import Hooks, Trainer, make_optimizer, model_config
+from normexp.config.run_config import OptimizerConfig
+from normexp.model import GPT, ModelConfig
+from normexp.train.config import TrainConfig
+from normexp.train.loop import Hooks, Trainer, make_optimizer
 
 # One block of each kind, by hand: the four matrices of a block decay; norms, biases,
 # DyT's scalar and the embeddings (the tied head) do not.
@@ -48,9 +50,9 @@ NO_DECAY = {
 def test_decay_and_no_decay_groups_by_hand(norm, placement):
     cfg = compose_config(["layers=1", "d_model=8", "heads=2", "seq_len=4", f"norm={norm}",
                           f"placement={placement}", "optim.weight_decay=0.3", "lr=0.007"])
-    model = GPT(model_config(cfg, 256))
+    model = GPT(ModelConfig.from_composed(cfg, 256))
     names = {id(p): n for n, p in model.named_parameters()}
-    opt = make_optimizer(model, cfg)
+    opt = make_optimizer(model, OptimizerConfig.from_composed(cfg))
     assert len(opt.param_groups) == 2
     decay, no_decay = ([names[id(p)] for p in g["params"]] for g in opt.param_groups)
     assert opt.param_groups[0]["weight_decay"] == 0.3 and opt.param_groups[1]["weight_decay"] == 0.0
@@ -71,7 +73,7 @@ def test_one_step_with_grad_clip_and_weight_decay_by_hand(tmp_path, monkeypatch)
                           "checkpoint_every=0", "layers=1"])
     threads = torch.get_num_threads()
     (tmp_path / "run").mkdir()
-    trainer = Trainer(cfg, tmp_path / "run", Hooks())
+    trainer = Trainer(TrainConfig.from_composed(cfg), tmp_path / "run", Hooks())
     try:
         from normexp.data.batches import get_batch
 
@@ -87,7 +89,7 @@ def test_one_step_with_grad_clip_and_weight_decay_by_hand(tmp_path, monkeypatch)
         torch.set_num_threads(threads)
 
     # the same model at θ₀ and the same batch: the gradient by hand
-    model = GPT(model_config(cfg, trainer.corpus.vocab_size))
+    model = GPT(ModelConfig.from_composed(cfg, trainer.corpus.vocab_size))
     model.load_state_dict(theta0, strict=False)
     loss = torch.nn.functional.cross_entropy(model(x)[0].reshape(-1, 256), y.reshape(-1))
     loss.backward()
@@ -127,8 +129,8 @@ def _groups(model, wd=0.01):
 def _twin_models(overrides):
     cfg = compose_config(overrides)
     torch.manual_seed(0)
-    a = GPT(model_config(cfg, 256))
-    b = GPT(model_config(cfg, 256))
+    a = GPT(ModelConfig.from_composed(cfg, 256))
+    b = GPT(ModelConfig.from_composed(cfg, 256))
     b.load_state_dict(a.state_dict())
     return a, b
 
@@ -220,7 +222,7 @@ def test_resume_of_a_plain_adamw_checkpoint_continues_bit_for_bit(tmp_path):
         assert torch.equal(p, q), n
     # and back: FlatAdamW's state as a plain AdamW reads it, each step count its own tensor
     torch.save({"optimizer": flat.state_dict()}, tmp_path / "new.pt")
-    c = GPT(model_config(compose_config(["layers=3", "d_model=32", "heads=4", "seq_len=32"]), 256))
+    c = GPT(ModelConfig.from_composed(compose_config(["layers=3", "d_model=32", "heads=4", "seq_len=32"]), 256))
     c.load_state_dict(b.state_dict())
     plain = torch.optim.AdamW(_groups(c), **KWARGS, fused=True)
     plain.load_state_dict(torch.load(tmp_path / "new.pt", weights_only=False)["optimizer"])
@@ -266,7 +268,7 @@ def test_flat_adamw_state_dict_counts_every_step_however_often_it_is_saved():
             counts = {float(s["step"]) for s in flat.state_dict()["state"].values()}
             assert counts == {float(taken)}
     # and the saved state continues the run as torch's AdamW does: load it into a fresh one
-    c = GPT(model_config(compose_config(["layers=2", "d_model=32", "heads=2", "seq_len=16"]), 256))
+    c = GPT(ModelConfig.from_composed(compose_config(["layers=2", "d_model=32", "heads=2", "seq_len=16"]), 256))
     c.load_state_dict(b.state_dict())
     resumed = FlatAdamW(_groups(c), **KWARGS)
     resumed.load_state_dict(flat.state_dict())

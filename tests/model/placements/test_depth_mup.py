@@ -16,8 +16,10 @@ import torch
 
 from model_helpers import D, StandIn
 from normexp.config.compose import compose_config
-from normexp.model import GPT, NORMS, PLACEMENTS
-from normexp.train.loop import Trainer, make_optimizer, model_config
+from normexp.config.run_config import OptimizerConfig
+from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
+from normexp.train.config import TrainConfig
+from normexp.train.loop import Trainer, make_optimizer
 
 
 # (norms per block, whether the model adds a final norm): Pre-LN's
@@ -49,8 +51,8 @@ def optimizer_for(layers: int, exponent: float, base: int, lr=0.01, eps=1e-6, wd
                           f"layers={layers}", "d_model=16", "heads=2", "seq_len=8", f"lr={lr}", f"optim.eps={eps}",
                           f"optim.weight_decay={wd}"])
     torch.manual_seed(0)
-    model = GPT(model_config(cfg, 256))
-    return model, make_optimizer(model, cfg), cfg
+    model = GPT(ModelConfig.from_composed(cfg, 256))
+    return model, make_optimizer(model, OptimizerConfig.from_composed(cfg)), cfg
 
 
 # (L, L₀, α, hidden lr scale (L/L₀)^(α−1), hidden ε scale (L/L₀)^-α), by hand
@@ -103,8 +105,8 @@ def test_the_flat_adamw_step_honours_each_groups_lr_and_eps():
 def test_the_schedule_keeps_each_groups_lr_scale():
     """The trainer's lr schedule sets lr·multiplier·lr_scale in every group (not one lr for all)."""
     _, opt, cfg = optimizer_for(12, 0.5, 3, lr=0.02)
-    trainer = SimpleNamespace(cfg=compose_config(["lr=0.02", "warmup=10", "steps=100", "schedule=constant"]),
-                              optimizer=opt)
+    config = TrainConfig.from_composed(compose_config(["lr=0.02", "warmup=10", "steps=100", "schedule=constant"]))
+    trainer = SimpleNamespace(config=config, optimizer=opt)
     lr = Trainer.set_lr(trainer, 4)  # linear warmup: (4 + 1)/10 of the peak at step 4
     assert lr == pytest.approx(0.01)
     for group in opt.param_groups:

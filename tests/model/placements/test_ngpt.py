@@ -16,7 +16,9 @@ from model_helpers import D, StandIn, make_ln
 from normexp.config.compose import compose_config
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 from normexp.model.layers import MLP, CausalSelfAttention
-from normexp.train.loop import Trainer, make_optimizer, model_config
+from normexp.config.run_config import OptimizerConfig
+from normexp.train.config import TrainConfig
+from normexp.train.loop import Trainer, make_optimizer
 
 
 # (norms per block, whether the model adds a final norm): no norm layers at all
@@ -112,8 +114,8 @@ def test_ngpt_optimizer_has_no_weight_decay_and_the_step_hook_renormalizes():
     cfg = compose_config(["placement=ngpt", "layers=2", "d_model=16", "heads=2", "seq_len=8", "lr=0.05",
                           "optim.weight_decay=0.1"])
     torch.manual_seed(0)
-    model = GPT(model_config(cfg, 256))
-    opt = make_optimizer(model, cfg)
+    model = GPT(ModelConfig.from_composed(cfg, 256))
+    opt = make_optimizer(model, OptimizerConfig.from_composed(cfg))
     assert all(g["weight_decay"] == 0.0 for g in opt.param_groups)
     idx = torch.randint(0, 256, (2, 8))
     model(idx, idx)[1].backward()
@@ -139,7 +141,7 @@ def test_the_trainer_renormalizes_after_its_optimizer_step(tmp_path, monkeypatch
                           "lr=0.05", "log.model_update=false", "log.progress=off", "checkpoint_every=0"])
     threads = torch.get_num_threads()
     (tmp_path / "run").mkdir()
-    trainer = Trainer(cfg, tmp_path / "run", Hooks())
+    trainer = Trainer(TrainConfig.from_composed(cfg), tmp_path / "run", Hooks())
     try:
         before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
         trainer.train_step()

@@ -1,0 +1,204 @@
+"""The typed run settings (normexp/config/run_config.py): built once from the composed config,
+they hold exactly what the config says (every field against its key, read here by hand), and
+each rule that moved into them refuses with its one-line message, both when called directly and
+through the pre-flight (`check_job`) that `normexp train` runs."""
+
+import dataclasses
+
+import pytest
+from omegaconf import OmegaConf
+
+from normexp.config.checks import ConfigError
+from normexp.config.compose import compose_config
+from normexp.config.run_config import (LogConfig, LossSpikeConfig, OptimizerConfig, RunConfig, ScheduleConfig,
+                                       effective_warmup)
+from normexp.launch.preflight import check_job
+from normexp.model import ModelConfig
+from normexp.train.config import TrainConfig
+
+# Every field of TrainConfig and its parts, and the composed config's key it holds (the keys the
+# Trainer read off the DictConfig before). A field missing here fails test_every_field_is_listed.
+FIELD_KEYS = {
+    "optim.lr": "lr", "optim.eps": "optim.eps", "optim.weight_decay": "optim.weight_decay",
+    "optim.grad_clip": "grad_clip",
+    "schedule.name": "schedule.name", "schedule.steps": "steps", "schedule.warmup": "warmup",
+    "log.log_every": "log_every", "log.eval_every": "eval_every", "log.eval_batches": "eval_batches",
+    "log.histograms": "log.histograms", "log.model_update": "log.model_update",
+    "log.model_update_every": "log.model_update_every", "log.extra_signals": "log.extra_signals",
+    "log.progress": "log.progress", "log.profiles_every": "log.profiles_every",
+    "loss_spike.window": "loss_spike.window", "loss_spike.k": "loss_spike.k", "loss_spike.floor": "loss_spike.floor",
+    "loss_spike.min_points": "loss_spike.min_points",
+    "seed": "seed", "device": "device", "threads": "threads", "compile": "compile", "resume": "resume",
+    "batch_size": "batch_size", "z_loss": "z_loss", "max_loss": "divergence.max_loss",
+    "checkpoint_every": "checkpoint_every", "keep_checkpoints": "keep_checkpoints",
+    "stall_margin": "stall_margin", "learned_margin": "outcome.learned_margin",
+    "model.seq_len": "seq_len", "model.layers": "layers", "model.d_model": "d_model", "model.heads": "heads",
+    "model.mlp_ratio": "mlp_ratio", "model.qk_norm": "qk_norm", "model.scale_embeddings": "scale_embeddings",
+    "model.vocab_size": "tokenizer.vocab_size",
+}
+# fields whose value is not the key's value as it is (checked one by one below)
+SPECIAL = {"optim.betas", "schedule.settings", "model.norm", "model.placement", "model.init", "model.attn_softcap",
+           "model.logit_softcap", "data", "tokenizer", "composed"}
+
+
+def fields(obj, prefix=""):
+    """Every leaf field of a dataclass tree by dotted name: {name: value}."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(fields(value, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = value
+    return out
+
+
+OVERRIDES = [[], ["norm=rms", "placement=deepnorm", "placement.alpha=2", "layers=12", "warmup=0", "schedule=linear",
+                  "grad_clip=1.0", "attn_softcap=50", "logit_softcap=0", "optim.betas=[0.8,0.95]", "log.progress=off",
+                  "log.profiles_every=7", "tokenizer=bpe", "z_loss=1e-4", "loss_spike.k=3.0"]]
+
+
+def test_every_field_is_listed():
+    config = TrainConfig.from_composed(compose_config([]))
+    assert set(fields(config)) == set(FIELD_KEYS) | SPECIAL
+
+
+@pytest.mark.parametrize("overrides", OVERRIDES, ids=["default", "changed"])
+def test_the_typed_config_holds_what_the_composed_config_says(overrides):
+    cfg = compose_config(overrides)
+    config = TrainConfig.from_composed(cfg)
+    got = fields(config)
+    for name, key in FIELD_KEYS.items():
+        assert got[name] == OmegaConf.select(cfg, key), name
+    assert got["optim.betas"] == tuple(cfg.optim.betas)
+    schedule = OmegaConf.to_container(cfg.schedule)
+    assert got["schedule.settings"] == {k: v for k, v in schedule.items() if k != "name"}
+    for group in ("norm", "placement", "init"):
+        assert got[f"model.{group}"] == OmegaConf.to_container(cfg[group]) and type(got[f"model.{group}"]) is dict
+    for cap in ("attn_softcap", "logit_softcap"):
+        assert got[f"model.{cap}"] == (cfg[cap] or None)  # 0 and null: off
+    assert got["data"] == OmegaConf.to_container(cfg.data) and got["tokenizer"] == OmegaConf.to_container(cfg.tokenizer)
+    assert got["composed"] is cfg
+    assert config.steps == cfg.steps and config.seq_len == cfg.seq_len
+
+
+def test_the_model_config_is_the_one_the_trainer_built_before():
+    """ModelConfig.from_composed against the fields the trainer picked for the model before (its old
+    model_config), written out by hand."""
+    cfg = compose_config(OVERRIDES[1])
+    expected = ModelConfig(vocab_size=300, seq_len=cfg.seq_len, layers=12, d_model=cfg.d_model, heads=cfg.heads,
+                           mlp_ratio=cfg.mlp_ratio, norm={"name": "rms", "eps": cfg.norm.eps},
+                           placement={"name": "deepnorm", "alpha": 2, "beta": "auto"},
+                           init=OmegaConf.to_container(cfg.init), qk_norm=False, attn_softcap=50, logit_softcap=None,
+                           scale_embeddings=True)
+    assert ModelConfig.from_composed(cfg, 300) == expected
+    assert TrainConfig.from_composed(cfg).model.with_vocab_size(300) == expected
+
+
+# ------------------------------------------------------------------ the warmup rule, once
+
+def test_effective_warmup_is_at_most_the_run():
+    assert [effective_warmup(w, 10) for w in (0, 3, 10, 11, 500)] == [0, 3, 10, 10, 10]
+
+
+def test_a_default_warmup_longer_than_the_run_is_shortened_with_a_warning():
+    schedule = ScheduleConfig.from_composed(compose_config(["steps=40"]))  # default warmup: 100
+    schedule.check(warmup_given=False)
+    assert schedule.warmup == 100 and schedule.effective_warmup == 40
+    assert schedule.warmup_shortened == "warmup=100 is longer than steps=40: warming up over all 40 steps"
+    assert ScheduleConfig.from_composed(compose_config(["steps=400"])).warmup_shortened is None
+
+
+def test_the_summary_records_the_warmup_as_run():
+    from normexp.runs.summary import hyperparameters
+
+    assert hyperparameters(compose_config(["steps=40"]))["warmup"] == 40
+    assert hyperparameters(compose_config(["steps=400"]))["warmup"] == 100
+
+
+# ------------------------------------------------- each moved rule and its one line
+
+# (the part, overrides, the keys given on the command line, the whole one-line message)
+RULES = [
+    (RunConfig, ["seed=-1"], (), "seed=-1: must be an integer from 0 to 4294967295"),
+    (RunConfig, ["seed=4294967296"], (), "seed=4294967296: must be an integer from 0 to 4294967295"),
+    (RunConfig, ["stall_margin=1"], (),
+     "stall_margin=1: must be a number from 0 to below 1 (0.02 = 2 % below the unigram baseline)"),
+    (RunConfig, ["outcome.learned_margin=-0.1"], (),
+     "outcome.learned_margin=-0.1: must be a number from 0 to below 1 (0.05 = 5 % below the unigram baseline)"),
+    (RunConfig, ["z_loss=-1"], (), "z_loss=-1: must be a finite number >= 0 (0 = off; PaLM uses 1e-4)"),
+    (RunConfig, ["divergence.max_loss=0"], (), "divergence.max_loss=0: must be a finite number > 0"),
+    (RunConfig, ["checkpoint_every=-5"], (), "checkpoint_every=-5: must be an integer >= 0 (0 = only at the end)"),
+    (RunConfig, ["threads=0"], (), 'threads=0: must be "auto" or a positive integer'),
+    (RunConfig, ["threads=many"], (), 'threads=many: must be "auto" or a positive integer'),
+    (OptimizerConfig, ["lr=0"], (), "lr=0: must be a finite number > 0"),
+    (OptimizerConfig, ["lr=inf"], (), "lr=inf: must be a finite number > 0"),
+    (OptimizerConfig, ["grad_clip=-1"], (), "grad_clip=-1: must be null (off) or a finite number > 0"),
+    (OptimizerConfig, ["optim.betas=[0.9,1.0]"], (),
+     "optim.betas=[0.9,1.0]: must be two numbers in [0, 1), e.g. optim.betas=[0.9,0.98]"),
+    (OptimizerConfig, ["optim.betas=[0.9]"], (),
+     "optim.betas=[0.9]: must be two numbers in [0, 1), e.g. optim.betas=[0.9,0.98]"),
+    (OptimizerConfig, ["optim.betas=0.9"], (),
+     "optim.betas=0.9: must be two numbers in [0, 1), e.g. optim.betas=[0.9,0.98]"),
+    (OptimizerConfig, ["optim.eps=0"], (), "optim.eps=0: must be a finite number > 0"),
+    (OptimizerConfig, ["optim.weight_decay=-0.1"], (), "optim.weight_decay=-0.1: must be a finite number >= 0"),
+    (ScheduleConfig, ["warmup=-1"], (), "warmup=-1: must be an integer step count from 0 to steps=600"),
+    (ScheduleConfig, ["warmup=2.5"], (), "warmup=2.5: must be an integer step count from 0 to steps=600"),
+    (ScheduleConfig, ["steps=40", "warmup=50"], ("warmup",), "warmup=50: must be an integer step count from 0 to steps=40"),
+    (ScheduleConfig, ["schedule.min_lr_ratio=1.5"], (),
+     "schedule.min_lr_ratio=1.5: must be a number in [0, 1] (the final lr as a fraction of lr)"),
+    (LogConfig, ["log.profiles_every=-1"], (), 'log.profiles_every=-1: must be "auto" or a step count >= 0 (0 = no images)'),
+    (LogConfig, ["log.profiles_every=often"], (),
+     'log.profiles_every=often: must be "auto" or a step count >= 0 (0 = no images)'),
+    (LogConfig, ["log.progress=loud"], (), "log.progress=loud: choose auto, bar, lines or off"),
+    (LossSpikeConfig, ["loss_spike.k=0"], (),
+     "loss_spike.k=0: must be a finite number > 0 (robust deviations above the median; 5 = default)"),
+    (LossSpikeConfig, ["loss_spike.floor=-0.5"], (),
+     "loss_spike.floor=-0.5: must be a finite number >= 0 (a fraction of the median, 0.01 = 1 %)"),
+    (LossSpikeConfig, ["loss_spike.window=3", "loss_spike.min_points=5"], (),
+     "loss_spike.min_points=5: must be at most loss_spike.window=3 (the rule looks at most that far back)"),
+]
+
+
+@pytest.mark.parametrize("part, overrides, given, message", RULES, ids=lambda x: " ".join(x) if isinstance(x, list) else "")
+def test_each_moved_rule_refuses_with_its_line(part, overrides, given, message):
+    cfg = compose_config(overrides)
+    settings = part.from_composed(cfg)
+    with pytest.raises(ConfigError) as direct:
+        settings.check(warmup_given="warmup" in given) if part is ScheduleConfig else settings.check()
+    assert str(direct.value) == message
+    with pytest.raises(ConfigError) as preflight:  # the pre-flight says the same
+        check_job(cfg, set(given))
+    assert str(preflight.value) == message
+
+
+@pytest.mark.parametrize("part", [RunConfig, OptimizerConfig, ScheduleConfig, LogConfig, LossSpikeConfig])
+def test_the_defaults_pass_every_rule(part):
+    part.from_composed(compose_config([])).check()
+
+
+def test_the_schedule_names_the_schedules_it_knows():
+    """The check accepts the shipped options (configs/schedule/), which are the schedules the
+    code has (train/schedules.py's registry)."""
+    from normexp.config.compose import declared_names
+    from normexp.train.schedules import SCHEDULES
+
+    assert declared_names("schedule") == tuple(sorted(SCHEDULES))
+    schedule = dataclasses.replace(ScheduleConfig.from_composed(compose_config([])), name="step")
+    with pytest.raises(ConfigError) as e:
+        schedule.check()
+    assert str(e.value) == f"schedule=step: choose from {', '.join(sorted(SCHEDULES))}"
+
+
+# ---------------------------------------------------------------- the logging cadence
+
+@pytest.mark.parametrize("steps, log_every, every, expected", [
+    (600, 50, "auto", 150),   # 50 · ceil(600 / 250) = 50 · 3
+    (500, 50, "auto", 100),   # 50 · ceil(500 / 250) = 50 · 2
+    (7, 1, "auto", 2),        # 1 · ceil(7 / 5)
+    (600, 50, 0, 0),
+    (600, 50, 25, 25),
+])
+def test_profile_interval_is_about_five_images_a_run_at_logging_steps(steps, log_every, every, expected):
+    log = LogConfig.from_composed(compose_config([f"log_every={log_every}", f"log.profiles_every={every}"]))
+    assert log.profile_interval(steps) == expected
