@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 from conftest import RAN_TO_THE_END, TINY, read_summary, run_cli
 from torch._dynamo.utils import counters
 
@@ -68,11 +69,13 @@ def test_the_instruments_forward_runs_the_eager_blocks_under_compile():
 
 @pytest.mark.slow
 def test_a_compiled_run_logs_every_step_and_ends_as_the_eager_run(tmp_path, corpus, cli_env):
-    runs = {}
-    for mode in ("false", "true"):
-        run_cli(["train", *TINY, "data=text", f"data.files=[{corpus}]", "steps=6", "log_every=2", "eval_every=3",
-                 f"compile={mode}", f"hydra.run.dir={tmp_path / mode}"], cli_env)
-        runs[mode] = read_summary(tmp_path / mode)
+    # both modes in one sweep (one process start-up), each job in its own folder: False, True
+    run_cli(["train", "-m", *TINY, "data=text", f"data.files=[{corpus}]", "steps=6", "log_every=2", "eval_every=3",
+             "compile=false,true", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${compile}"], cli_env)
+    runs = {mode: read_summary(tmp_path / mode.capitalize()) for mode in ("false", "true")}
+    for mode in runs:  # each folder holds the job it is named after
+        config = (tmp_path / mode.capitalize() / ".hydra" / "config.yaml").read_text()
+        assert yaml.safe_load(config)["compile"] is (mode == "true")
     assert runs["true"]["status"] in RAN_TO_THE_END
     assert runs["true"]["final_val_loss"] == pytest.approx(runs["false"]["final_val_loss"], rel=1e-4)
     logged = {mode: [loss for _, loss in run["loss_trajectory"]["train"]] for mode, run in runs.items()}

@@ -4,10 +4,11 @@ rejected command left behind takes the corrected command, and a sweep whose ever
 failed exits non-zero."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import RAN_TO_THE_END, TINY, make_corpus, read_summary, run_cli
+from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_summary, run_cli
 
 from normexp.runs.reading import find_runs
 
@@ -86,11 +87,27 @@ def test_folder_of_a_run_that_failed_before_training_takes_the_corrected_command
     assert summary["status"] in RAN_TO_THE_END and summary["seq_len"] == 32 and summary["error"] is None
 
 
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """One finished BASE run through the real command line, trained once for the tests below;
+    each works on its own copy (copytree keeps the files as they are)."""
+    root = tmp_path_factory.mktemp("finished")
+    corpus = make_corpus(root / "c.txt", 20_000)
+    run = root / "run"
+    run_cli(["train", *BASE, f"data.files=[{corpus}]", f"hydra.run.dir={run}"], cli_environment(root / "cache"))
+    return corpus, run
+
+
+def copy_of(finished, tmp_path) -> tuple[Path, Path]:
+    """(the corpus, this test's own copy of the finished run)."""
+    corpus, run = finished
+    shutil.copytree(run, tmp_path / "run")
+    return corpus, tmp_path / "run"
+
+
 @pytest.mark.slow
-def test_resume_of_a_run_without_a_checkpoint_says_it_starts_at_step_0(tmp_path, cli_env):
-    corpus = make_corpus(tmp_path / "c.txt", 20_000)
-    run = tmp_path / "run"
-    run_cli(["train", *BASE, f"data.files=[{corpus}]", f"hydra.run.dir={run}"], cli_env)
+def test_resume_of_a_run_without_a_checkpoint_says_it_starts_at_step_0(tmp_path, cli_env, finished):
+    corpus, run = copy_of(finished, tmp_path)
     for f in (run / "checkpoints").glob("*.pt"):  # as if stopped before its first checkpoint
         f.unlink()
     (run / "summary.json").write_text(json.dumps({**read_summary(run), "status": "interrupted", "steps_completed": 0}))
@@ -101,11 +118,9 @@ def test_resume_of_a_run_without_a_checkpoint_says_it_starts_at_step_0(tmp_path,
 
 
 @pytest.mark.slow
-def test_resume_of_a_run_whose_hydra_config_is_gone(tmp_path, cli_env):
+def test_resume_of_a_run_whose_hydra_config_is_gone(tmp_path, cli_env, finished):
     """normexp's own record stands in for a deleted .hydra/config.yaml; with neither, one line."""
-    corpus = make_corpus(tmp_path / "c.txt", 20_000)
-    run = tmp_path / "run"
-    run_cli(["train", *BASE, f"data.files=[{corpus}]", f"hydra.run.dir={run}"], cli_env)
+    corpus, run = copy_of(finished, tmp_path)
     interrupted(run)
     (run / ".hydra" / "config.yaml").unlink()
     proc = run_cli(["train", *BASE, f"data.files=[{corpus}]", "layers=3", "resume=true", f"hydra.run.dir={run}"],

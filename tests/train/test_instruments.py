@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import RAN_TO_THE_END, TINY, read_scalars, read_summary, run_cli
+from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_scalars, read_summary, run_cli
 
 from normexp.data.batches import get_batch
 from normexp.model import GPT, ModelConfig
@@ -50,25 +50,41 @@ def test_model_update_cadence_at_log_every_1(tmp_path, corpus, cli_env):
     """At log_every=1 every step logs the per-layer scalars, but the model update only on
     steps 0, 10, 20 (log.model_update_every=10) and the last; log_every=3 puts it on the
     first logging step of each 10-step window: 0, 12, 21 and the last."""
+    sweep = tmp_path / "sweep"  # both cadences in one sweep: one process start-up
+    run_cli(["train", "-m", f"data.files=[{corpus}]", "data=text", *TINY, "layers=2", "steps=25",
+             "log_every=1,3", "eval_every=25", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=log${log_every}"],
+            cli_env)
     for log_every, expected in ((1, [0, 10, 20, 24]), (3, [0, 12, 21, 24])):
-        run = tmp_path / f"run{log_every}"
-        run_cli(["train", f"data.files=[{corpus}]", "data=text", *TINY, "layers=2", "steps=25",
-                 f"log_every={log_every}", "eval_every=25", f"hydra.run.dir={run}"], cli_env)
-        scalars = read_scalars(run)
+        scalars = read_scalars(sweep / f"log{log_every}")
         assert sorted(scalars["stability/model_update"]) == expected
         assert sorted(scalars["act_std/layer_01"]) == sorted({*range(0, 25, log_every), 24})
 
 
+HAND_L, HAND_D, HAND_T, HAND_B, HAND_SEED = 3, 32, 32, 4, 7  # the runs rebuilt by hand below
+
+
+@pytest.fixture(scope="module")
+def hand_runs(tmp_path_factory):
+    """The three placements' runs of the hand computation: one sweep through the real command
+    line (its jobs share one process start-up), a folder per placement."""
+    root = tmp_path_factory.mktemp("hand")
+    corpus = make_corpus(root / "corpus.txt")
+    sweep = root / "sweep"
+    run_cli(["train", "-m", f"data.files=[{corpus}]", "data=text", f"layers={HAND_L}", f"d_model={HAND_D}",
+             "heads=2", f"seq_len={HAND_T}", f"batch_size={HAND_B}", f"seed={HAND_SEED}", "steps=2", "warmup=0",
+             "schedule=constant", "log_every=1", "eval_batches=1", "threads=1", "log.progress=off",
+             "placement=post,pre,deepnorm", "checkpoint_every=1", "keep_checkpoints=2",
+             f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${placement.name}"], cli_environment(root / "cache"))
+    return corpus, sweep
+
+
 @pytest.mark.parametrize("placement", ["post", "pre", "deepnorm"])
-def test_logged_values_equal_a_hand_computation(tmp_path, corpus, cli_env, placement):
+def test_logged_values_equal_a_hand_computation(hand_runs, placement):
     """Step 0 of a real run against the same model rebuilt here, measured with forward hooks."""
-    run = tmp_path / "run"
-    L, d, T, B, seed = 3, 32, 32, 4, 7
-    run_cli(["train", f"data.files=[{corpus}]", "data=text", f"layers={L}", f"d_model={d}", "heads=2",
-             f"seq_len={T}", f"batch_size={B}", f"seed={seed}", "steps=2", "warmup=0", "schedule=constant",
-             "log_every=1", "eval_batches=1", "threads=1", "log.progress=off", f"placement={placement}",
-             "checkpoint_every=1", "keep_checkpoints=2",
-             f"hydra.run.dir={run}"], cli_env)
+    corpus, sweep = hand_runs
+    run = sweep / placement
+    assert read_summary(run)["placement"] == placement
+    L, d, T, B, seed = HAND_L, HAND_D, HAND_T, HAND_B, HAND_SEED
     scalars = read_scalars(run)
 
     # rebuild: the trainer seeds the global RNG with `seed`, then builds the model;

@@ -39,8 +39,9 @@ def runs(tmp_path_factory):
               "eval_every=10"]
     run_cli([common[0], "-m", *common[1:], "placement=pre,deepnorm", "lr=1e-3", f"hydra.sweep.dir={root / 'sweep'}",
              "hydra.sweep.subdir=${hydra:runtime.choices.placement}"], env)
-    run_cli([*common, "log.profiles_every=20", f"hydra.run.dir={root / 'every20'}"], env)
-    run_cli([*common, "log.profiles_every=0", f"hydra.run.dir={root / 'none'}"], env)
+    # the two profile cadences in one sweep (one process start-up): profiles/20 and profiles/0
+    run_cli([common[0], "-m", *common[1:], "log.profiles_every=20,0", f"hydra.sweep.dir={root / 'profiles'}",
+             "hydra.sweep.subdir=${log.profiles_every}"], env)
     return root
 
 
@@ -93,8 +94,9 @@ def test_hparams_metrics_hold_the_final_numbers_and_the_status_code(runs):
     assert "hparams/diverged_at_step" not in acc.Tags()["scalars"]  # nothing diverged: no value, not a 0
 
 
-@pytest.mark.parametrize("run, steps", [("sweep/pre", [0, 10, 20, 29]), ("every20", [0, 20, 29]), ("none", [])])
+@pytest.mark.parametrize("run, steps", [("sweep/pre", [0, 10, 20, 29]), ("profiles/20", [0, 20, 29]), ("profiles/0", [])])
 def test_depth_profile_images_at_the_expected_steps(runs, run, steps):
+    assert read_summary(runs / run)["steps_completed"] == 30  # a run is there: no images means none written
     acc = load_events(runs / run)
     found = acc.Images("depth_profile") if "depth_profile" in acc.Tags()["images"] else []
     assert [e.step for e in found] == steps
