@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import RAN_TO_THE_END, cli_environment, make_corpus, run_cli, sweep_summaries
 
 from normexp.analysis import transfer
 from normexp.analysis.report.transfer_sections import depth_transfer_section, width_section
@@ -188,3 +189,57 @@ def test_width_table_has_sensitivity_and_the_signals_at_the_highest_lr_that_did_
     assert len(signals) == 2 * len(WIDTHS) * len(WIDTH_LRS)
     assert "## LR sensitivity and instability signals against width" in lines
     assert (tmp_path / "width_sensitivity.png").is_file() and (tmp_path / "width_signals.png").is_file()
+
+
+# ------------------------------------------------------------------ the presets, end to end, shrunk
+
+TINY_RUN = ["steps=4", "warmup=1", "log_every=2", "eval_every=2", "eval_batches=1", "seq_len=16", "batch_size=2",
+            "log.progress=off", "threads=1"]
+
+
+@pytest.mark.slow
+def test_depth_transfer_preset_shrunk_runs_and_reports(tmp_path):
+    """experiment=depth_transfer on the command line with 2 arms (Pre-LN, CompleteP), 2 depths, 3 lrs,
+    1 seed, 4 steps of a 16-wide model: every run ends, CompleteP runs as depth_mup at exponent 1,
+    and `normexp report` writes the transfer table (one row per arm and depth) and the update-RMS
+    profile (logged with log.model_update off)."""
+    env = cli_environment(tmp_path / "cache")
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
+    out = tmp_path / "sweep"
+    run_cli(["train", "-m", "experiment=depth_transfer", "arm=pre,completep", "layers=1,2", "lr=1e-3,1e-2,1e-1", "seed=0",
+             "d_model=16", "heads=2", *TINY_RUN, "data=text", f"data.files=[{corpus}]", f"hydra.sweep.dir={out}"],
+            env, timeout=600)
+    runs = sweep_summaries(out)
+    assert len(runs) == 2 * 2 * 3 and all(s["status"] in RAN_TO_THE_END + ("diverged",) for s in runs)
+    assert {(s["placement"], s["placement_settings"].get("exponent")) for s in runs} == {("pre", None),
+                                                                                         ("depth_mup", 1.0)}
+    report = run_cli(["report", str(out)], env, timeout=300).stdout
+    assert "lr transfer across depth" in report
+    table = pd.read_csv(out / "transfer_lrs.csv")
+    assert sorted(zip(table["placement"], table["layers"])) == [("depth_mup", 1), ("depth_mup", 2), ("pre", 1),
+                                                                ("pre", 2)]
+    profiles = pd.read_csv(out / "transfer_update_rms.csv")
+    assert sorted(set(zip(profiles["placement"], profiles["layers"]))) == sorted(zip(table["placement"],
+                                                                                     table["layers"]))
+    assert (profiles["mean"] > 0).all() and "Does the lr transfer across depth?" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_width_proxies_preset_shrunk_runs_and_reports(tmp_path):
+    """experiment=width_proxies with widths 32 and 64 (heads 2 and 4: head dimension 16), qk_norm
+    on and off, 3 lrs, 1 seed, 4 steps: the widths set d_model and heads together, and the report's
+    width table has one row per width × qk_norm with the attention logit and log Z read back."""
+    env = cli_environment(tmp_path / "cache")
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
+    out = tmp_path / "sweep"
+    run_cli(["train", "-m", "experiment=width_proxies", "width=w32,w64", "z_loss=0",
+             "lr=1e-3,1e-2,1e-1", "seed=0", "layers=1", *TINY_RUN, "data=text", f"data.files=[{corpus}]",
+             f"hydra.sweep.dir={out}"], env, timeout=600)
+    runs = sweep_summaries(out)
+    assert len(runs) == 2 * 2 * 3
+    assert {(s["d_model"], s["heads"]) for s in runs} == {(32, 2), (64, 4)}
+    report = run_cli(["report", str(out)], env, timeout=300).stdout
+    assert "width (LR sensitivity" in report
+    table = pd.read_csv(out / "width.csv")
+    assert sorted(zip(table["d_model"], table["qk_norm"])) == [(32, False), (32, True), (64, False), (64, True)]
+    assert (table["attn_logit_max"] > 0).all() and table["log_z"].notna().all()
