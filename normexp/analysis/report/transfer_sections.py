@@ -83,9 +83,10 @@ def _optimum(o: dict | None) -> str:
 
 
 def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list[str]:
-    """transfer.png (the classic figure, its cells in transfer.csv), transfer_lrs.csv (per line and depth: optimal lr and max
-    stable lr), transfer_edges.csv, transfer_slopes.csv and transfer_law.png (depth_law's slope
-    table and figure), transfer_update_rms.png (per-block update RMS at the end)."""
+    """transfer.png (the classic figure, its cells in transfer.csv), transfer_lrs.csv (per line and
+    depth: optimal lr and max stable lr), transfer_edges.csv, transfer_slopes.csv and
+    transfer_law.png (depth_law's slope table and figure), transfer_update_rms.png (per-block
+    update RMS at the end)."""
     lines, edges, results = transfer.depth_laws(runs, keys)
     cells = study.cell_table(runs, [*lines, "layers", "lr"], sort_key)
     for k in lines:
@@ -136,7 +137,8 @@ def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo
             "over seeds; ≤/≥: the best mean at the grid's edge) and the max stable lr (the largest grid lr at "
             "which every seed learned .. the next grid lr; its upper edge: unstable = some seed collapsed or "
             "diverged there, stalled = they only did not learn, top of the grid = learned throughout). "
-            "Data: `transfer_lrs.csv`, `transfer_edges.csv` (as boundary.csv); the curves' cells: `transfer.csv`.", "", markdown_table(head, rows), "",
+            "Data: `transfer_lrs.csv`, `transfer_edges.csv` (as boundary.csv); the curves' cells: `transfer.csv`.", "",
+            markdown_table(head, rows), "",
             "![loss against lr per depth](transfer.png)", "",
             "Slopes against depth (log-log), the depth law's fits (normexp/analysis/depth_law.py): max stable lr, "
             "least squares through the brackets' geometric middles with a bootstrap over brackets and depths, "
@@ -169,8 +171,8 @@ def width_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list
             "highest lr not diverged", "largest attention logit there [95 %]", "output log Z there [95 %]", "n"]
     rows = [[*(fmt_param(r[k]) for k in lines), fmt_param(r["d_model"]), fmt_param(r["heads"]),
              interval(r, "lr_sensitivity", "{:.4f}"),
-             "none" if r["max_stable_lr"] is None or r["max_stable_lr"] != r["max_stable_lr"] else fmt_param(r["max_stable_lr"]),
-             r["diverged_lrs"] or "none", "-" if not math.isfinite(r["highest_calm_lr"]) else f"{r['highest_calm_lr']:g}",
+             "none" if _missing(r["max_stable_lr"]) else fmt_param(r["max_stable_lr"]), r["diverged_lrs"] or "none",
+             "-" if _missing(r["highest_calm_lr"]) else f"{r['highest_calm_lr']:g}",
              interval(r, "attn_logit_max"), interval(r, "log_z"), str(r["n"])] for r in table.to_dict("records")]
     echo("\nwidth (LR sensitivity and instability signals per width):\n" + text_table(head, rows))
     return ["## LR sensitivity and instability signals against width", "",
@@ -182,6 +184,10 @@ def width_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list
             "removed by z-loss). Data: `width.csv`; against lr: `width_signals.csv`.", "",
             markdown_table(head, rows), "", "![LR sensitivity against width](width_sensitivity.png)", "",
             "![attention logit and log Z against lr](width_signals.png)", ""]
+
+
+def _missing(v) -> bool:
+    return v is None or v != v
 
 
 def _plot_variants(table: pd.DataFrame, lines: list[str], path: Path) -> None:
