@@ -34,9 +34,10 @@ def _panels(n: int):
 
 
 def plot_curves_per_size(table: pd.DataFrame, lines: list[str], size_key: str, x_key: str, y: str, path: Path,
-                         ylabel: str, title: str, log_y: bool = False) -> None:
-    """One panel per line, one curve per size (depth or width): `y` against `x_key` (log axis) with
-    its t-interval (`y`_low/_high, or low/high for the cell table); red x: some seed diverged."""
+                         ylabel: str, title: str, log_y: bool = False, log_x: bool = True) -> None:
+    """One panel per line, one curve per size (depth or width): `y` against `x_key` (a log axis
+    unless log_x is False) with its t-interval (`y`_low/_high, or low/high for the cell table); red x:
+    some seed diverged."""
     keyed = table.assign(_line=[tuple(r[k] for k in lines) for r in table.to_dict("records")])
     line_values = list(dict.fromkeys(keyed["_line"]))
     fig, axes = _panels(len(line_values))
@@ -51,11 +52,12 @@ def plot_curves_per_size(table: pd.DataFrame, lines: list[str], size_key: str, x
             if "n_diverged" in cell.columns:
                 div = cell[cell["n_diverged"] > 0]
                 ax.plot(div[x_key], div[y], ls="none", marker="x", color="red", ms=9, mew=2)
-        ax.set_xscale("log")
+        if log_x:
+            ax.set_xscale("log")
         if log_y:
             ax.set_yscale("log")
         ax.set_title(_line_label(line, lines), fontsize=9)
-        ax.set_xlabel("learning rate" if x_key == "lr" else display_name(x_key))
+        ax.set_xlabel({"lr": "learning rate", "position": "relative depth (block + ½)/depth"}.get(x_key, x_key))
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
@@ -124,7 +126,7 @@ def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo
         plot_curves_per_size(profiles, lines, "layers", "position", "mean", out_dir / "transfer_update_rms.png",
                              "update RMS at the last logged step",
                              "Per-block update RMS at the end, at each depth's best grid lr: mean over seeds, 95 % "
-                             "t-interval; x = (block + ½)/depth", log_y=True)
+                             "t-interval; x = (block + ½)/depth", log_y=True, log_x=False)
         lines_md = ["Per-block update RMS at the end (CompleteP's \"every layer keeps learning\"): the RMS of the "
                     "optimizer's update of each block's matrices at the last logged step, at each depth's best grid "
                     "lr, against the block's relative position. Data: `transfer_update_rms.csv`.", "",
@@ -202,6 +204,9 @@ def _plot_variants(table: pd.DataFrame, lines: list[str], path: Path) -> None:
         ax.errorbar(g["d_model"], g["lr_sensitivity"], yerr=yerr, marker="o", ms=4, capsize=3, color=f"C{i % 10}",
                     label=label)
     ax.set_xscale("log", base=2)
+    widths = sorted(table["d_model"].dropna().unique())
+    ax.set_xticks(widths, [fmt_param(w) for w in widths])  # the widths themselves, not 2^k
+    ax.xaxis.set_minor_formatter(pyplot().NullFormatter())
     ax.set_xlabel("width (d_model)")
     ax.set_ylabel("LR sensitivity")
     ax.grid(alpha=0.3, which="both")
