@@ -46,6 +46,10 @@ PRESET_VALUES = {
                   "batch_size": 8, "checkpoint_every": 0},
     "depth_rung": {"schedule.name": "cosine", "steps": 200, "warmup": 100, "layers": 1000, "d_model": 64, "heads": 4,
                    "seq_len": 32, "batch_size": 8, "checkpoint_every": 50},
+    "depth_transfer": {"schedule.name": "cosine", "steps": 400, "warmup": 100, "d_model": 64, "heads": 4, "seq_len": 32,
+                       "batch_size": 8, "checkpoint_every": 0, "placement.name": "pre", "log.model_update": False},
+    "width_proxies": {"schedule.name": "cosine", "steps": 200, "warmup": 10, "layers": 4, "d_model": 64, "heads": 4,
+                      "seq_len": 64, "batch_size": 8, "checkpoint_every": 0, "qk_norm": False, "z_loss": 0.0},
 }
 # Presets searched by the boundary sweeper (not a grid): the key searched, and a shrunken search
 # (two settings, one seed, the two bounds only) that a 2-step tiny run cannot learn, so each
@@ -55,7 +59,21 @@ BOUNDARY_SHRINK = ["hydra.sweeper.params.placement=post", "hydra.sweeper.params.
                    "hydra.sweeper.params.seed=0", "hydra.sweeper.initial_points=2"]
 # The shrunken copy of a preset's grid: its names (placements, norms) kept, its numbers
 # replaced by values small enough for 2 steps of a tiny model.
-SHRINK = {"layers": [1, 2], "warmup": [0, 2], "lr": [1e-3, 1e-2], "seed": [0]}
+SHRINK = {"layers": [1, 2], "warmup": [0, 2], "lr": [1e-3, 1e-2], "seed": [0], "width": ["w32", "w64"],
+          "qk_norm": [False, True], "z_loss": [0, 1e-4]}
+# Swept config groups that set several keys at once (configs/arm/, configs/width/): the option a
+# run's summary.json shows, and the tiny-model keys the option sets (left off the command line)
+DEPTH_MUP_ARMS = {0.5: "depth_mup", 1: "completep"}
+GROUP_SWEEPS = {
+    "arm": (lambda s: DEPTH_MUP_ARMS[s["placement_settings"]["exponent"]] if s["placement"] == "depth_mup"
+            else s["placement"], ()),
+    "width": (lambda s: f"w{s['d_model']}", ("d_model", "heads")),
+}
+
+
+def swept_value(summary: dict, key: str):
+    """A swept key's value as a run's summary.json records it (a group option: what its keys show)."""
+    return GROUP_SWEEPS[key][0](summary) if key in GROUP_SWEEPS else summary[key]
 STEPS = 2
 
 NORMS = list(REGISTERED_NORMS)
@@ -107,7 +125,9 @@ def sweeps(tmp_path_factory):
                         *BOUNDARY_SHRINK, *bounds, f"hydra.sweep.dir={root / preset}"]
     for preset in set(PRESET_VALUES) - set(BOUNDARY):
         grid = shrunk_grid(preset)
-        tiny = [o for o in TINY if o.split("=")[0] not in grid and o.split("=")[0] not in ("eval_batches", "log.progress")]
+        set_by_groups = {k for g in grid if g in GROUP_SWEEPS for k in GROUP_SWEEPS[g][1]}
+        tiny = [o for o in TINY if o.split("=")[0] not in grid and o.split("=")[0] not in ("eval_batches", "log.progress")
+                and o.split("=")[0] not in set_by_groups]
         own = preset_grid(preset)
         shrink = [f"{'' if k in own else '+'}hydra.sweeper.params.{k}='{','.join(map(str, v))}'"
                   for k, v in grid.items() if k in SHRINK]
@@ -168,7 +188,7 @@ def test_shrunken_preset_sweep_runs_every_combination(sweeps, preset):
     expected = set(itertools.product(*grid.values()))
     assert len(grid) >= 2 and len(expected) >= 4  # a grid, not a single run
     assert len(runs) == len(expected) == math.prod(len(v) for v in grid.values())
-    assert {tuple(s[k] for k in grid) for s in runs} == expected
+    assert {tuple(swept_value(s, k) for k in grid) for s in runs} == expected
     for s in runs:
         assert s["status"] in RAN_TO_THE_END and s["steps_completed"] == STEPS, s
         assert s["schedule"] == PRESET_VALUES[preset]["schedule.name"]

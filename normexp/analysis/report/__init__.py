@@ -16,6 +16,7 @@ before training has summary.json but no events; it is listed with its error.
     tables.py     which keys vary and their order, the rows, text / markdown / CSV rendering
     figures.py    the figures, each with its data beside it
     sections.py   the overview, the notes and a study's sections (sensitivity, depth, boundary, depth law)
+    transfer_sections.py   an lr grid crossed with depth or width: does the lr transfer? (issue 42)
     this file     make_report: read the runs, write everything, print the tables
 """
 
@@ -25,10 +26,11 @@ from pathlib import Path
 
 from ...runs.reading import find_files, read_runs
 from ..boundary import PROGRESS_TABLE, TABLE, sweep_tables
-from .. import study
+from .. import study, transfer
 from .figures import draw_figures
 from .sections import (boundary_section, depth_law_section, depth_section, overview_line, run_notes, screening_notes,
                        sensitivity_section, swept)
+from .transfer_sections import DEPTH_FILES, WIDTH_FILES, depth_transfer_section, width_section
 from .tables import (cell_rows, display_name, kept_apart_note, left_out_of_statistics, markdown_table, sets_the_unit,
                      sort_key, table_rows, text_table, varied_keys, without_empty_columns, write_csv)
 
@@ -65,7 +67,8 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     """Build the tables (one row per run; one per setting, seeds pooled), runs.csv,
     settings.csv, report.md and the figures, each figure with a .csv of the data it draws;
     with lr swept, sensitivity.csv and lr_sensitivity.png; with layers swept, depth.csv and
-    depth_sweep.png. The files name the reported folder by its name and each run relative to it
+    depth_sweep.png; with an lr grid crossed with layers or d_model, the transfer sections
+    (transfer_sections.py). The files name the reported folder by its name and each run relative to it
     (they are committed and shared); only the terminal shows absolute paths. Returns what was
     written."""
     root = Path(path)
@@ -114,6 +117,12 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     if swept(runs, keys, "layers") and not searched:
         sections += depth_section(runs, keys, out_dir)
         extra += ["depth.csv", "depth_sweep.png"]
+    if transfer.is_grid(runs, keys, "layers") and not searched:
+        sections += depth_transfer_section(runs, keys, out_dir, echo)
+        extra += [n for n in DEPTH_FILES if (out_dir / n).exists()]
+    if transfer.is_grid(runs, keys, "d_model") and not searched:
+        sections += width_section(runs, keys, out_dir, echo)
+        extra += WIDTH_FILES
     csv_path, md_path = out_dir / "runs.csv", out_dir / "report.md"
     write_csv(csv_path, runs, run_keys, left_out_short)
     md = [f"# normexp report: `{folder_name}`", "", overview_line(runs, keys, folder_name), "",
