@@ -286,7 +286,8 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
             if kind == "at least":
                 ax.plot(row["layers"], row["last_stable"], "^", color=color, ms=7, mfc="none")
             elif kind == "none":
-                ax.plot(row["layers"], 0, "x", color=color, ms=7, transform=ax.get_xaxis_transform(), clip_on=False)
+                ax.plot(row["layers"], 0, "x", color=color, ms=7, transform=ax.get_xaxis_transform(), clip_on=False,
+                        scaley=False)  # at the axis, in axes units: no lr to scale the log axis by
             data.append({**dict(zip(line_cols, r["line"])), "layers": row["layers"], "kind": kind,
                          "last_stable": row["last_stable"], "first_unstable": row["first_unstable"],
                          "upper_edge": row.get("upper_edge")})
@@ -295,7 +296,8 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
     ax.set_xlabel("depth (blocks)")
     ax.set_ylabel("max stable lr (bracket: last stable .. first unstable)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # no labelled line where no depth has a limit
+        ax.legend(fontsize=7)
     ax.set_title("Depth law: dashed = bootstrap fit, solid = likelihood fit (50 % limit), to 1,000 blocks;\n"
                  "▲ at least (upper bound learned); ✕ on the axis = no limit (nothing learned, or no window)",
                  fontsize=8)

@@ -105,3 +105,13 @@ def test_the_report_section_on_hand_made_rows(tmp_path):
 def test_no_depth_law_without_several_depths(tmp_path):
     table = write(tmp_path / "one", [row("post", 8, 1e-3, 2e-3), row("pre", 8, 1e-3, 2e-3)])
     assert depth_law_section([table], tmp_path, print) == []
+
+
+def test_a_study_where_nothing_learned_at_any_depth_is_drawn_not_a_crash(tmp_path):
+    """Every depth "nothing learned" (a shrunk transfer sweep hit it): the figure has no lr to put
+    on its log axis, only the ✕ marks at the axis, and must still be drawn with its data."""
+    table = write(tmp_path / "sweep", [row("post", d, None, 1e-3, edge="nothing learned") for d in (2, 4)])
+    lines = depth_law_section([table], tmp_path, lambda *_: None)
+    assert lines and (tmp_path / "depth_law.png").stat().st_size > 0
+    drawn = pd.read_csv(tmp_path / "depth_law.csv")
+    assert sorted(drawn["layers"]) == [2, 4] and set(drawn["kind"]) == {"none"}
