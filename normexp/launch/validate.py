@@ -14,7 +14,6 @@ settings (eps, alpha, ratio, ...) are checked by its class in model/, which owns
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
