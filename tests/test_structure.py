@@ -105,23 +105,25 @@ def test_tensorboard_tags_are_spelled_only_in_names():
     assert not spelled, spelled
 
 
+LEAVES = {"config.checks", "config.registry", "config.defaults", "config.keys", "config.model_config"}
+
+
 def test_the_model_stands_on_torch_and_the_configs_checks_alone():
     """The model package imports torch, the standard library, its own modules and the
-    config's four leaves (the checks, stdlib only; the defaults, read from the shipped yaml
+    config's five leaves (the checks, stdlib only; the defaults, read from the shipped yaml
     with PyYAML; the registry helpers, which fill a variant's settings from those defaults;
-    the keys, stdlib only, whose `plain` turns a config node into ModelConfig's plain data):
-    no Hydra, no OmegaConf, no run folder, no data."""
+    the keys, stdlib only, whose `plain` turns a config node into ModelConfig's plain data;
+    ModelConfig itself with its rules): no Hydra, no OmegaConf, no run folder, no data."""
     import sys
 
     graph = module_imports()
     model = {m for m in graph if m == "model" or m.startswith("model.")}
     assert {"model.gpt", "model.norms", "model.placements"} <= model
     for m in sorted(model):
-        assert graph[m] <= model | {"config.checks", "config.registry", "config.defaults", "config.keys"}, \
-            (m, graph[m] - model)
-    for m in ("config.checks", "config.registry", "config.defaults", "config.keys"):
-        assert graph[m] <= {"config.checks", "config.defaults"}, (m, graph[m])
-    leaves = [PACKAGE / "config" / name for name in ("checks.py", "registry.py", "defaults.py", "keys.py")]
+        assert graph[m] <= model | LEAVES, (m, graph[m] - model)
+    for m in LEAVES:
+        assert graph[m] <= LEAVES - {"config.registry", "config.model_config"}, (m, graph[m])
+    leaves = [PACKAGE / "config" / f"{m.split('.')[1]}.py" for m in LEAVES]
     for path in [*(PACKAGE / "model").rglob("*.py"), *leaves]:
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)

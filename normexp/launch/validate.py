@@ -18,9 +18,10 @@ import os
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..config.checks import FLOAT32_MAX, ConfigError, is_integer, is_number
+from ..config.checks import ConfigError, is_integer
 from ..config.compose import config_groups, declared_keys, declared_names, top_level_keys
 from ..config.keys import did_you_mean, dotted, override_key
+from ..config.model_config import ModelConfig
 from ..config.run_config import RunConfig
 from ..config.resources import (available_memory_bytes, batch_norm_needs, memory_parts,  # noqa: F401 - re-exported
                                  memory_problem, training_memory_bytes)
@@ -87,8 +88,7 @@ def _validate(cfg: DictConfig, explicit) -> None:
     for key in ("layers", "d_model", "heads", "mlp_ratio", "seq_len", "batch_size", "steps",
                 "log_every", "eval_every", "eval_batches"):
         _positive_int(cfg, key)
-    if cfg.d_model % cfg.heads:
-        raise ConfigError("heads", cfg.heads, f"must divide d_model={cfg.d_model}")
+    ModelConfig.from_composed(cfg).check()  # the model's rules live beside its data
     _known_keys(cfg)
     run = RunConfig.from_composed(cfg)  # the typed settings: their rules live beside them
     run.optim.check()
@@ -99,19 +99,11 @@ def _validate(cfg: DictConfig, explicit) -> None:
     run.loss_spike.check()
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")
+    _choice("placement", cfg.placement.name, "placement")
+    _choice("init", cfg.init.name, "init")
     if cfg.norm.name == "batch" and cfg.batch_size * cfg.seq_len < 2:
         raise ConfigError("batch_size", cfg.batch_size, batch_norm_needs(f"seq_len={cfg.seq_len}", "batch_size·seq_len",
                                                                           "batch_size or seq_len"))
-    _choice("placement", cfg.placement.name, "placement")
-    _choice("init", cfg.init.name, "init")
-    for key, gemma in (("attn_softcap", 50), ("logit_softcap", 30)):
-        cap = cfg.get(key)
-        # 1e308 is finite here but inf in float32, where c·tanh(z/c) would be nan
-        if cap is not None and cap != 0 and (not is_number(cap) or not 0 < cap <= FLOAT32_MAX):
-            raise ConfigError(key, cap, f"must be null or 0 (off) or a finite number > 0 (Gemma 2 uses {gemma})")
-    if cfg.qk_norm and cfg.norm.name == "none":
-        raise ConfigError("qk_norm", "true", "norm=none has no norm to apply to queries and keys; "
-                          "choose a norm (e.g. norm=rms) or drop qk_norm=true")
     _positive_int(cfg, "keep_checkpoints")
     _positive_int(cfg, "log.model_update_every")
     for key in ("resume", "compile", "log.histograms", "log.model_update", "log.extra_signals", "qk_norm",

@@ -15,7 +15,7 @@ A new norm or init is one class in its registry's module and one yaml file in co
 a new placement is one module in placements/ (found there, no list to edit) and one yaml file.
 """
 
-from .config import ModelConfig
+from ..config.model_config import ModelConfig
 from .gpt import GPT, IGNORE_TARGET, check_settings
 from .inits import INITS
 from .norms import NORMS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .config import ModelConfig
+from ..config.model_config import ModelConfig
 from .gpt import GPT
 
 

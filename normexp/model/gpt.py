@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config.registry import variant
-from .config import ModelConfig
+from ..config.model_config import ModelConfig
 from .inits import INITS
 from .layers import MLP, CausalSelfAttention, CrossAttention, Sublayer, softcap
 from .norms import NORMS

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import ModelConfig
+from ..config.model_config import ModelConfig
 from .inits import XavierInit
 from .readouts import Readout
 

@@ -3,7 +3,7 @@
     TrainConfig   RunConfig's fields (config/run_config.py: seed, device, batch, data, checkpoints,
                   ... and the optimizer, schedule, logging and loss-spike parts, each with its
                   rules, which the pre-flight calls before torch loads), and
-      model       ModelConfig: the model's shape, norm, placement and init (model/config.py)
+      model       ModelConfig: the model's shape, norm, placement and init (config/model_config.py)
 
 `TrainConfig.from_composed(cfg)` reads the composed DictConfig (Hydra's, checked by the
 pre-flight) once; the Trainer and the functions it calls (train/loop.py) read these objects,
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.run_config import RunConfig
-from ..model.config import ModelConfig
+from ..config.model_config import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -202,3 +202,22 @@ def test_the_schedule_names_the_schedules_it_knows():
 def test_profile_interval_is_about_five_images_a_run_at_logging_steps(steps, log_every, every, expected):
     log = LogConfig.from_composed(compose_config([f"log_every={log_every}", f"log.profiles_every={every}"]))
     assert log.profile_interval(steps) == expected
+
+
+@pytest.mark.parametrize("overrides, key, value, words", [
+    (["d_model=64", "heads=5"], "heads", 5, "must divide d_model=64"),
+    (["attn_softcap=-1"], "attn_softcap", -1, "a finite number > 0 (Gemma 2 uses 50)"),
+    (["logit_softcap=1e308"], "logit_softcap", 1e308, "a finite number > 0 (Gemma 2 uses 30)"),
+    (["norm=none", "qk_norm=true"], "qk_norm", "true", "norm=none has no norm to apply to queries and keys"),
+])
+def test_the_models_rules_live_on_its_config_and_the_preflight_says_the_same(overrides, key, value, words):
+    """ModelConfig.check holds the model's own rules (the pre-flight calls it, torch not loaded):
+    the same ConfigError from the typed object as from check_job on the composed config."""
+    cfg = compose_config(overrides)
+    with pytest.raises(ConfigError) as typed:
+        ModelConfig.from_composed(cfg).check()
+    assert (typed.value.key, typed.value.value) == (key, value) and words in str(typed.value)
+    with pytest.raises(ConfigError) as preflight:
+        check_job(cfg, set())
+    assert str(preflight.value) == str(typed.value)
+    ModelConfig.from_composed(compose_config([o for o in overrides if not o.startswith(key)])).check()  # the rest is fine

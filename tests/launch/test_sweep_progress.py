@@ -165,14 +165,18 @@ def test_a_jobs_console_lines_carry_its_label_and_its_log_file_does_not(tmp_path
         h.setFormatter(plain)
     root = logging.getLogger()
     saved, level = root.handlers[:], root.level
-    root.handlers, root.level = handlers, logging.INFO
+    # setLevel, not `.level =`: it clears the loggers' isEnabledFor cache, which an earlier test
+    # may have filled while the root logger was at WARNING (then "normexp" would drop INFO here)
+    root.handlers = handlers
+    root.setLevel(logging.INFO)
     try:
         _label_console("#1 seed=1")
         logging.getLogger("normexp").info("step %d", 3)
         _label_console("#2 seed=2")
         logging.getLogger("normexp").info("done")
     finally:
-        root.handlers, root.level = saved, level
+        root.handlers = saved
+        root.setLevel(level)
         handlers[1].close()
     assert console.getvalue().splitlines() == ["[t] #1 seed=1  step 3", "[t] #2 seed=2  done"]
     assert (tmp_path / "train.log").read_text().splitlines() == ["[t] step 3", "[t] done"]

@@ -63,6 +63,36 @@ def _relative(folder: Path, root: Path) -> str:
     return str(folder.relative_to(root)) if folder != root else "."
 
 
+def _analysis_sections(runs, keys, root: Path, out_dir: Path, echo) -> tuple[list[str], list[str], list[str]]:
+    """The report's sections after the settings table, by what the folder holds (a boundary
+    search, or an lr, depth or width grid): (markdown lines, files written, notes)."""
+    sections, extra, notes = [], [], []
+    searched, in_progress = sweep_tables(find_files(root, TABLE), find_files(root, PROGRESS_TABLE))
+    if in_progress:  # a search still running, or stopped before it finished: read what it had written so far
+        notes.append("boundary search not finished (still running, or stopped: resume it with resume=true) in "
+                     + ", ".join(_relative(t.parent, root) for t in in_progress) + f": its {PROGRESS_TABLE} is read")
+    if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
+        sections += boundary_section(searched, out_dir, echo)
+        extra += ["boundary_search.png"]
+        law = depth_law_section(searched, out_dir, echo, runs)
+        if law:
+            sections += law
+            extra += ["depth_law_slopes.csv", "depth_law.png"]
+    if swept(runs, keys, "lr") and not searched:
+        sections += sensitivity_section(runs, keys, out_dir)
+        extra += ["sensitivity.csv", "lr_sensitivity.png"]
+    if swept(runs, keys, "layers") and not searched:
+        sections += depth_section(runs, keys, out_dir)
+        extra += ["depth.csv", "depth_sweep.png"]
+    if transfer.is_grid(runs, keys, "layers") and not searched:
+        sections += depth_transfer_section(runs, keys, out_dir, echo)
+        extra += [n for n in DEPTH_FILES if (out_dir / n).exists()]
+    if transfer.is_grid(runs, keys, "d_model") and not searched:
+        sections += width_section(runs, keys, out_dir, echo)
+        extra += WIDTH_FILES
+    return sections, extra, notes
+
+
 def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     """Build the tables (one row per run; one per setting, seeds pooled), runs.csv,
     settings.csv, report.md and the figures, each figure with a .csv of the data it draws;
@@ -98,31 +128,8 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
              f"pools {', '.join(map(display_name, pooled))}"] if pooled else []
     md_notes = notes + run_notes(runs, folder=folder_name) + pools
     notes = notes + run_notes(runs) + pools
-    sections, extra = [], []
-    searched, in_progress = sweep_tables(find_files(root, TABLE), find_files(root, PROGRESS_TABLE))
-    if in_progress:  # a search still running, or stopped before it finished: read what it had written so far
-        note = ("boundary search not finished (still running, or stopped: resume it with resume=true) in "
-                + ", ".join(_relative(t.parent, root) for t in in_progress) + f": its {PROGRESS_TABLE} is read")
-        notes, md_notes = notes + [note], md_notes + [note]
-    if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
-        sections += boundary_section(searched, out_dir, echo)
-        extra += ["boundary_search.png"]
-        law = depth_law_section(searched, out_dir, echo, runs)
-        if law:
-            sections += law
-            extra += ["depth_law_slopes.csv", "depth_law.png"]
-    if swept(runs, keys, "lr") and not searched:
-        sections += sensitivity_section(runs, keys, out_dir)
-        extra += ["sensitivity.csv", "lr_sensitivity.png"]
-    if swept(runs, keys, "layers") and not searched:
-        sections += depth_section(runs, keys, out_dir)
-        extra += ["depth.csv", "depth_sweep.png"]
-    if transfer.is_grid(runs, keys, "layers") and not searched:
-        sections += depth_transfer_section(runs, keys, out_dir, echo)
-        extra += [n for n in DEPTH_FILES if (out_dir / n).exists()]
-    if transfer.is_grid(runs, keys, "d_model") and not searched:
-        sections += width_section(runs, keys, out_dir, echo)
-        extra += WIDTH_FILES
+    sections, extra, search_notes = _analysis_sections(runs, keys, root, out_dir, echo)
+    notes, md_notes = notes + search_notes, md_notes + search_notes
     csv_path, md_path = out_dir / "runs.csv", out_dir / "report.md"
     write_csv(csv_path, runs, run_keys, left_out_short)
     md = [f"# normexp report: `{folder_name}`", "", overview_line(runs, keys, folder_name), "",
