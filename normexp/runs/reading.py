@@ -62,6 +62,12 @@ def find_runs(root: Path) -> list[Path]:
                   if folder.name == ".hydra" and "config.yaml" in files)
 
 
+def relative_name(folder: Path, root: Path) -> str:
+    """A folder found under root as committed files name it: relative to root ("." for root
+    itself), never this machine's absolute path."""
+    return str(folder.relative_to(root)) if folder != root else "."
+
+
 def find_files(root: Path, name: str) -> list[Path]:
     """Every file called `name` under root, sorted, found the way find_runs finds runs (so a
     report sees a linked sweep's tables as it sees its runs)."""
@@ -240,7 +246,7 @@ def read_runs(root: str | Path) -> list[Run]:
     root = Path(root)
     runs = []
     for run_dir in find_runs(root):
-        rel = str(run_dir.relative_to(root)) if run_dir != root else "."
+        rel = relative_name(run_dir, root)
         summary, problem = read_summary_checked(run_dir)
         overrides = load_overrides(run_dir)
         runs.append(Run(run_dir, rel, warmup_as_run(load_config(run_dir), overrides), overrides, summary,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...runs.reading import find_files, read_runs
+from ...runs.reading import find_files, read_runs, relative_name
 from ..boundary import PROGRESS_TABLE, TABLE, sweep_tables
 from .. import study, transfer
 from .figures import draw_figures
@@ -58,11 +58,6 @@ def _check_paths(root: Path, out: Path | None) -> Path:
     return out_dir
 
 
-def _relative(folder: Path, root: Path) -> str:
-    """A folder as report.md names it: relative to the reported folder, never this machine's path."""
-    return str(folder.relative_to(root)) if folder != root else "."
-
-
 def _analysis_sections(runs, keys, root: Path, out_dir: Path, echo) -> tuple[list[str], list[str], list[str]]:
     """The report's sections after the settings table, by what the folder holds (a boundary
     search, or an lr, depth or width grid): (markdown lines, files written, notes)."""
@@ -70,7 +65,7 @@ def _analysis_sections(runs, keys, root: Path, out_dir: Path, echo) -> tuple[lis
     searched, in_progress = sweep_tables(find_files(root, TABLE), find_files(root, PROGRESS_TABLE))
     if in_progress:  # a search still running, or stopped before it finished: read what it had written so far
         notes.append("boundary search not finished (still running, or stopped: resume it with resume=true) in "
-                     + ", ".join(_relative(t.parent, root) for t in in_progress) + f": its {PROGRESS_TABLE} is read")
+                     + ", ".join(relative_name(t.parent, root) for t in in_progress) + f": its {PROGRESS_TABLE} is read")
     if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
         sections += boundary_section(searched, out_dir, echo)
         extra += ["boundary_search.png"]
