@@ -569,3 +569,22 @@ def test_the_report_reads_finished_tables_else_progress_and_follows_linked_sweep
     assert [t.relative_to(study).as_posix() for t in tables] == ["a/boundary.csv", "b/boundary_progress.csv",
                                                                  "c/boundary.csv"]
     assert [t.parent.name for t in in_progress] == ["b"]
+
+
+def test_the_boundary_figure_draws_a_sweep_stopped_before_some_settings_were_probed(tmp_path):
+    """A sweep stopped at a deadline (the GPU session's deep end) leaves progress tables in which
+    some settings have no points yet; the figure drew each setting's green dots with
+    `[y] * int(at.sum())`, and an empty setting's sum is '' (object dtype): ValueError."""
+    import pandas as pd
+    from normexp.analysis.report.figures import plot_boundary_search
+
+    (done,), _ = search(threshold(0.01))
+    not_started = boundary.Search((("placement", 1),), 1e-4, 1e-1, 1.25, False)
+    boundary.write_tables([done, not_started], "lr", tmp_path, finished=False)
+    table = pd.read_csv(tmp_path / boundary.PROGRESS_TABLE)
+    points = pd.read_csv(tmp_path / boundary.PROGRESS_POINTS)
+    assert len(table) == 2 and set(points["placement"]) == {0}  # the second setting has no points
+    plot_boundary_search(table, points, "lr", ["placement"], str, tmp_path / "boundary_search.png")
+    drawn = pd.read_csv(tmp_path / "boundary_search.csv")
+    assert len(drawn) == len(points)
+    assert (tmp_path / "boundary_search.png").stat().st_size > 0

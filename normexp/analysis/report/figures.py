@@ -403,7 +403,8 @@ def plot_boundary_search(table, points, key: str, setting_cols: list[str], label
         at = mine.groupby(key)["learned"].apply(lambda v: bool((v == "yes").all()))
         slow = (mine.groupby(key)["outcome"].apply(lambda v: not v.isin(["collapsed", "diverged"]).any())
                 if "outcome" in mine.columns else at & False)  # no seed unstable: too slow, not unstable
-        ax.plot([x for x, ok in at.items() if ok], [y] * int(at.sum()), "o", color="tab:green", ms=5)
+        stable = [x for x, ok in at.items() if ok]  # not at.sum(): '' for a setting not probed yet
+        ax.plot(stable, [y] * len(stable), "o", color="tab:green", ms=5)
         bad = [x for x, ok in at.items() if not ok and not slow[x]]
         ax.plot(bad, [y] * len(bad), "x", color="tab:red", ms=7, mew=2)
         too_slow = [x for x, ok in at.items() if not ok and slow[x]]
