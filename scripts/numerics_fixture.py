@@ -106,6 +106,7 @@ def _sweep_losses(norms, placements, work: Path, env: dict | None, extra: tuple[
            **(env or {})}
     cmd = [sys.executable, "-m", "normexp.cli", "train", "-m", "data=text", f"data.files=[{corpus}]",
            f"norm={','.join(norms)}", f"placement={','.join(placements)}", *SETTINGS, *extra,
+           "device=cpu",  # the recorded losses are float32 CPU numbers; auto picks a GPU's bf16 (an H100: 1e-4 off)
            f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${norm.name}-${hydra:runtime.choices.placement}"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:

@@ -193,6 +193,7 @@ class RunConfig:
     batch_size: int
     z_loss: float                # c of the auxiliary loss c·(log Z)² (0 = off)
     max_loss: float              # divergence.max_loss: the divergence guard's ceiling
+    divergence_every_step: bool | str  # divergence.every_step: True, False or "auto" (on CPU only)
     checkpoint_every: int        # 0 = only at the end
     keep_checkpoints: int
     stall_margin: float          # a completed run this fraction above the unigram baseline is "stalled"
@@ -208,6 +209,7 @@ class RunConfig:
                     log=LogConfig.from_composed(cfg), loss_spike=LossSpikeConfig.from_composed(cfg),
                     seed=cfg.seed, device=str(cfg.device), threads=cfg.threads, compile=cfg.compile, resume=cfg.resume,
                     batch_size=cfg.batch_size, z_loss=cfg.z_loss, max_loss=cfg.divergence.max_loss,
+                    divergence_every_step=cfg.divergence.get("every_step", "auto"),
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     stall_margin=cfg.stall_margin, learned_margin=cfg.outcome.learned_margin,
                     data=plain(cfg.data), tokenizer=plain(cfg.tokenizer), composed=cfg)
@@ -236,6 +238,8 @@ class RunConfig:
             raise ConfigError("z_loss", self.z_loss, "must be a finite number >= 0 (0 = off; PaLM uses 1e-4)")
         if not is_number(self.max_loss) or self.max_loss <= 0:
             raise ConfigError("divergence.max_loss", self.max_loss, "must be a finite number > 0")
+        if self.divergence_every_step not in (True, False, "auto"):
+            raise ConfigError("divergence.every_step", self.divergence_every_step, "choose auto, true or false")
         if not is_integer(self.checkpoint_every) or self.checkpoint_every < 0:
             raise ConfigError("checkpoint_every", self.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
         if self.threads != "auto" and (not is_integer(self.threads) or self.threads <= 0):

@@ -269,7 +269,10 @@ class Instruments:
         return {"reference_h0": self.reference_h0}
 
     def load_state_dict(self, state: dict) -> None:
-        self.reference_h0 = state.get("reference_h0")
+        """h₀ from a checkpoint (read onto the CPU), onto the reference batch's device."""
+        h0 = state.get("reference_h0")
+        device = self.reference_idx.device if self.reference_idx is not None else None
+        self.reference_h0 = h0.to(device) if h0 is not None and device is not None else h0
 
     def model_update_due(self, step: int, log_every: int, last_step: int) -> bool:
         """Whether logging step `step` measures the model update: when its last log_every

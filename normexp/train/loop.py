@@ -193,8 +193,9 @@ class Diverged(Exception):
 class DivergenceGuard:
     """The divergence rule: a finite loss under the ceiling and a finite gradient. The ceiling
     is divergence.max_loss, raised to twice the initial loss once that is known, so a model
-    that starts high (norm=none) has not diverged. `every_step`: check plain steps too (on
-    CPU, where reading the loss costs nothing; on GPUs only logging steps are checked)."""
+    that starts high (norm=none) has not diverged. `every_step`: check plain steps too
+    (divergence.every_step; auto = on CPU, where reading the loss costs nothing; on GPUs only
+    logging steps and evaluations, as reading the loss waits for the GPU)."""
 
     def __init__(self, max_loss: float, every_step: bool, initial_loss: float | None = None):
         self.max_loss, self.every_step = max_loss, every_step
@@ -342,7 +343,8 @@ class Trainer:
         self.writer = open_writer(run_dir, purge_step, self.main, layers=config.model.layers)
         self._first_events(purge_step)
         # a resumed run keeps the ceiling set at its step 0
-        self.guard = DivergenceGuard(config.max_loss, every_step=self.device.type == "cpu",
+        every_step = config.divergence_every_step
+        self.guard = DivergenceGuard(config.max_loss, every_step=self.device.type == "cpu" if every_step == "auto" else every_step,
                                      initial_loss=self.summary.get("initial_loss"))
         self.progress = Progress(config.log.progress if self.main else "off", config.steps, self.step, self.job.label)
         self.meter = ThroughputMeter(config.batch_size * config.seq_len, self.summary.get("tokens_per_second"))
@@ -372,7 +374,10 @@ class Trainer:
         purge_step: later events of the old file are dropped) or None for a fresh start."""
         if not self.config.resume:
             return None
-        state = ckpt.load_latest(self.run_dir, map_location=self.device)
+        # onto the CPU: the generators' states must be CPU byte tensors (on an H100, loaded onto
+        # the GPU, every resume failed: "RNG state must be a torch.ByteTensor"); load_state_dict
+        # moves the weights and the optimizer's moments to the model's device
+        state = ckpt.load_latest(self.run_dir, map_location="cpu")
         saved = ckpt.list_checkpoints(self.run_dir)
         if state is None and saved:  # there are checkpoints, but none loads (load_latest warned why)
             raise ConfigError("resume", "true", f"none of the {len(saved)} checkpoints in {saved[0].parent} loads "
@@ -549,7 +554,11 @@ class Trainer:
             self.best_val = min(self.best_val, val)
             self._log_val(val, step)
             if not math.isfinite(val):
-                raise Diverged(step, f"validation loss {val}")
+                # where plain steps go unchecked (GPUs), the evaluation finds it first: the
+                # per-layer scalars at this step, as the guard logs them at the step it stops
+                why = f"validation loss {val}"
+                self.log_divergence(*self.next_batch(), None, why)
+                raise Diverged(step, why)
         if config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
             self.save_checkpoint()
         fields = {} if self.last_train_loss is None else {"loss": f"{self.last_train_loss:.4f}"}

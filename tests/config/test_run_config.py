@@ -30,6 +30,7 @@ FIELD_KEYS = {
     "loss_spike.min_points": "loss_spike.min_points",
     "seed": "seed", "device": "device", "threads": "threads", "compile": "compile", "resume": "resume",
     "batch_size": "batch_size", "z_loss": "z_loss", "max_loss": "divergence.max_loss",
+    "divergence_every_step": "divergence.every_step",
     "checkpoint_every": "checkpoint_every", "keep_checkpoints": "keep_checkpoints",
     "stall_margin": "stall_margin", "learned_margin": "outcome.learned_margin",
     "model.seq_len": "seq_len", "model.layers": "layers", "model.d_model": "d_model", "model.heads": "heads",

@@ -74,6 +74,7 @@ def hand_runs(tmp_path_factory):
              "heads=2", f"seq_len={HAND_T}", f"batch_size={HAND_B}", f"seed={HAND_SEED}", "steps=2", "warmup=0",
              "schedule=constant", "log_every=1", "eval_batches=1", "threads=1", "log.progress=off",
              "placement=post,pre,deepnorm", "checkpoint_every=1", "keep_checkpoints=2",
+             "device=cpu",  # the hand computation is float32 on the CPU; a GPU's bf16 autocast is ~1e-4 off
              f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${placement.name}"], cli_environment(root / "cache"))
     return corpus, sweep
 
@@ -201,6 +202,24 @@ def test_divergence_inside_a_multirun_ends_only_that_job(tmp_path, corpus, cli_e
     assert isinstance(step, int) and 0 < step < 15
     # the per-layer scalars of the diverging step are in TensorBoard, so the user sees which layer blew up
     scalars = read_scalars(run_dir)
+    assert all(step in scalars[f"act_std/layer_{i:02d}"] for i in range(2))
+    assert all(step in scalars[f"grad_norm/layer_{i:02d}"] for i in range(2))
+
+
+def test_where_plain_steps_go_unchecked_the_step_that_finds_the_divergence_logs_every_layer(tmp_path, corpus, cli_env):
+    """On a GPU only logging steps and evaluations read the loss (divergence.every_step=auto):
+    found there, on an H100, the evaluation at step 5 ended the run with no per-layer scalars
+    at that step (every plain step before it was unchecked). divergence.every_step=false gives
+    a CPU the GPU's path."""
+    run = tmp_path / "run"
+    proc = run_cli(["train", f"data.files=[{corpus}]", "data=text", *TINY, "steps=15", "log_every=5", "eval_every=5",
+                    "warmup=0", "lr=10000.0", "divergence.every_step=false", f"hydra.run.dir={run}"], cli_env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = read_summary(run)
+    assert summary["status"] == "diverged"
+    step = summary["diverged_at_step"]
+    assert step in (5, 10, 15)  # a logging step's or an evaluation's, never a plain step's
+    scalars = read_scalars(run)
     assert all(step in scalars[f"act_std/layer_{i:02d}"] for i in range(2))
     assert all(step in scalars[f"grad_norm/layer_{i:02d}"] for i in range(2))
 
