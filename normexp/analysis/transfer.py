@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pandas as pd
 
 from ..runs import outcomes
@@ -56,6 +57,17 @@ def line_keys(keys: list[str], size_key: str) -> list[str]:
     ties to d_model)."""
     tied = ("heads",) if size_key == "d_model" else ()
     return [k for k in keys if k not in ("lr", size_key, *tied)]
+
+
+def same_value(a, b) -> bool:
+    """Whether two cells hold one swept value: numbers by value (a run's z_loss 0 is the int 0, a
+    table column holding 0 and 1e-4 reads it as 0.0), anything else as written."""
+    flags, numbers = (bool, np.bool_), (int, float, np.integer, np.floating)
+    if isinstance(a, flags) or isinstance(b, flags):
+        return isinstance(a, flags) and isinstance(b, flags) and bool(a) == bool(b)
+    if isinstance(a, numbers) and isinstance(b, numbers):
+        return float(a) == float(b)
+    return repr(a) == repr(b)
 
 
 def line_value(v):
@@ -189,7 +201,7 @@ def width_table(runs: list[Run], keys: list[str], sort_key) -> pd.DataFrame:
         log_z = study.t_interval([s[1] for s in signals])
         mine = sens
         for k, v in zip([*lines, "d_model"], values):
-            mine = mine[mine[k].map(repr) == repr(v)]
+            mine = mine[mine[k].map(lambda cell: same_value(cell, v))]
         s = mine.iloc[0] if len(mine) else {}
         rows.append({**{k: line_value(v) for k, v in zip(lines, values[:-1])}, "d_model": values[-1],
                      "heads": members[0].config.get("heads"),

@@ -191,6 +191,26 @@ def test_width_table_has_sensitivity_and_the_signals_at_the_highest_lr_that_did_
     assert (tmp_path / "width_sensitivity.png").is_file() and (tmp_path / "width_signals.png").is_file()
 
 
+def test_a_variant_swept_as_0_and_1e_4_finds_its_sensitivity_at_0_too(tmp_path):
+    """z_loss=0,1.0e-4: the runs say 0 (an int), the sensitivity table's column holds 0.0 (pandas
+    makes the column float), and matching them by repr lost every z_loss=0 row (the real width
+    study's table read "-" there). Losses as width_grid's, keyed by z_loss instead of qk_norm."""
+    runs, base = [], {0: [2.6, 2.2, 2.4, 3.0], 1.0e-4: [2.5, 2.2, 2.25, 2.4]}
+    for z in (0, 1.0e-4):
+        for width in WIDTHS:
+            for j, lr in enumerate(WIDTH_LRS):
+                for seed in SEEDS:
+                    cfg = {"z_loss": z, "d_model": width, "heads": width // 16, "lr": lr, "seed": seed}
+                    runs.append(run(cfg, base[z][j] + width / 1000 + SEED_OFFSET[seed],
+                                    {"attn_logit_max/layer_00": [(100, 1.0)], "output/log_z": [(100, 5.0)]}))
+    width_section(runs, ["z_loss", "d_model", "heads", "lr"], tmp_path, lambda *_: None)
+    table = pd.read_csv(tmp_path / "width.csv")
+    assert len(table) == 4
+    for row in table.to_dict("records"):
+        means = np.array(base[0 if row["z_loss"] == 0 else 1.0e-4]) + row["d_model"] / 1000
+        assert row["lr_sensitivity"] == pytest.approx(np.mean(means - means.min()))
+
+
 # ------------------------------------------------------------------ the presets, end to end, shrunk
 
 TINY_RUN = ["steps=4", "warmup=1", "log_every=2", "eval_every=2", "eval_batches=1", "seq_len=16", "batch_size=2",
