@@ -218,6 +218,13 @@ class RunConfig:
     def from_composed(cls, cfg) -> "RunConfig":
         return cls(**cls.fields_of(cfg))
 
+    def divergence_checks_every_step(self, device_type: str) -> bool:
+        """divergence.every_step, with auto resolved: every step on a CPU, where reading the loss
+        is free; on a GPU only logging steps and evaluations, as reading it waits for the GPU."""
+        if self.divergence_every_step == "auto":
+            return device_type == "cpu"
+        return bool(self.divergence_every_step)
+
     @property
     def steps(self) -> int:
         """Optimizer updates in the run (the schedule's)."""

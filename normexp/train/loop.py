@@ -343,8 +343,7 @@ class Trainer:
         self.writer = open_writer(run_dir, purge_step, self.main, layers=config.model.layers)
         self._first_events(purge_step)
         # a resumed run keeps the ceiling set at its step 0
-        every_step = config.divergence_every_step
-        self.guard = DivergenceGuard(config.max_loss, every_step=self.device.type == "cpu" if every_step == "auto" else every_step,
+        self.guard = DivergenceGuard(config.max_loss, every_step=config.divergence_checks_every_step(self.device.type),
                                      initial_loss=self.summary.get("initial_loss"))
         self.progress = Progress(config.log.progress if self.main else "off", config.steps, self.step, self.job.label)
         self.meter = ThroughputMeter(config.batch_size * config.seq_len, self.summary.get("tokens_per_second"))
