@@ -81,18 +81,21 @@ class CausalSelfAttention(Sublayer):
         self.inner_width = cfg.d_model
         self.softcap = cfg.attn_softcap or None  # None (or 0): the fused scaled_dot_product_attention path
 
+    # Shapes are written for any leading dims (`...`): a run's (B, T, C), and a pack's
+    # (members, B, T, C) (model/packed.py), whose members then share one attention call.
+
     def split_heads(self, qkv: torch.Tensor) -> torch.Tensor:
-        """The fused projection's output (B, T, 3C) as q, k, v stacked: (3, B, heads, T, d_head)."""
-        B, T, C3 = qkv.shape
-        return qkv.view(B, T, 3, self.heads, C3 // (3 * self.heads)).permute(2, 0, 3, 1, 4)
+        """The fused projection's output (..., T, 3C) as q, k, v stacked: (3, ..., heads, T, d_head)."""
+        *lead, T, C3 = qkv.shape
+        return qkv.view(*lead, T, 3, self.heads, C3 // (3 * self.heads)).movedim(-3, 0).transpose(-3, -2)
 
     def one_head_split(self, t: torch.Tensor) -> torch.Tensor:
-        """One of q, k, v (B, T, C) as (B, heads, T, d_head)."""
-        B, T, C = t.shape
-        return t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        """One of q, k, v (..., T, C) as (..., heads, T, d_head)."""
+        *lead, T, C = t.shape
+        return t.view(*lead, T, self.heads, C // self.heads).transpose(-3, -2)
 
     def forward(self, x):
-        B, T, C = x.shape
+        *lead, T, C = x.shape
         if self.qkv_norm is None:
             q, k, v = self.split_heads(self.qkv(x))
         else:
@@ -100,10 +103,12 @@ class CausalSelfAttention(Sublayer):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.softcap is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+            # one batch dim: a pack's (members, B) folded, the fused kernel's 4-D case
+            y = F.scaled_dot_product_attention(*(t.flatten(0, -4) for t in (q, k, v)), is_causal=self.causal)
+            y = y.view(q.shape)
         else:
             y = self.capped_attention(q, k, v)
-        y = y.transpose(1, 2).reshape(B, T, C)
+        y = y.transpose(-3, -2).reshape(*lead, T, C)
         if self.inner_norm is not None:
             y = self.inner_norm(y)
         return self.proj(y)
