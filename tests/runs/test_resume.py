@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import held_run
 import pytest
 import torch
 from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_summary, run_cli, scalar_events
@@ -30,11 +31,15 @@ def train_cmd(corpus: Path, run_dir: Path, *extra: str, steps: int = STEPS) -> l
 
 
 class Job:
-    """A `normexp train` subprocess whose stderr lines can be awaited."""
+    """A `normexp train` subprocess whose stderr lines can be awaited. `held_at`: the step after
+    which the run waits until `signal` releases it (tests/held_run.py), so that a signal lands
+    at that step on any machine, however fast; `hold` is the folder of its marker files."""
 
-    def __init__(self, args: list[str], env: dict):
-        self.proc = subprocess.Popen([sys.executable, "-m", "normexp.cli", *args], env=env, text=True,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    def __init__(self, args: list[str], env: dict, held_at: int | None = None, hold: Path | None = None):
+        self.hold = hold
+        argv = ([sys.executable, "-m", "normexp.cli", *args] if held_at is None
+                else held_run.command(hold, held_at, args))
+        self.proc = subprocess.Popen(argv, env=env, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.lines: list[str] = []
         self._drained = False
         self._queue: queue.Queue = queue.Queue()
@@ -60,6 +65,13 @@ class Job:
                 return line
         self.proc.kill()
         raise AssertionError(f"never saw {text!r}; stderr:\n{''.join(self.lines)[-3000:]}")
+
+    def signal_when_held(self, signum: int) -> None:
+        """Wait until the held run waits at its step, send `signum`, then let it go on: it meets
+        the signal at that step boundary (the signal is pending before the release exists)."""
+        held_run.wait_until_held(self.hold, self.proc)
+        self.proc.send_signal(signum)
+        held_run.release(self.hold)
 
     def finish(self, timeout: float = 120) -> tuple[int, str]:
         """Wait for the exit; (exit code, all of stderr). Safe to call again."""
@@ -113,9 +125,9 @@ def finished_reference(shared) -> Path:
 @pytest.mark.slow
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corpus, cli_env):
     killed_dir = tmp_path / "killed"
-    victim = Job(train_cmd(corpus, killed_dir, "checkpoint_every=10"), cli_env)
-    victim.wait_for("step 15 ")  # the step-10 checkpoint is written before step 10 starts
-    victim.proc.send_signal(signal.SIGKILL)
+    # killed at step 15, between its checkpoints of steps 10 and 20: resume redoes steps 11-15
+    victim = Job(train_cmd(corpus, killed_dir, "checkpoint_every=10"), cli_env, held_at=15, hold=tmp_path / "hold")
+    victim.signal_when_held(signal.SIGKILL)
     code, _ = victim.finish()
     assert code == -signal.SIGKILL
     assert read_summary(killed_dir)["status"] == "running"  # no chance to say goodbye
@@ -128,7 +140,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, shared, corp
     make_report(killed_dir, tmp_path / "report", echo=lines.append)
     assert any("was killed" in ln and "resume=true" in ln for ln in "\n".join(map(str, lines)).splitlines()), lines
     resume_step = newest_checkpoint_step(killed_dir)
-    assert 10 <= resume_step < STEPS
+    assert resume_step == 10
 
     resumed = run_cli(train_cmd(corpus, killed_dir, "checkpoint_every=10", "resume=true"), cli_env)
     assert f"resumed from step {resume_step}" in resumed.stderr
@@ -200,16 +212,17 @@ def test_resume_after_three_checkpoints_is_bit_exact_after_ctrl_c_sigterm_and_ki
     """Interrupted after its 3rd checkpoint (steps 10, 20, 30), each run resumes to exactly the
     uninterrupted run's losses (CPU, one thread). So does a kill -9 whose newest checkpoint is
     rewritten as an old normexp wrote it, with the frozen Adam step count of the first save:
-    its count is repaired from the checkpoint's step, and the log says so in one line."""
+    its count is repaired from the checkpoint's step, and the log says so in one line. Each run
+    waits at step 35 until its signal is sent (tests/held_run.py), so none can finish first."""
     steps, every = 80, "checkpoint_every=10"
     reference_dir = tmp_path / "reference"
     jobs = {"reference": Job(train_cmd(corpus, reference_dir, every, steps=steps), cli_env)}
     signals = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
     for name in signals:
-        jobs[name] = Job(train_cmd(corpus, tmp_path / name, every, steps=steps), cli_env)
+        jobs[name] = Job(train_cmd(corpus, tmp_path / name, every, steps=steps), cli_env, held_at=35,
+                         hold=tmp_path / f"hold_{name}")
     for name, signum in signals.items():
-        jobs[name].wait_for("step 35 ")
-        jobs[name].proc.send_signal(signum)
+        jobs[name].signal_when_held(signum)
     for name, job in jobs.items():
         code, stderr = job.finish()
         assert code == {"reference": 0, "SIGINT": 130, "SIGTERM": 143}.get(name, -signal.SIGKILL), stderr[-2000:]
@@ -219,7 +232,8 @@ def test_resume_after_three_checkpoints_is_bit_exact_after_ctrl_c_sigterm_and_ki
     for name in signals:
         run_dir = tmp_path / name
         state = ckpt.load_latest(run_dir)
-        assert 30 <= state["step"] < steps  # the 3rd periodic checkpoint or the signal's, after it
+        # Ctrl-C and SIGTERM stop at the step boundary they arrive at and save it; kill -9 leaves the 3rd
+        assert state["step"] == (30 if signals[name] == signal.SIGKILL else 35), name
         counts = {float(s["step"]) for s in state["optimizer"]["state"].values()}
         assert counts == {float(state["step"])}, f"{name}: the optimizer's step count in the checkpoint"
         if name == "format1":
@@ -271,9 +285,9 @@ def test_a_checkpoint_that_would_run_code_is_refused_unopened(tmp_path):
 @pytest.mark.slow
 def test_resume_refuses_a_planted_checkpoint_without_running_it(tmp_path, corpus, cli_env):
     run_dir, marker = tmp_path / "run", tmp_path / "marker"
-    job = Job(train_cmd(corpus, run_dir, "checkpoint_every=0", steps=100_000), cli_env)
-    job.wait_for("step 5 ")
-    job.proc.send_signal(signal.SIGINT)
+    job = Job(train_cmd(corpus, run_dir, "checkpoint_every=0", steps=100_000), cli_env, held_at=5,
+              hold=tmp_path / "hold")
+    job.signal_when_held(signal.SIGINT)
     assert job.finish()[0] == 130
     (own,) = ckpt.list_checkpoints(run_dir)
     planted = plant_payload(run_dir, marker)
@@ -315,18 +329,18 @@ def test_kill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path, cor
 @pytest.mark.slow
 def test_sigterm_and_sigint_save_a_checkpoint_and_exit_143_and_130(tmp_path, corpus, cli_env):
     # checkpoint_every=0: only the final checkpoint, so any checkpoint found is the signal's
-    jobs = {signum: Job(train_cmd(corpus, tmp_path / signum.name, "checkpoint_every=0", steps=100_000), cli_env)
+    jobs = {signum: Job(train_cmd(corpus, tmp_path / signum.name, "checkpoint_every=0", steps=100_000), cli_env,
+                        held_at=5, hold=tmp_path / f"hold_{signum.name}")
             for signum in (signal.SIGTERM, signal.SIGINT)}  # both at once: half the wall time
     for signum, job in jobs.items():
-        job.wait_for("step 5 ")
-        job.proc.send_signal(signum)
+        job.signal_when_held(signum)
     for signum, job in jobs.items():
         run_dir, name = tmp_path / signum.name, signum.name
         exit_code, stderr = job.finish()
         assert exit_code == 128 + signum == {"SIGTERM": 143, "SIGINT": 130}[name], stderr[-2000:]
         summary = read_summary(run_dir)
         assert summary["status"] == "interrupted"
-        assert summary["steps_completed"] >= 5
+        assert summary["steps_completed"] == 5  # held there until the signal was sent
         assert newest_checkpoint_step(run_dir) == summary["steps_completed"]
         assert "Traceback" not in stderr
         (message,) = [line for line in stderr.splitlines() if "interrupted by" in line]
