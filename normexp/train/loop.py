@@ -86,12 +86,19 @@ class Hooks:
     on_step: Callable[[int], None] | None = None    # a step finished (its index)
 
 
+# Set by the packed launcher while it sets its jobs up: `train` hands each job's config, folder and
+# JobContext to it and returns what it returns, and the launcher trains them together afterwards.
+deferred_training: Callable[[DictConfig, Path, JobContext], dict] | None = None
+
+
 def train(cfg: DictConfig | TrainConfig, run_dir: Path, stop: StopSignals | None = None, hooks: Hooks | None = None,
           job: JobContext | None = None) -> dict:
     """Train one model as `cfg` says (a checked composed config, read once into a TrainConfig,
     or the TrainConfig), logging into `run_dir`. Returns the summary (also written to
     summary.json). On SIGINT/SIGTERM (see signals.py) it saves a checkpoint, records status
     "interrupted" and raises `Interrupted`. `job`: see JobContext."""
+    if deferred_training is not None:  # a pack's launcher collects its members (launch/packs.py)
+        return deferred_training(cfg, Path(run_dir), job or JobContext())
     config = cfg if isinstance(cfg, TrainConfig) else TrainConfig.from_composed(cfg)
     trainer = Trainer(config, Path(run_dir), hooks or Hooks(), job or JobContext())
     with trainer.full_disk_named(), contextlib.ExitStack() as stack:
@@ -317,6 +324,8 @@ class Trainer:
     """One run's state and its parts: set-up (`__init__`), `train_step`, `after_step`,
     `save_checkpoint`, `finish`. `train()` drives them."""
 
+    in_pack = False  # one member of a pack (train/pack.py)
+
     def __init__(self, config: TrainConfig, run_dir: Path, hooks: Hooks, job: JobContext | None = None):
         self.config, self.run_dir, self.hooks, self.job = config, run_dir, hooks, job or JobContext()
         self.writing: Path | None = None  # the file a checkpoint or summary write is writing (full_disk_named)
@@ -423,15 +432,20 @@ class Trainer:
         """One optimizer update, in nanoGPT's order: forward and backward, clipping, optimizer step,
         logging. On a logging step the instruments watch it (`watch_step`) and attach through one
         call before the update and one after (StepWatch). Raises Diverged if the run must end here."""
-        config = self.config
         lr = self.set_lr(self.step)
         x, y = self.next_batch()
         watch = self.watch_step()  # None on a plain step
         loss = self.forward_backward(x, y, watch)
-        values = watch.before_update(loss, targets=y, z_loss=config.z_loss) if watch else None  # one sync
+        values = watch.before_update(loss, targets=y, z_loss=self.config.z_loss) if watch else None  # one sync
+        self.update(x, y, loss, lr, values, watch)
+
+    def update(self, x, y, loss: torch.Tensor, lr: float, values: dict | None = None, watch: StepWatch | None = None) -> None:
+        """The step after its backward (the gradients are in the parameters): divergence
+        check, optional clipping, optimizer step, the instruments after it. A pack's plain
+        step (train/pack.py) computes the backward of all its members at once, then calls this."""
         self.check_health(x, y, loss, values)
-        if config.optim.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.optim.grad_clip, foreach=True)
+        if self.config.optim.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip, foreach=True)
         self.optimizer.step()
         self.model.after_optimizer_step()
         self.step += 1
@@ -614,8 +628,11 @@ class Trainer:
         if not self.main:
             return
         self.writing = ckpt.checkpoint_dir(self.run_dir) / f"step_{self.step:08d}.pt"  # named if the disk refuses it
+        model = self.model.state_dict()
+        if self.in_pack:  # its weights are views of the pack's: saved alone, not with the other members'
+            model = {k: v.clone() for k, v in model.items()}
         ckpt.save(self.run_dir, {
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
+            "model": model, "optimizer": self.optimizer.state_dict(), "step": self.step,
             "data_generator": self.data_gen.get_state(), "rng": ckpt.capture_rng(), "best_val": self.best_val,
             "instruments": self.instruments.state_dict(), "summary": self.summary, "settings": self.settings,
         }, keep=self.config.keep_checkpoints)

@@ -1,0 +1,1 @@
+"""normexp's packed launcher (hydra/launcher=packed)."""

@@ -1,0 +1,120 @@
+"""Hydra's launcher for packs (`hydra/launcher=packed`): normexp/launch/packs.py says what a pack
+is; this class is what Hydra instantiates (its plugins must live under hydra_plugins)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+from normexp.launch.packs import DEFERRED, Member, _HoldDeferred, member_logs, pack_key, pack_sizes
+
+log = logging.getLogger("normexp")
+
+
+class PackedLauncher(Launcher):
+    """Hydra's launcher for packs; `max_members` (hydra.launcher.max_members): the largest pack,
+    or `auto` (as many as fit in the device's free memory, at most 64)."""
+
+    def __init__(self, max_members: int | str = "auto") -> None:
+        super().__init__()
+        self.max_members = max_members
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        configs = []
+        for idx, overrides in enumerate(job_overrides):
+            job_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(job_config):
+                job_config.hydra.job.id = job_config.hydra.job.num = initial_job_idx + idx
+            configs.append(job_config)
+        groups: dict[str, list[int]] = {}
+        for i, c in enumerate(configs):
+            groups.setdefault(pack_key(c), []).append(i)
+        packs = []
+        for indices in groups.values():
+            sizes = pack_sizes(len(indices), self.max_members, configs[indices[0]])
+            for size in sizes:
+                packs.append(indices[:size])
+                indices = indices[size:]
+        log.info("normexp: %d jobs in %d pack%s (%s members)", len(configs), len(packs), "" if len(packs) == 1 else "s",
+                 ", ".join(str(len(p)) for p in packs))
+        returns: list[JobReturn | None] = [None] * len(configs)
+        for pack in packs:
+            self._run_pack([configs[i] for i in pack], pack, returns)
+        return returns
+
+    def _set_up(self, config: DictConfig, index: int) -> tuple[JobReturn, tuple | None, list[str]]:
+        """The job set up as a solo job would be, its training deferred: (its JobReturn, (cfg,
+        run_dir, JobContext) if it is to train, the log files Hydra opened for it)."""
+        from normexp.train import loop
+
+        held: list = []
+        context = HydraContext(config_loader=self.hydra_context.config_loader,
+                               callbacks=_HoldDeferred(self.hydra_context.callbacks))
+
+        def defer(cfg, run_dir, job):
+            held.append((cfg, run_dir, job))
+            return DEFERRED
+
+        loop.deferred_training = defer
+        try:
+            ret = run_job(hydra_context=context, task_function=self.task_function, config=config,
+                          job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        finally:
+            loop.deferred_training = None
+        files = [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return ret, (held[0] if held and ret.status == JobStatus.COMPLETED else None), files
+
+    def _run_pack(self, configs: list[DictConfig], indices: list[int], returns: list) -> None:
+        from normexp.train.pack import train_pack
+        from normexp.train.signals import Interrupted
+        from normexp.launch.sweep import job_label
+
+        members = []
+        for config, index in zip(configs, indices):
+            ret, held, files = self._set_up(config, index)
+            if held is None:  # refused, failed, or finished already: it ended as a solo job ends
+                returns[index] = ret
+                continue
+            cfg, run_dir, job = held
+            members.append(Member(index, cfg, run_dir, job, files, ret))
+        if not members:
+            return
+        labels = [job_label(configs[indices.index(m.index)].hydra) for m in members]
+        with member_logs(members, labels):
+            try:
+                summaries = train_pack([m.config for m in members], [m.run_dir for m in members],
+                                       jobs=[m.job for m in members])
+            except Interrupted as e:
+                raise SystemExit(e.exit_code)
+            except Exception as e:  # noqa: BLE001 - the sweep goes on past one broken pack
+                from normexp.launch.exits import describe_error
+                from normexp.launch.hydra_job import _leave_resumable
+
+                message, code = describe_error(e)
+                log.error("pack failed: %s (the sweep goes on)", message)
+                for m in members:
+                    _leave_resumable(m.run_dir, m.config, None, message, code)
+                    m.job_return.status, m.job_return._return_value = JobStatus.FAILED, e
+                    returns[m.index] = m.job_return
+                    self.hydra_context.callbacks.on_job_end(config=configs[indices.index(m.index)], job_return=m.job_return)
+                return
+        for m, summary in zip(members, summaries):
+            m.job_return._return_value = summary
+            returns[m.index] = m.job_return
+            self.hydra_context.callbacks.on_job_end(config=configs[indices.index(m.index)], job_return=m.job_return)

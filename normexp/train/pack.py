@@ -1,0 +1,152 @@
+"""A pack's training: K runs of one shape stepped together, each still a run of its own.
+
+Each member is a `Trainer` (loop.py), built exactly as its solo run builds it: its folder,
+data stream, model, optimizer, instruments, TensorBoard writer, checkpoints, resume. The pack
+adds one thing, the plain step: the members' forward and backward as one `PackedGPT`
+(model/packed.py), after which each member takes its own update (`Trainer.update`: the
+divergence check, clipping, its optimizer, its lr). A logging step is each member's own
+`Trainer.train_step` on its own model (whose weights are its row of the pack), so every
+per-layer tag is measured as in a solo run; evaluation and checkpoints are the members' own.
+
+    while some member is running:
+        members at a logging step: their own train_step        (the instruments watch it)
+        the others: one packed forward/backward, then each its own update
+        each: after_step (evaluation, checkpoint, progress); a finished member finishes
+
+A member that diverges finishes as its solo run would (status "diverged", the same step); its
+row stays in the pack on a zero batch whose gradient is never applied, so nothing of it reaches
+the others. On CPU (float32) a member's losses and tags equal its solo run's bit for bit
+(tests/train/test_packs.py); on CUDA the pack's batched kernels round differently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from ..model.packed import PackedGPT
+from ..runs.schema import Status
+from .config import TrainConfig
+from .flat_adamw import FlatAdamW
+from .loop import Diverged, Hooks, JobContext, Trainer, is_logging_step, set_up_objects_frozen
+from .signals import Interrupted, StopSignals
+
+log = logging.getLogger("normexp")
+
+# the member whose code runs now (None: the pack's own), for the launcher's per-member logs
+current_member: contextvars.ContextVar[int | None] = contextvars.ContextVar("current_member", default=None)
+
+
+@contextlib.contextmanager
+def as_member(i: int):
+    token = current_member.set(i)
+    try:
+        yield
+    finally:
+        current_member.reset(token)
+
+
+class Pack:
+    """The members' Trainers and the PackedGPT over their models."""
+
+    def __init__(self, trainers: Sequence[Trainer]):
+        self.trainers = list(trainers)
+        first = self.trainers[0]
+        self.device, self.autocast = first.device, first.autocast
+        self.model = PackedGPT([t.model for t in self.trainers])
+        for t in self.trainers:
+            t.in_pack = True  # checkpoints copy the member's own row of the weights
+            if isinstance(t.optimizer, FlatAdamW) and not t.optimizer.per_tensor:
+                # its flat buffer no longer holds the weights (the pack does): torch's per-tensor
+                # fused step on the same parameters, the same numbers (flat_adamw.py, "Exactness")
+                t.optimizer._go_per_tensor()
+        self.summaries: list[dict | None] = [None] * len(self.trainers)
+
+    def running(self) -> list[int]:
+        return [i for i, t in enumerate(self.trainers) if self.summaries[i] is None and t.step < t.config.steps]
+
+    def packed_step(self, members: list[int]) -> None:
+        """One update of each listed member, their forward and backward computed together."""
+        first = self.trainers[members[0]].config
+        K, B, T = len(self.trainers), first.batch_size, first.seq_len
+        xs = torch.zeros(K, B, T, dtype=torch.long, device=self.device)  # rows of members not stepping: a zero batch
+        ys = torch.zeros_like(xs)
+        batches, lrs = {}, {}
+        for i in members:
+            t = self.trainers[i]
+            lrs[i] = t.set_lr(t.step)
+            batches[i] = t.next_batch()
+            xs[i], ys[i] = batches[i]
+            t.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
+        with self.autocast():
+            losses = self.model(xs, ys, z_loss=[t.config.z_loss for t in self.trainers])
+        losses.sum().backward()  # member k's loss reaches member k's parameters only
+        self.model.member_grads_to_members(members)
+        for i in members:
+            self._guarded(i, lambda t=self.trainers[i], i=i: t.update(*batches[i], losses[i], lrs[i]))
+
+    def _guarded(self, i: int, action) -> None:
+        """Run one member's action; a divergence finishes that member alone."""
+        with as_member(i):
+            try:
+                action()
+            except Diverged as e:
+                self.summaries[i] = self.trainers[i].finish(Status.DIVERGED, diverged_at_step=e.step)
+
+    def step(self) -> None:
+        running = self.running()
+        logging_now = [i for i in running if is_logging_step(self.trainers[i].step, self.trainers[i].config.log.log_every,
+                                                             self.trainers[i].config.steps)]
+        for i in logging_now:
+            self._guarded(i, self.trainers[i].train_step)
+        plain = [i for i in running if i not in logging_now]
+        if plain:
+            self.packed_step(plain)
+        for i in running:
+            if self.summaries[i] is None:
+                self._guarded(i, self.trainers[i].after_step)
+            t = self.trainers[i]
+            if self.summaries[i] is None and t.step >= t.config.steps:
+                with as_member(i):
+                    t.save_checkpoint()
+                    self.summaries[i] = t.finish(Status.COMPLETED)
+
+
+def train_pack(configs: Sequence[DictConfig | TrainConfig], run_dirs: Sequence[Path], stop: StopSignals | None = None,
+               jobs: Sequence[JobContext] | None = None) -> list[dict]:
+    """Train the runs `configs` describe (one shape: launch/packs.py groups them) as one pack,
+    each into its run folder; returns their summaries, as `train` returns one. On SIGINT or
+    SIGTERM every running member saves a checkpoint and records "interrupted" (or "requeued"),
+    then `Interrupted` is raised, as for a solo run."""
+    configs = [c if isinstance(c, TrainConfig) else TrainConfig.from_composed(c) for c in configs]
+    jobs = list(jobs or [JobContext()] * len(configs))
+    trainers = []
+    for i, (c, d, j) in enumerate(zip(configs, run_dirs, jobs)):
+        with as_member(i):
+            trainers.append(Trainer(c, Path(d), Hooks(), j))
+    pack = Pack(trainers)
+    with contextlib.ExitStack() as stack:
+        stop = stop or stack.enter_context(StopSignals())
+        stack.enter_context(set_up_objects_frozen())
+        try:
+            with stop.deferred():
+                for i in pack.running():
+                    if trainers[i].step == 0:
+                        with as_member(i):
+                            trainers[i].evaluate_initial()
+                while pack.running():
+                    stop.check()
+                    pack.step()
+        except Interrupted as e:
+            for i in pack.running():
+                with as_member(i):
+                    trainers[i].stop_interrupted(e)
+            raise
+    return [s if s is not None else t.summary for s, t in zip(pack.summaries, trainers)]
