@@ -8,6 +8,10 @@ config values, the sha256 of local files' contents) and the tokenizer config, so
 cache hit tokenizes nothing, and a file changed in place never gets stale tokens.
 Local files are read once: the key hashes the bytes that are tokenized (sources.py).
 
+Memory is bounded by the input (issue 50): the files' bytes are held once and tokenized a piece
+at a time into the cache files (the byte tokenizer writes the bytes themselves, one byte a
+token), and their sizes are checked against free memory and disk before they are read.
+
 The corpora (`data.name`) and tokenizers (`tokenizer.name`) are the registries SOURCES and
 TOKENIZERS of sources.py, one class each; this module caches and serves their tokens.
 """
@@ -27,8 +31,9 @@ import numpy as np
 import torch
 
 from ..config.checks import ConfigError
-from .files import atomic_write_bytes, cache_root
-from .sources import DataError, _local_paths, file_lock, short, source_for, temp_dir, tokenizer_for, with_defaults  # noqa: F401 - DataError re-exported
+from ..config.resources import DEGENERATE_ENTROPY, data_problem
+from .files import CHUNK, atomic_write_bytes, cache_root
+from .sources import DataError, _local_paths, _nbytes, file_lock, short, source_for, temp_dir, tokenizer_for, with_defaults  # noqa: F401 - DataError re-exported
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +42,7 @@ _CACHE_FORMAT = "normexp-tokens-v1"  # bump when the on-disk format or tokenizat
 
 @dataclass
 class TokenizedCorpus:
-    train: np.ndarray  # 1-D token ids (np.memmap), uint16 if vocab <= 65536 else uint32
+    train: np.ndarray  # 1-D token ids (np.memmap): uint8 for bytes (uint16 in caches built before), else uint16/32
     val: np.ndarray
     vocab_size: int
     bytes_per_token: float  # UTF-8 bytes per token of the val split
@@ -51,8 +56,24 @@ def unigram_entropy(tokens: np.ndarray) -> float:
     """H = -sum_v p(v) log p(v) of the token frequencies, in nats: the cross-entropy of the
     best model that ignores context, evaluated on the same tokens (np.bincount: ~10 ms for
     a million tokens)."""
-    counts = np.bincount(np.asarray(tokens, dtype=np.int64))
-    p = counts[counts > 0] / len(tokens)
+    return _entropy(token_counts(tokens), len(tokens))
+
+
+def token_counts(tokens) -> np.ndarray:
+    """np.bincount of the tokens (an array or bytes-like pieces), a piece at a time: the int64
+    copy bincount makes of its input is a piece's, not the split's (8 bytes a token)."""
+    pieces = [tokens] if isinstance(tokens, np.ndarray) else [np.frombuffer(t, dtype=np.uint8) for t in tokens]
+    counts = np.zeros(0, dtype=np.int64)
+    for piece in pieces:
+        for start in range(0, len(piece), CHUNK // 4):
+            c = np.bincount(piece[start:start + CHUNK // 4])
+            counts = np.pad(counts, (0, max(0, len(c) - len(counts))))
+            counts[:len(c)] += c
+    return counts
+
+
+def _entropy(counts: np.ndarray, n: int) -> float:
+    p = counts[counts > 0] / n
     return float(-(p * np.log(p)).sum())
 
 
@@ -96,15 +117,21 @@ def load_corpus(
         tokenizer.check()
     except ConfigError as e:
         raise DataError(str(e)) from None
-    identity = {"format": _CACHE_FORMAT, "corpus": source.identity(),
-                "tokenizer": {"name": tokenizer.name, "vocab_size": tokenizer.vocab_size}}
-    files = source.files_read()  # the bytes identity() hashed; load() tokenizes the same bytes
+    fits = {"files": source.sizes(), "tokenizer": tokenizer.name, "vocab_size": tokenizer.vocab_size,
+            "cache_dir": root / "tokens"}
+    problem = data_problem(**fits, build=False)  # before reading: the bytes must fit in memory
+    if problem:
+        raise DataError(problem)
+    identity, key = _identity(source, tokenizer)
+    files = source.files_read()  # the bytes identity() hashed; splits() tokenizes the same bytes
     if expect_files is not None:
         _check_expected(files, expect_files, source)
-    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     entry = root / "tokens" / key
     built = False
     if not (entry / "meta.json").is_file():
+        problem = data_problem(**fits, read=False)  # held now: tokenizing them and their tokens' disk
+        if problem:
+            raise DataError(problem)
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             with file_lock(entry.parent / f".{key}.lock"):  # parallel sweep jobs build it once
@@ -121,10 +148,33 @@ def load_corpus(
         meta = _with_baseline(entry, meta, val)
     except (OSError, ValueError, KeyError) as e:  # only if someone edited the cache by hand
         raise DataError(f"the token cache {entry} is damaged ({short(e)}); delete that folder and rerun") from None
+    if meta["baseline_loss"] < DEGENERATE_ENTROPY:  # an entry built before the text itself was checked
+        raise DataError(f"{meta['description']}: the validation tokens are nearly one symbol repeated (unigram "
+                        f"entropy {meta['baseline_loss']:.4f} nats): no model can beat the baseline; train on real text")
     if not built:
         log.info("data: cached tokens %s (train %s, val %s tokens)", key[:8], _count(len(train)), _count(len(val)))
     return TokenizedCorpus(train, val, meta["vocab_size"], meta["bytes_per_token"], meta["description"],
                            meta["baseline_loss"], files)
+
+
+def _identity(source, tokenizer) -> tuple[dict, str]:
+    """The token cache entry's identity and key (its folder name under tokens/)."""
+    identity = {"format": _CACHE_FORMAT, "corpus": source.identity(),
+                "tokenizer": {"name": tokenizer.name, "vocab_size": tokenizer.vocab_size}}
+    return identity, hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def is_cached(data_cfg, tokenizer_cfg, cache_dir: str | Path | None = None) -> bool:
+    """Whether the configs' tokens are in the cache: the pre-flight asks, before refusing a file
+    whose tokens would not fit on the disk. Hashes the local files a piece at a time."""
+    data_cfg, tokenizer_cfg = with_defaults("data", data_cfg), with_defaults("tokenizer", tokenizer_cfg)
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
+    source, tokenizer = source_for(data_cfg, root), tokenizer_for(tokenizer_cfg)
+    source.stream_hashes = True
+    try:
+        return (root / "tokens" / _identity(source, tokenizer)[1] / "meta.json").is_file()
+    except OSError:
+        return False
 
 
 def _check_expected(files: list[dict], expected: list[dict], source) -> None:
@@ -143,10 +193,6 @@ def _check_expected(files: list[dict], expected: list[dict], source) -> None:
 # building a cache entry
 
 
-def _write_tokens(tokens: np.ndarray, path: Path) -> None:
-    tokens.tofile(path)
-
-
 def _cache_write_error(e: OSError, folder: Path) -> DataError:
     """One line for a token cache that cannot be written. numpy's tofile reports a full disk
     as "N requested and M written" with no errno, so a short write counts as a full disk too."""
@@ -160,23 +206,39 @@ def _cache_write_error(e: OSError, folder: Path) -> DataError:
                      "on another disk")
 
 
+def _check_not_degenerate(what: str, split: str, text: list) -> None:
+    """Refuse a split whose bytes are (nearly) one symbol repeated (a file of NUL bytes): there
+    is nothing to learn, the unigram baseline is ~0 and no run can beat it, so a study over it
+    would only report stalls. Real text has 2 to 5 nats a byte; the limit is 0.1."""
+    counts = token_counts(text)
+    entropy = _entropy(counts, _nbytes(text))
+    if entropy < DEGENERATE_ENTROPY:
+        top = int(np.argmax(counts))
+        raise DataError(f"{what}: the {split} text is {counts[top] / counts.sum():.2%} one byte ({top:#04x}; "
+                        f"unigram entropy {entropy:.4f} nats a byte): there is nothing to learn and no baseline to "
+                        "beat; train on real text")
+
+
 def _build_entry(entry: Path, identity: dict, source, tokenizer, progress: bool) -> None:
     start = time.perf_counter()
-    train_text, val_text, description = source.load(progress)
+    train_text, val_text, description = source.splits(progress)  # UTF-8 pieces, views of the files' bytes
     for split, text in (("training", train_text), ("validation", val_text)):
-        if not text:
+        if not _nbytes(text):
             raise DataError(f"{description}: the {split} split is empty; add text or change the split settings")
+    what = ", ".join(source.local_files()) or description
+    for split, text in (("training", train_text), ("validation", val_text)):
+        _check_not_degenerate(what, split, text)
     with temp_dir(entry.parent, f".tmp-{entry.name[:8]}-") as tmp:
-        train, val = tokenizer.encode(train_text, val_text, tmp, progress)
-        dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32
-        _write_tokens(train.astype(dtype), tmp / "train.bin")
-        _write_tokens(val.astype(dtype), tmp / "val.bin")
+        dtype = tokenizer.encode(train_text, val_text, tmp, progress)
+        train = np.memmap(tmp / "train.bin", dtype=dtype, mode="r")
+        val = np.memmap(tmp / "val.bin", dtype=dtype, mode="r")
         meta = {
             "train_tokens": len(train), "val_tokens": len(val), "dtype": np.dtype(dtype).name,
-            "vocab_size": tokenizer.vocab_size, "bytes_per_token": len(val_text.encode("utf-8")) / len(val),
+            "vocab_size": tokenizer.vocab_size, "bytes_per_token": _nbytes(val_text) / len(val),
             "baseline_loss": unigram_entropy(val),
             "description": f"{description}, {tokenizer.description()}", "identity": identity,
         }
+        del train, val  # the memmaps: Windows cannot move a folder with open files
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
             os.replace(tmp, entry)  # atomic: readers see a complete entry or none
@@ -184,7 +246,7 @@ def _build_entry(entry: Path, identity: dict, source, tokenizer, progress: bool)
             if not (entry / "meta.json").is_file():  # else another process won the race: use theirs
                 raise
     log.info("data: built tokens %s in %.1f s (train %s, val %s tokens)",
-             entry.name[:8], time.perf_counter() - start, _count(len(train)), _count(len(val)))
+             entry.name[:8], time.perf_counter() - start, _count(meta["train_tokens"]), _count(meta["val_tokens"]))
 
 
 # ---------------------------------------------------------------------------------------------

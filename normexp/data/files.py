@@ -68,6 +68,20 @@ def cache_root() -> Path:
     return Path.home() / ".cache" / "normexp"
 
 
+CHUNK = 4 << 20  # bytes read, hashed or tokenized at a time: memory stays O(file), never a multiple of it
+
+
+def file_content_id(path) -> dict:
+    """content_id of a file's bytes, read in CHUNK pieces (the run's record hashes a data file
+    without holding it in memory)."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while piece := f.read(CHUNK):
+            digest.update(piece)
+            size += len(piece)
+    return {"bytes": size, "sha256": digest.hexdigest()}
+
+
 def content_id(data: bytes) -> dict:
     """{bytes, sha256} of the bytes given: the identity of a local file in the cache key and in
     the run's record. By content, not path, size and mtime: a file edited in place with its size

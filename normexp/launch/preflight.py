@@ -183,6 +183,33 @@ def check_job(job, explicit) -> None:
     from .validate import check_memory
 
     check_memory(job)
+    check_data_fits(job)
+
+
+def check_data_fits(job) -> None:
+    """Refuse, before anything is read, local data files that cannot be read into memory beside
+    the model (on the CPU) or whose tokens cannot fit on the token cache's disk (unless they are
+    cached already: only then are the files hashed, a piece at a time)."""
+    from ..config.checks import ConfigError
+    from ..config.resources import data_problem, training_memory_bytes
+    from ..data.files import cache_root
+    from ..data.sources import source_for, tokenizer_for, with_defaults
+    from .validate import _on_cpu
+
+    data, tok = with_defaults("data", job.data), with_defaults("tokenizer", job.tokenizer)
+    files = source_for(data).sizes()
+    if not files:
+        return
+    fits = {"files": files, "tokenizer": tok.name, "vocab_size": tokenizer_for(tok).vocab_size,
+            "cache_dir": cache_root() / "tokens", "model": training_memory_bytes(job) if _on_cpu(job.device) else 0}
+    problem = data_problem(**fits)
+    if problem and data_problem(**fits, build=False) is None:  # the build does not fit: is it built already?
+        from ..data.batches import is_cached
+
+        problem = None if is_cached(data, tok) else problem
+    if problem:
+        key, _, why = problem.partition(": ")  # data.files or data.val_files: the file it names
+        raise ConfigError(key, job.data.get(key[len("data."):]), why)
 
 
 # a sweep larger than this is checked on an evenly spread sample of its jobs (~50 ms each)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..data.files import atomic_write_bytes, content_id
+from ..data.files import atomic_write_bytes, file_content_id
 
 RECORD = "normexp_run.json"
 
@@ -20,7 +20,7 @@ def file_identity(path) -> dict:
     the identity the token cache keys them by)."""
     p = Path(str(path)).expanduser().resolve()
     mtime_ns = p.stat().st_mtime_ns
-    return {"path": str(p), **content_id(p.read_bytes()), "mtime_ns": mtime_ns}
+    return {"path": str(p), **file_content_id(p), "mtime_ns": mtime_ns}  # hashed in pieces: not held in memory
 
 
 def changed_data_file(recorded: list[dict], given: list[str]) -> tuple[str, str] | None:

@@ -75,7 +75,7 @@ def test_byte_tokenizer_val_fraction(tmp_path, cache):
     train_text, val_text = full[: len(full) - n_val], full[len(full) - n_val:]
     assert corpus.train.tolist() == list(train_text.encode("utf-8"))
     assert corpus.val.tolist() == list(val_text.encode("utf-8"))
-    assert isinstance(corpus.train, np.memmap) and corpus.train.dtype == np.uint16
+    assert isinstance(corpus.train, np.memmap) and corpus.train.dtype == np.uint8  # one byte a token (uint16 before issue 50: twice the file)
     assert corpus.vocab_size == 256 and corpus.bytes_per_token == 1.0
     assert corpus.description.startswith("text: 2 files") and "byte tokenizer" in corpus.description
     assert str(cache) in str(corpus.train.filename)
