@@ -88,6 +88,9 @@ def resume(folder: Path = typer.Argument(..., help="A run's folder (runs/<date>/
     from .launch.hydra_job import run_train
     from .runs.resume import resume_arguments
 
+    if not folder.expanduser().exists():  # a typo is not "a folder that holds no run"
+        fail(f"{folder}: does not exist; give a run's folder (runs/<date>/<time>) or a sweep's "
+             "(runs/multirun/<date>/<time>)")
     try:
         args = resume_arguments(folder)
     except ConfigError as e:

@@ -543,7 +543,7 @@ def with_losses(points, runs, columns: list[str]):
     # {point: {steps: loss}}: a budget check reran the same lr and seed at N× the steps, so a
     # point's own run is the one with the fewest steps (steps_factor 1) or the most (N).
     losses: dict[tuple, dict[int, float]] = {}
-    for r in runs or []:
+    for r in study.screen(list(runs or [])).kept:  # the replicates the statistics use, no left-out run
         v = study.run_loss(r)
         if v is None:
             continue

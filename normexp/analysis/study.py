@@ -4,7 +4,9 @@ Runs that differ only in `seed` are replicates of one *cell* (one setting of the
 keys). Which runs of a cell are replicates (`screen`): only finished runs (completed,
 stalled, diverged) and one per seed. A run still going, killed, interrupted or requeued
 has no final number yet, a failed one has none at all, a malformed summary.json is not
-trusted: each is left out, with its reason. Two finished runs of one setting with the same
+trusted, nor is one that says completed or stalled beside a final loss that is no finite number
+(NaN, Infinity): each is left out of every statistic (means, counts, max stable lr, critical depth,
+the transfer tables), with its reason. Two finished runs of one setting with the same
 seed are one replicate, not two: the newest (by its summary.json's time) is kept. Per cell:
 n (the runs in the mean), the mean final validation loss with a 95 % t-interval over seeds
 (mean ± t₀.₉₇₅,ₙ₋₁ · s/√n; one seed gives no interval, even where a pooled cell holds several runs), how many diverged, stalled or failed,
@@ -127,14 +129,27 @@ def unfinished_reason(r: Run) -> tuple[str, str] | None:
     return status, f"{status}: unfinished, its last loss is not a final one"
 
 
+def untrusted_reason(r: Run) -> tuple[str, str] | None:
+    """(short, why) a finished run's summary cannot be believed, or None: its status says it
+    completed or stalled but its final_val_loss is no finite number (NaN, Infinity: written by
+    hand, or a bug). Its status was judged from that number, so it counts neither as a loss nor
+    as a run that learned. A diverged run needs no final loss (it enters as ℓ₀)."""
+    if r.status in FINISHED and r.status != Status.DIVERGED and run_loss(r) is None:
+        return "no final loss", (f"status {r.status} but its final_val_loss is {r.metrics().get('final_val_loss')}, "
+                                 "not a finite number: left out of every statistic (fix or remove its summary.json)")
+    return None
+
+
 def screen(members: list[Run]) -> Screened:
-    """Which runs of a cell enter the statistics. Unfinished, failed and malformed runs are
-    left out; of several finished runs with one setting and seed the newest is kept (by
-    summary.json's modification time, then path), the others left out as duplicates; a kept
-    run without a loss (diverged before any finite loss: no ℓ₀) is left out of the mean only."""
+    """Which runs of a cell enter the statistics. Unfinished, failed and malformed runs, and
+    finished ones without a finite final loss (`untrusted_reason`), are left out; of several
+    finished runs with one setting and seed the newest is kept (by summary.json's modification
+    time, then path), the others left out as duplicates; a kept run without a loss (diverged
+    before any finite loss: no ℓ₀) is left out of the mean only, and still counts as a run
+    that did not learn."""
     out, newest = Screened(), {}
     for r in members:
-        reason = unfinished_reason(r)
+        reason = unfinished_reason(r) or untrusted_reason(r)
         if reason:
             out.left_out.append((r, *reason))
             continue
@@ -143,7 +158,7 @@ def screen(members: list[Run]) -> Screened:
             newest[key] = r
     for r in members:
         keeper = newest.get(setting_identity(r))
-        if r.status not in FINISHED or keeper is None:
+        if r.status not in FINISHED or keeper is None or untrusted_reason(r):
             continue
         if r is not keeper:
             out.left_out.append((r, "duplicate seed", f"same setting and seed {r.config.get('seed')} as {keeper.rel}, "
@@ -154,9 +169,6 @@ def screen(members: list[Run]) -> Screened:
         if loss is None and r.status == Status.DIVERGED:
             out.left_out.append((r, "no initial loss", "diverged before its first finite loss, so it has no ℓ₀ "
                                  "to count as: left out of the mean (which is then too low), counted as diverged"))
-        elif loss is None:  # a finished run whose summary holds no finite final loss (written by hand, or a bug)
-            out.left_out.append((r, "no final loss", f"status {r.status} but its final_val_loss is "
-                                 f"{r.metrics().get('final_val_loss')}, not a finite number: left out of the mean"))
         else:
             out.losses.append(loss)
             out.entered.append(r)
@@ -179,7 +191,7 @@ def cell_stats(members: list[Run]) -> dict:
     if len({repr(r.config.get("seed")) for r in sc.entered}) < 2:  # an interval over seeds needs two seeds
         low = high = math.nan
     statuses = [r.status for r in sc.kept]
-    baselines = [r.summary.get("baseline_loss") for r in sc.kept if r.summary.get("baseline_loss") is not None]
+    baselines = [b for r in sc.kept if isinstance(b := r.summary.get("baseline_loss"), (int, float)) and math.isfinite(b)]
     return {"n": len(sc.losses), "mean": mean, "low": low, "high": high,
             "n_diverged": statuses.count(Status.DIVERGED), "n_stalled": statuses.count(Status.STALLED),
             "n_failed": sum(r.status == Status.FAILED for r in members), "n_learned": sum(map(counts_as_learned, sc.kept)),
@@ -261,8 +273,9 @@ def _left_out_over(groups) -> tuple[int, str]:
 
 def sensitivity_table(runs: list[Run], keys: list[str], sort_key):
     """One row per setting (the varied keys other than lr): lr_sensitivity with its t-interval
-    over seeds (`seed_sensitivity`) and, for comparison, its bootstrap interval, max_stable_lr, n_seeds (the fewest seeds in the statistics of any lr cell), n_lrs,
-    and the runs left out of them (n_left_out, left_out: see `screen`)."""
+    over seeds (`seed_sensitivity`) and, for comparison, its bootstrap interval, max_stable_lr, n_seeds (the fewest
+    seeds in the statistics of any lr cell it used), n_lrs (the lr cells it used: those with a run in the
+    statistics), and the runs left out of them (n_left_out, left_out: see `screen`)."""
     setting_keys = [k for k in keys if k != "lr"]
     rows = []
     for values, members in sorted(cells(runs, setting_keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
@@ -275,7 +288,7 @@ def sensitivity_table(runs: list[Run], keys: list[str], sort_key):
         rows.append({**dict(zip(setting_keys, values)), "lr_sensitivity": point, "lr_sensitivity_low": low,
                      "lr_sensitivity_high": high, "lr_sensitivity_boot_low": boot_low,
                      "lr_sensitivity_boot_high": boot_high, "max_stable_lr": largest_learning(by_lr),
-                     "n_seeds": min(len(screen(ms).entered) for ms in by_lr.values()) if by_lr else 0,
+                     "n_seeds": min(map(len, by_seed)) if by_seed else 0,
                      "n_lrs": len(grid), "n_left_out": n_out, "left_out": why})
     return pd.DataFrame(rows, columns=[*setting_keys, "lr_sensitivity", "lr_sensitivity_low", "lr_sensitivity_high",
                                        "lr_sensitivity_boot_low", "lr_sensitivity_boot_high", "max_stable_lr", "n_seeds", "n_lrs", "n_left_out", "left_out"])
@@ -292,9 +305,11 @@ def early_model_update(r: Run) -> tuple[int, float] | None:
 
 def model_update_table(runs: list[Run], keys: list[str], sort_key):
     """Like cell_table, for the early model update: one row per cell of `keys` with the mean
-    over seeds, its 95 % t-interval, n, and the step it was read at (the earliest of the cell)."""
+    over seeds, its 95 % t-interval, n, and the step it was read at (the earliest of the cell).
+    Like every statistic, it reads only the runs `screen` keeps (finished, one per seed)."""
     rows = []
     for values, members in sorted(cells(runs, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
+        members = screen(members).kept
         points = [p for p in map(early_model_update, members) if p is not None]
         mean, low, high = t_interval([v for _, v in points])
         statuses = [r.status for r in members]
@@ -307,16 +322,17 @@ def model_update_table(runs: list[Run], keys: list[str], sort_key):
 
 def depth_table(runs: list[Run], keys: list[str], sort_key):
     """One row per setting (the varied keys other than layers): the deepest stack at which
-    every seed learned (None: none did), the depths tried, n_seeds (the fewest finished seeds
-    of any depth), and the runs left out (see `screen`)."""
+    every seed learned (None: none did), the depths it used (those with a finished run, see
+    `screen`), n_seeds (the fewest finished seeds of any of them), and the runs left out."""
     setting_keys = [k for k in keys if k != "layers"]
     rows = []
     for values, members in sorted(cells(runs, setting_keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]]):
         by_depth = {d: ms for (d,), ms in cells(members, ["layers"]).items() if d is not None}
         n_out, why = _left_out_over(by_depth.values())
+        used = {d: kept for d, ms in by_depth.items() if (kept := screen(ms).kept)}
         rows.append({**dict(zip(setting_keys, values)), "deepest_learning_layers": largest_learning(by_depth),
-                     "depths": " ".join(str(d) for d in sorted(by_depth)),
-                     "n_seeds": min(len(screen(ms).kept) for ms in by_depth.values()) if by_depth else 0,
+                     "depths": " ".join(str(d) for d in sorted(used)),
+                     "n_seeds": min(map(len, used.values())) if used else 0,
                      "n_left_out": n_out, "left_out": why})
     table = pd.DataFrame(rows, columns=[*setting_keys, "deepest_learning_layers", "depths", "n_seeds", "n_left_out",
                                         "left_out"])

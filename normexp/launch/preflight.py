@@ -99,6 +99,23 @@ def _check_overrides(parsed: list, multirun: bool) -> list[str]:
     return first
 
 
+def _check_preset_groups(parsed: list, first: list[str]) -> None:
+    """A preset's group beside a plain key that sets the same thing (arm=pre placement=post): one
+    line before the full config is composed (a Depth-μP setting under arm=pre would otherwise be
+    "no such setting"). The groups' choices and the preset's sweep come from composing the group
+    and hydra overrides alone; if those do not compose, _compose says why next."""
+    from .validate import preset_group_conflict
+
+    chosen = [o for o in first if override_key(o) in config_groups() or override_key(o).startswith("hydra")]
+    try:
+        cfg = compose_config(chosen, hydra=True)
+    except Exception:  # noqa: BLE001 - a broken override: _compose names it in one line next
+        return
+    conflict = preset_group_conflict(parsed, cfg)
+    if conflict:
+        fail(conflict)
+
+
 def _null_group(group: str) -> str:
     """Why `group=null` is refused (Hydra cannot compose a config group set to null), and the fix."""
     if group.startswith("hydra/"):
@@ -124,7 +141,11 @@ def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
         msg = " ".join(str(e).split())
         missing = re.search(r"Could not override '([^']+)'", msg)
         if missing:
+            from .validate import group_outside_its_preset
+
             given = next((o for o in job if override_key(o) == missing[1]), missing[1])
+            if given.startswith(f"{missing[1]}=") and group_outside_its_preset(missing[1], given.split("=", 1)[1]):
+                fail(group_outside_its_preset(missing[1], given.split("=", 1)[1]))  # arm=post without its preset
             key = missing[1].split(".")[0]
             chosen = next((o for o in job if o.split("=")[0] == key), None)  # e.g. placement=pre
             where = f" of {chosen}" if chosen and key in config_groups() else ""
@@ -274,7 +295,9 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
     from .validate import check_cache
 
     parsed = _parse(overrides)
-    cfg = _compose(_check_overrides(parsed, multirun), hydra=True)
+    first = _check_overrides(parsed, multirun)
+    _check_preset_groups(parsed, first)
+    cfg = _compose(first, hydra=True)
     sweeper_params = OmegaConf.select(cfg, "hydra.sweeper.params")
     if sweeper_params and not multirun and not show:  # a preset that is a sweep
         preset = next((o for o in overrides if o.startswith("experiment=")), "the preset")

@@ -167,7 +167,21 @@ def _device(device) -> None:
 
 
 def check_launcher(launcher) -> None:
-    """Launcher settings the launcher itself would refuse with a traceback mid-sweep."""
+    """Launcher settings the launcher itself would refuse with a traceback mid-sweep: a
+    `_target_` that names no installed Hydra launcher (hydra.launcher._target_=builtins.print, a
+    custom yaml's typo: Hydra refuses it only after the sweep started, in a traceback), and n_jobs."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+
+    from ..config.compose import expose_plugins
+
+    target = str(launcher.get("_target_")) if launcher is not None else "None"
+    expose_plugins()  # normexp's own plugins, findable as in a run
+    installed = sorted(f"{c.__module__}.{c.__name__}" for c in Plugins.instance().discover(Launcher))
+    if target not in installed:
+        raise ConfigError("hydra.launcher._target_", target, "names no installed Hydra launcher; pick one with "
+                          f"hydra/launcher=NAME (`normexp train --hydra-help` lists them), or a _target_ of: "
+                          f"{', '.join(installed)}")
     n_jobs = launcher.get("n_jobs") if launcher is not None else None
     if n_jobs is not None and (not is_integer(n_jobs) or n_jobs == 0):
         raise ConfigError("hydra.launcher.n_jobs", n_jobs, "must be a positive number of parallel jobs, "
@@ -211,3 +225,137 @@ def check_memory(cfg, available: int | None = None) -> None:
     if problem:
         key = "layers" if "cannot make it fit" in problem else "batch_size"
         raise ConfigError(key, cfg[key], problem)
+
+
+# ------------------------------------------------- a preset's group beside its plain keys
+
+# groups of `# @package _global_` options a user adjusts with plain keys by design: a preset is
+# a starting point (experiment=lr_sensitivity layers=4), and its name never labels a job folder
+_ADJUSTABLE_GROUPS = ("experiment",)
+
+
+def option_settings(group: str, option: str) -> dict[str, str]:
+    """What a group option sets outside its own group, read from its yaml: {dotted key: value},
+    a group it overrides in its defaults as {group: option} (arm/completep:
+    {"placement": "depth_mup", "placement.exponent": "1"}). Empty for an option packaged under
+    its group (norm/rms sets norm.*, nothing else)."""
+    from importlib.resources import files
+
+    from ..config.defaults import CONFIG_MODULE
+
+    text = (files(CONFIG_MODULE) / group / f"{option}.yaml").read_text()
+    if not text.lstrip().startswith("# @package _global_"):
+        return {}
+    raw = OmegaConf.to_container(OmegaConf.create(text), resolve=False) or {}
+    out = {}
+    for entry in raw.pop("defaults", None) or []:
+        if isinstance(entry, dict):
+            for k, v in entry.items():
+                target = str(k).split()[-1].lstrip("/")  # "override /placement" -> placement
+                if target in config_groups():
+                    out[target] = str(v)
+    out.update({k: str(v) for k, v in dotted(raw).items()})
+    return out
+
+
+def _overlaps(key: str, setting: str) -> bool:
+    """Whether a plain key and a key an option sets name the same thing (placement and
+    placement.exponent do: choosing a placement resets its settings)."""
+    return key == setting or key.startswith(setting + ".") or setting.startswith(key + ".")
+
+
+def _values(override) -> list[str]:
+    return [str(v) for v in override.sweep_string_iterator()] if override.is_sweep_override() else \
+        [str(override.get_value_element_as_str())]
+
+
+def preset_group_conflict(parsed: list, cfg) -> str | None:
+    """One line when a preset's group (arm, width: options that set plain keys, see
+    option_settings) and a plain key that sets the same thing are both given (arm=pre,sandwich
+    placement=post; width=w64 d_model=32): the plain key wins in every job, so folders, TensorBoard
+    runs and console labels would name a setting that never trained. None if there is none.
+    `parsed`: the command line's overrides; `cfg`: the composed config with its hydra node (the
+    preset's sweep of the group, or its default option, count too)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = {override_key(o.key_or_group): o for o in parsed}
+    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
+    for group in config_groups():
+        if group in _ADJUSTABLE_GROUPS:
+            continue
+        if group in given:
+            options, source = _values(given[group]), given[group].input_line
+        elif group in params:
+            swept = OverridesParser.create().parse_override(f"{group}={params[group]}")
+            options = _values(swept)
+            source = f"{given['experiment'].input_line if 'experiment' in given else 'the preset'}'s sweep " \
+                     f"{group}={params[group]}"
+        elif choices.get(group):
+            options, source = [str(choices[group])], f"{group}={choices[group]} (the preset's)"
+        else:
+            continue
+        sets = {o: option_settings(group, o) for o in options}
+        for key, o in given.items():
+            if key == group or key in _ADJUSTABLE_GROUPS or key.startswith("hydra"):
+                continue
+            hit = sorted({s for settings in sets.values() for s in settings if _overlaps(key, s)})
+            if not hit:
+                continue
+            every = {s for settings in sets.values() for s in settings}
+            plain = [p for k, p in given.items() if k != group and any(_overlaps(k, s) for s in every)]
+            wanted = {override_key(p.input_line): _values(p) for p in plain}
+            # the label to name: one whose option sets something else than the plain key gives
+            mislabelled = [opt for opt, settings in sets.items()
+                           if any(_overlaps(key, s) and (s != key or [settings[s]] != wanted[key]) for s in settings)]
+            labelled = (mislabelled or [opt for opt, st in sets.items() if any(_overlaps(key, s) for s in st)])[0]
+            matches = [opt for opt in group_options_of(group)
+                       if all(len(v) == 1 and option_settings(group, opt).get(k) == v[0] for k, v in wanted.items())]
+            fix = (f"drop {' '.join(p.input_line for p in plain)} (or give {group}={','.join(matches)} alone: "
+                   f"it sets {_describe(option_settings(group, matches[0]))})" if matches else
+                   f"drop {' '.join(p.input_line for p in plain)}, or choose the {group} options that set what you "
+                   f"want (configs/{group}/)")
+            return (f"{o.input_line}: {source} sets {', '.join(hit)} too, so the job labelled {group}={labelled} "
+                    f"would train {o.input_line} ({group}={labelled} is {_describe(sets[labelled])}); "
+                    f"give one of the two: {fix}")
+    return None
+
+
+def group_options_of(group: str) -> tuple[str, ...]:
+    from ..config.compose import group_options
+
+    return group_options(group)
+
+
+def _describe(settings: dict[str, str]) -> str:
+    """{"placement": "depth_mup", "placement.exponent": "1"} -> "placement=depth_mup placement.exponent=1"."""
+    return " ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def group_outside_its_preset(group: str, option: str) -> str | None:
+    """Why `group=option` does not compose without its preset (arm=post alone: the arm group is
+    in no config's defaults but the depth_transfer preset's), and the fix; None for a group the
+    primary config has."""
+    from importlib.resources import files
+
+    from ..config.compose import group_options
+    from ..config.defaults import CONFIG_MODULE
+
+    if group not in config_groups() or group in _ADJUSTABLE_GROUPS:
+        return None
+    presets = [p for p in group_options("experiment")
+               if any(isinstance(e, str) and e.lstrip("/").split(":")[0].strip() == group
+                      or isinstance(e, dict) and any(str(k).lstrip("/") == group for k in e)
+                      for e in _defaults_of((files(CONFIG_MODULE) / "experiment" / f"{p}.yaml").read_text()))]
+    if not presets:
+        return None
+    names = " and ".join(presets)
+    same = _describe(option_settings(group, option)) if option in group_options(group) else ""
+    without = f"give {same} (or +{group}={option})" if same else f"add the group with +{group}={option}"
+    return (f"{group}={option}: {group} is a group of the {names} preset{'s' * (len(presets) > 1)} "
+            f"(normexp train -m experiment={presets[0]} {group}={option}); without the preset, {without}")
+
+
+def _defaults_of(text: str) -> list:
+    """A config file's defaults list as plain data (`- /arm: pre` -> {"/arm": "pre"})."""
+    return (OmegaConf.to_container(OmegaConf.create(text)) or {}).get("defaults") or []

@@ -22,9 +22,13 @@ before training has summary.json but no events; it is listed with its error.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from ...runs.reading import find_files, read_runs, relative_name
+from ...runs.schema import Status
 from ..boundary import PROGRESS_TABLE, TABLE, sweep_tables
 from .. import study, transfer
 from .figures import draw_figures
@@ -73,6 +77,7 @@ def _analysis_sections(runs, keys, root: Path, out_dir: Path, echo) -> tuple[lis
         if law:
             sections += law
             extra += ["depth_law_slopes.csv", "depth_law.png"]
+    notes += [] if searched else transfer_skipped(runs, keys)
     if swept(runs, keys, "lr") and not searched:
         sections += sensitivity_section(runs, keys, out_dir)
         extra += ["sensitivity.csv", "lr_sensitivity.png"]
@@ -88,6 +93,39 @@ def _analysis_sections(runs, keys, root: Path, out_dir: Path, echo) -> tuple[lis
     return sections, extra, notes
 
 
+def transfer_skipped(runs, keys: list[str]) -> list[str]:
+    """One note per transfer section the folder almost holds: lr and depth (or width) both vary,
+    but with fewer lrs or sizes than transfer.is_grid needs (the presets' sweeps cut short)."""
+    notes = []
+    for size_key, what, preset in (("layers", "depth", "depth_transfer"), ("d_model", "width", "width_proxies")):
+        if "lr" not in keys or size_key not in keys or transfer.is_grid(runs, keys, size_key):
+            continue
+        lrs = len({r.config.get("lr") for r in runs if r.config.get("lr") is not None})
+        sizes = len({r.config.get(size_key) for r in runs if r.config.get(size_key) is not None})
+        notes.append(f"the lr transfer across {what} ({preset}'s section: transfer tables and figures) is skipped: "
+                     f"it needs {transfer.MIN_LRS} lrs or more crossed with {transfer.MIN_SIZES} {size_key} values "
+                     f"or more, and the runs hold {lrs} lr{'s' * (lrs != 1)} and {sizes} {size_key} "
+                     f"value{'s' * (sizes != 1)}")
+    return notes
+
+
+def _nothing_usable(runs, root: Path) -> str | None:
+    """Why no run can be reported, in one line, when every run's summary.json is malformed
+    (truncated, not JSON, not a summary) or says it finished beside a final loss that is no
+    finite number (study.untrusted_reason); None when some run can be used. A run still going,
+    failed or interrupted is usable: the report shows its curve or its error."""
+    malformed = [r for r in runs if r.status == Status.MALFORMED]
+    untrusted = [r for r in runs if study.untrusted_reason(r)]
+    if len(malformed) + len(untrusted) < len(runs):
+        return None
+    parts = [f"{len(malformed)} summary.json do not read ({malformed[0].problem})"] if malformed else []
+    parts += [f"{len(untrusted)} say {untrusted[0].status} beside a final_val_loss that is not a finite number "
+              f"({untrusted[0].metrics().get('final_val_loss')} in {untrusted[0].rel}/summary.json)"] if untrusted else []
+    return (f"{root}: no run could be used, so no report was written: {len(runs)} run{'s' * (len(runs) != 1)}, "
+            f"{'; '.join(parts)}; fix or remove those summary.json files (the runs' events and checkpoints are "
+            "untouched), or report another folder")
+
+
 def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     """Build the tables (one row per run; one per setting, seeds pooled), runs.csv,
     settings.csv, report.md and the figures, each figure with a .csv of the data it draws;
@@ -95,13 +133,37 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     depth_sweep.png; with an lr grid crossed with layers or d_model, the transfer sections
     (transfer_sections.py). The files name the reported folder by its name and each run relative to it
     (they are committed and shared); only the terminal shows absolute paths. Returns what was
-    written."""
+    written.
+
+    All or nothing: the files are written into a temporary folder inside the output folder and
+    moved into place (report.md last) only once every one was written, so a failure leaves the
+    output folder as it was, never a report half of whose files are from this run."""
     root = Path(path)
     out_dir = _check_paths(root, out)
     runs = read_runs(root)
     if not runs:
         raise ReportError(f"{root}: no run folders found (a run folder holds .hydra/config.yaml); "
                           "give a folder written by `normexp train`")
+    problem = _nothing_usable(runs, root)
+    if problem:
+        raise ReportError(problem)
+    staging = Path(tempfile.mkdtemp(prefix=".normexp-report-", dir=out_dir))
+    try:
+        result = _write_report(root, runs, staging, echo)
+        names = sorted(os.listdir(staging), key=lambda n: (n == "report.md", n))
+        for name in names:
+            os.replace(staging / name, out_dir / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    final = lambda p: out_dir / Path(p).name  # noqa: E731 - where a staged file now lies
+    written = [final(p) for p in result.pop("written")]
+    echo("wrote " + ", ".join(str(p) for p in written))
+    return {**result, "figures": [final(p) for p in result["figures"]], "csv": final(result["csv"]),
+            "markdown": final(result["markdown"])}
+
+
+def _write_report(root: Path, runs, out_dir: Path, echo) -> dict:
+    """make_report's work, every file written into `out_dir` (the staging folder)."""
     keys = varied_keys(runs)
     run_keys = keys + [k for k in study.REPLICATE_KEYS if len({repr(r.config.get(k)) for r in runs}) > 1]
     runs.sort(key=lambda r: ([sort_key(r.config.get(k)) for k in run_keys], r.rel))
@@ -145,6 +207,5 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
     for n in notes:
         echo(f"note: {n}")
     written = [csv_path, md_path, *(out_dir / name for _, name in figures), *(out_dir / n for n in extra)]
-    echo("wrote " + ", ".join(str(p) for p in written))
     return {"runs": runs, "keys": keys, "figures": [out_dir / n for _, n in figures], "notes": notes,
-            "csv": csv_path, "markdown": md_path, "left_out": left_out}
+            "csv": csv_path, "markdown": md_path, "left_out": left_out, "written": written}

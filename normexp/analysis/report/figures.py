@@ -59,6 +59,12 @@ def _curve_points(members: list[Run], tag: str = VAL_LOSS) -> list[tuple[int, fl
     return out
 
 
+def _drawn_unfinished(r: Run) -> bool:
+    """A run whose curve is drawn while none of its cell's has finished: not malformed, and not a
+    finished run whose summary the statistics refuse (study.untrusted_reason)."""
+    return r.status != Status.MALFORMED and study.untrusted_reason(r) is None
+
+
 def _outcome_note(members: list[Run]) -> str:
     """" (stalled)" for one run, " (n=3: 2 completed, 1 diverged)" for several: how each ended."""
     st = [str(r.status) for r in members]
@@ -96,7 +102,10 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path, tag: str = VAL
     panels = sorted({r.config.get(panel_key) for r in with_val}, key=sort_key) if panel_key else [None]
     groups = sorted(study.cells(with_val, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]])
     # once a run of a cell has finished, its curve averages the replicates the statistics use
-    groups = [(cell, study.screen(members).kept or members) for cell, members in groups]
+    # (before any has, the runs still going; a run whose summary is not trusted, study.untrusted_reason,
+    # or malformed, never: its numbers are left out of every statistic, its curve too)
+    groups = [(cell, ms) for cell, members in groups
+              if (ms := study.screen(members).kept or [r for r in members if _drawn_unfinished(r)])]
     labels = list(dict.fromkeys(_label(ms[0], line_keys) for _, ms in groups))
     colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
     cols = min(len(panels), 4)
@@ -144,13 +153,14 @@ def _cell_text(members: list[Run]) -> tuple[float, str]:
     """Mean final val loss over the cell's seeds (a diverged run as its initial loss) with its
     95 % t-interval, n, and the runs that did not learn."""
     c = study.cell_stats(members)
+    kept = study.screen(members).kept  # the runs the numbers are from
     text = [] if not math.isfinite(c["mean"]) else [f"{c['mean']:.3f}"]
     if text and math.isfinite(c["low"]):
         text[0] += f" ±{(c['high'] - c['low']) / 2:.3f}"
     if text and c["n"] > 1:
         text.append(f"n={c['n']}")
     notes = [f"div@{r.summary.get('diverged_at_step')}" if c["n"] == 1 else f"{c['n_diverged']} div"
-             for r in members if r.status == Status.DIVERGED][:1]
+             for r in kept if r.status == Status.DIVERGED][:1]
     notes += [f"{c['n_stalled']} stalled"] * bool(c["n_stalled"]) + ["failed"] * bool(c["n_failed"])
     notes += [f"{c['n_left_out']} left out"] * bool(c["n_left_out"])
     return c["mean"], "\n".join(text + notes)
@@ -350,9 +360,12 @@ def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path, cell_ta
         baseline = sub["baseline_loss"].mean()
         if math.isfinite(baseline):
             ax.axhline(baseline, ls="--", color="0.3", lw=1, label=f"unigram baseline {baseline:.3f}")
-        ax.set_xscale("log")
-        if log_y:
-            ax.set_yscale("log")
+        if np.isfinite(sub["mean"].astype(float)).any():
+            ax.set_xscale("log")
+            if log_y:
+                ax.set_yscale("log")
+        else:  # a log axis with no point on it cannot be laid out (every run diverged before a finite loss)
+            ax.text(0.5, 0.5, "no finite value to draw", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else "", fontsize=10)
         ax.set_xlabel("learning rate" if x_key == "lr" else display_name(x_key))
         ax.grid(alpha=0.3, which="both")
