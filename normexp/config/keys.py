@@ -3,6 +3,7 @@ and a nested node's leaves by dotted key (`{"optim": {"eps": 1e-8}}` -> `{"optim
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, MutableSequence
 
 from .checks import did_you_mean
@@ -12,6 +13,26 @@ def override_key(override: str) -> str:
     """The key an override sets: the text before the first `=`, without Hydra's `+`, `++`
     (add) and `~` (delete) prefixes; a bare key comes back without its prefixes."""
     return override.split("=", 1)[0].lstrip("+~")
+
+
+# characters a Hydra override value may hold unquoted and still read back as the same string
+# (a path: the `/` keeps it from reading as a number, a bool or null)
+_BARE_PATH = re.compile(r"[A-Za-z0-9_./:+@%-]+(?: +[A-Za-z0-9_./:+@%-]+)*")
+
+
+def hydra_quoted(value: str) -> str:
+    """`value` written as a Hydra override value that reads back as exactly `value` once Hydra
+    and OmegaConf have parsed it (`hydra.run.dir=` + this): a folder named by its overrides
+    holds `=` and `,`, which Hydra parses unquoted. Quoted per Hydra's grammar: in a quoted
+    value a run of backslashes before a quote (escaped or closing) is halved, other
+    backslashes are literal; `${` is escaped as OmegaConf reads it (`\\${`), so a folder name is
+    never interpolated."""
+    if "/" in value and _BARE_PATH.fullmatch(value):
+        return value
+    text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+    quote = '"' if '"' not in text else "'"
+    text = re.sub(rf"(\\*)({quote}|\Z)", lambda m: m.group(1) * 2 + ("\\" + m.group(2) if m.group(2) else ""), text)
+    return f"{quote}{text}{quote}"
 
 
 def dotted(node, prefix: str = "") -> dict:

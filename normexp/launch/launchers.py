@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from ..config.compose import compose_config
+from ..config.keys import hydra_quoted
 from ..train import distributed
 from .plan import LaunchPlan
 
@@ -43,8 +44,7 @@ def join_run(plan: LaunchPlan) -> LaunchPlan:
     if plan.override("hydra.run.dir") is None:
         run_dir = [str(Path(cfg.hydra.run.dir)) if distributed.is_main() else None]  # `${now:...}` on rank 0's clock
         torch.distributed.broadcast_object_list(run_dir, src=0, device=torch.device("cpu"))
-        quote = '"' if "'" in run_dir[0] else "'"  # a quoted value keeps `,` or `=` in a path literal
-        plan = plan.with_overrides(f"hydra.run.dir={quote}{run_dir[0]}{quote}")
+        plan = plan.with_overrides(f"hydra.run.dir={hydra_quoted(run_dir[0])}")  # its name may hold `=`, `,`
     if not distributed.is_main():
         plan = plan.with_overrides("hydra.output_subdir=null", "hydra/job_logging=disabled",
                                    "hydra/hydra_logging=disabled")

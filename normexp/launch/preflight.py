@@ -396,8 +396,9 @@ def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
             raise
         _undo_claim(folder, made)
         fail(folder_refusal(e, key, folder, resumable=resume and not made))
-    quote = '"' if "'" in str(folder) else "'"  # a quoted value keeps `,` or `=` in a path literal
-    return plan.with_overrides(f"{key}={quote}{folder}{quote}", *plan.naming, dropping=key)
+    from ..config.keys import hydra_quoted  # a folder named by its overrides holds `=` and `,`
+
+    return plan.with_overrides(f"{key}={hydra_quoted(str(folder))}", *plan.naming, dropping=key)
 
 
 def _set_per_job(cfg) -> set[str]:

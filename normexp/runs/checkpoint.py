@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..config.checks import ConfigError
-from ..config.keys import override_key
+from ..config.keys import hydra_quoted, override_key
 from ..config.run_config import effective_warmup
 from ..data.files import atomic_write_bytes
 from .settings import canonical_value
@@ -234,7 +234,8 @@ def check_settings(state: dict, settings: dict, path: str, run_dir: Path) -> Non
 
 def resume_command(run_dir: Path, overrides: list[str] = (), sweep_dir: Path | None = None) -> str:
     """The command that continues this run, shell-quoted so it can be pasted: the job's own
-    `overrides` plus resume=true and its folder. Inside a sweep (`sweep_dir`; `overrides` then
+    `overrides` plus resume=true and its folder (quoted for Hydra too: a default folder's name
+    holds `=` and `,`). Inside a sweep (`sweep_dir`; `overrides` then
     the sweep's own), the sweep's command with resume=true and its folder instead (finished
     jobs are skipped, the others continue). launch/hydra_job.py reads both from Hydra."""
     # absolute folders: the command is pasted from wherever the user is (a report, a log)
@@ -242,4 +243,4 @@ def resume_command(run_dir: Path, overrides: list[str] = (), sweep_dir: Path | N
     if sweep_dir is not None:
         folder_key, folder, flags = "hydra.sweep.dir", str(Path(sweep_dir).resolve()), ["-m"]
     keep = [o for o in overrides if override_key(o) not in ("resume", "hydra.run.dir", "hydra.sweep.dir")]
-    return shlex.join(["normexp", "train", *flags, *keep, "resume=true", f"{folder_key}={folder}"])
+    return shlex.join(["normexp", "train", *flags, *keep, "resume=true", f"{folder_key}={hydra_quoted(folder)}"])

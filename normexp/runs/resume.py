@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..config.checks import ConfigError
-from ..config.keys import dotted, override_key
+from ..config.keys import dotted, hydra_quoted, override_key
 from .claims import CLAIM, claim_alive, read_claim, run_artefacts, trained_nothing, training_now
 from .reading import find_runs
 from .record import RECORD, changed_data_file, data_files, read_record
@@ -193,29 +193,64 @@ def unreadable_summary(run_dir: Path) -> str:
 # ------------------------------------------------------------------------ memory
 
 
+def _read_yaml(source: Path, text: str | None = None):
+    """A record as plain YAML: OmegaConf would resolve `${...}` in it as it is read (an
+    environment variable, another setting), before any check could see it."""
+    import yaml
+
+    try:
+        return yaml.safe_load(source.read_text(encoding="utf-8") if text is None else text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigError("FOLDER", source.parent, f"its {source.name} does not read "
+                          f"({' '.join(str(e).split())[:120]}); resume it with its own command and resume=true") from None
+
+
+def _override_list(value, source: Path) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError("FOLDER", source.parent, f"its {source.name} holds no list of overrides; resume it "
+                          "with its own command and resume=true")
+    return value
+
+
 def resume_arguments(folder: Path) -> list[str]:
     """The `normexp train` arguments that continue the run or sweep in `folder` with its own
     settings (`normexp resume FOLDER`): a sweep folder (multirun.yaml) gives the sweep's command
     line (its overrides and Hydra's, -m) into that folder; a run folder its recorded overrides
-    (normexp_run.json, else .hydra/overrides.yaml) into that folder; both with resume=true."""
-    folder = Path(folder).expanduser().absolute()
-    drop = ("resume", "hydra.run.dir", "hydra.sweep.dir")
+    (normexp_run.json, else .hydra/overrides.yaml) into that folder; both with resume=true.
+    Only overrides normexp records are replayed (runs.replay): anything else is a ReplayRefused
+    naming the file, raised before anything runs."""
+    from .replay import check_replayable
 
-    def kept(overrides) -> list[str]:
-        return [str(o) for o in overrides or [] if override_key(str(o)) not in drop]
+    folder = Path(folder).expanduser().absolute()
+    drop = ("resume", "hydra.run.dir", "hydra.sweep.dir")  # set anew below
+
+    def kept(overrides: list, source: Path) -> list[str]:
+        mine = [o for o in overrides if not (isinstance(o, str) and override_key(o) in drop)]
+        return check_replayable(mine, source)
 
     if (folder / "multirun.yaml").is_file():
-        try:
-            overrides = OmegaConf.load(folder / "multirun.yaml").hydra.overrides
-            return ["-m", *kept(overrides.hydra), *kept(overrides.task), "resume=true", f"hydra.sweep.dir={folder}"]
-        except (OmegaConfBaseException, OSError, AttributeError) as e:
-            raise ConfigError("FOLDER", folder, f"its multirun.yaml does not read ({' '.join(str(e).split())[:120]}); "
-                              "resume it with the sweep's own command and resume=true") from None
+        source = folder / "multirun.yaml"
+        started = _read_yaml(source)
+        node = started.get("hydra") if isinstance(started, dict) else None
+        overrides = node.get("overrides") if isinstance(node, dict) else None
+        if not isinstance(overrides, dict):
+            raise ConfigError("FOLDER", folder, "its multirun.yaml holds no hydra.overrides; resume it with the "
+                              "sweep's own command and resume=true")
+        hydra, task = (_override_list(overrides.get(part), source) for part in ("hydra", "task"))
+        return ["-m", *kept(hydra, source), *kept(task, source), "resume=true",
+                f"hydra.sweep.dir={hydra_quoted(str(folder))}"]
     record = read_record(folder)
-    text = record.get("overrides") if record else None
-    if text is None and (folder / ".hydra" / "overrides.yaml").is_file():
-        text = (folder / ".hydra" / "overrides.yaml").read_text()
-    if text is None:
+    if record is not None and record.get("overrides") is not None:
+        source = folder / RECORD
+        text = record["overrides"]
+        overrides = _read_yaml(source, text) if isinstance(text, str) else text
+    elif (folder / ".hydra" / "overrides.yaml").is_file():
+        source = folder / ".hydra" / "overrides.yaml"
+        overrides = _read_yaml(source)
+    else:
         raise ConfigError("FOLDER", folder, "holds no run normexp started (no normexp_run.json, no "
                           ".hydra/overrides.yaml, no multirun.yaml); give a run's or a sweep's folder")
-    return [*kept(OmegaConf.create(text)), "resume=true", f"hydra.run.dir={folder}"]
+    return [*kept(_override_list(overrides, source), source), "resume=true",
+            f"hydra.run.dir={hydra_quoted(str(folder))}"]

@@ -107,5 +107,5 @@ def test_the_sweeps_job_folder_naming_travels_in_its_plan(tmp_path, corpus, monk
     assert "seed" in _exclude_keys(naming_b) and "layers" not in _exclude_keys(naming_b)  # seed is shared in b
     assert single.naming == ()  # a single run has no job folders to name
     claimed = claim_output(plan_a, cfg_a)
-    assert claimed.overrides == (*plan_a.overrides[:-1], f"hydra.sweep.dir='{tmp_path / 'a'}'", naming_a)
+    assert claimed.overrides == (*plan_a.overrides[:-1], f"hydra.sweep.dir={tmp_path / 'a'}", naming_a)
     assert (tmp_path / "a" / ".normexp_claim").is_file()
