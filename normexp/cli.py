@@ -68,14 +68,26 @@ def train(ctx: typer.Context):
     """Train one model, or a sweep with -m. Arguments are Hydra overrides: `normexp train
     norm=rms placement=pre layers=48`, `normexp train -m placement=pre,post warmup=0,500`.
     `normexp train --help` lists the config groups and their options."""
-    if "--version" in ctx.args:  # Hydra's own --version would print only "Hydra 1.3.8"
+    run_train_command(list(ctx.args))
+
+
+def run_train_command(args: list[str]) -> None:
+    """`normexp train ARGS` (main() calls it directly: typer's parsing of the command line
+    imports pydantic, a third of a second that a TAB or `--help` should not wait for)."""
+    if "--version" in args:  # Hydra's own --version would print only "Hydra 1.3.8"
         import hydra
 
         typer.echo(f"{version_line()} (Hydra {hydra.__version__})")
         return
+    if any(a in ("--help", "-h") for a in args) and "--hydra-help" not in args:
+        from .config.compose import train_help
+        from .launch.plan import split_args
+
+        typer.echo(train_help(split_args(args)[1]))  # Hydra's own help lists the groups in ~1 s
+        return
     from .launch.hydra_job import run_train
 
-    run_train(list(ctx.args))
+    run_train(args)
 
 
 @app.command(short_help="Continue a stopped run or sweep from its folder, with the settings it began with.")
@@ -269,7 +281,10 @@ def main():
     # is remembered and acted on at a safe point, never raised halfway through an import
     catch_early_signals()
     try:
-        app()
+        if sys.argv[1:2] == ["train"]:  # the command that a TAB and `--help` ask: straight to it
+            run_train_command(sys.argv[2:])
+        else:
+            app()
     except Exception as e:  # noqa: BLE001 - the one top-level mapping: one line, exit 2 or 1
         from .launch.exits import describe_error
 

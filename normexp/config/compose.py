@@ -181,3 +181,197 @@ def sweep_jobs(parsed: list, sweeper_params) -> list[list[str]]:
         else:
             axes.append([o.input_line])
     return [list(job) for job in itertools.product(*axes)]
+
+
+# ------------------------------------------------------------ what each key means
+# `normexp train --help` shows each key with its one-line meaning, and `--cfg job` each "auto"
+# with its value: both as comments after the key's line of the printed yaml. The meanings are the
+# comments of the shipped yaml files themselves (train.yaml's, each option file's), parsed here,
+# never written twice.
+
+import re as _re
+
+_KEY_LINE = _re.compile(r"^(?P<indent> *)(?:- )?(?P<key>[A-Za-z_][\w]*):(?P<rest>.*)$")
+
+
+def _split_comment(rest: str) -> tuple[str, str | None, int]:
+    """(value, comment or None, the comment's column within `rest`) of what follows `key:`."""
+    quote = None
+    for i, ch in enumerate(rest):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or rest[i - 1] == " "):
+            return rest[:i].strip(), rest[i + 1:].strip(), i
+    return rest.strip(), None, -1
+
+
+def key_comments(text: str, blocks: bool = False) -> dict[str, str]:
+    """{dotted key: its comment} of a yaml file as written: the comment after the key, with the
+    comment-only lines under it that start in the same column (its continuation) joined into one
+    line. `blocks`: a key without one takes the comment lines right above it (an option file's
+    `# what the √d embedding scale multiplies ...`). A defaults-list entry (`- norm: layer  # ...`)
+    is its group's key; the text of block scalars (`template: |-`) is skipped."""
+    found: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []   # (indent, key) of the open mappings
+    above: list[str] = []               # comment lines right above the current line
+    last, column, block_indent = None, -1, None
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if block_indent is not None:
+            if not line.strip() or indent > block_indent:
+                continue
+            block_indent = None
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            if last is not None and line.index("#") == column:  # a continuation of the last key's comment
+                found[last] += " " + stripped[1:].strip()
+            else:
+                last = None
+                above.append(stripped[1:].strip())
+            continue
+        match = _KEY_LINE.match(line)
+        if not match:
+            above, last = [], None
+            continue
+        key_indent = len(match["indent"])
+        in_list = line.lstrip().startswith("- ")
+        while stack and stack[-1][0] >= key_indent:
+            stack.pop()
+        path = match["key"] if in_list else ".".join([k for _, k in stack] + [match["key"]])
+        value, comment, at = _split_comment(match["rest"])
+        if value in ("|", "|-", "|+", ">", ">-", ">+"):
+            block_indent = key_indent
+        if not in_list and value == "":
+            stack.append((key_indent, match["key"]))
+        if comment:
+            found[path] = comment
+            last, column = path, len(line) - len(match["rest"]) + at
+        else:
+            last = None
+            if blocks and above:
+                found[path] = " ".join(above)
+        above = []
+    return found
+
+
+def _option_chosen(group: str, overrides) -> str | None:
+    """The option of `group` an override picks (`norm=rms`), else train.yaml's default."""
+    from .defaults import group_default
+
+    for o in overrides:
+        key, eq, value = str(o).partition("=")
+        if eq and key.lstrip("+~") == group and "," not in value:
+            return value
+    try:
+        return group_default(group)
+    except StopIteration:  # a group train.yaml does not pick (arm, width: the presets')
+        return None
+
+
+def key_meanings(overrides=()) -> dict[str, str]:
+    """{dotted key: one-line meaning} of every key of the config `overrides` compose: train.yaml's
+    comments, and each group's settings from its chosen option file (else any option file of the
+    group that says what the key is)."""
+    meanings = key_comments((_package() / f"{CONFIG_NAME}.yaml").read_text(encoding="utf-8"))
+    meanings = {k: v for k, v in meanings.items() if not k.startswith("hydra.")}
+    for group in config_groups():
+        chosen = _option_chosen(group, overrides)
+        ordered = sorted(group_options(group), key=lambda o: o != chosen)  # the chosen file first
+        for option in ordered:
+            text = (_package() / group / f"{option}.yaml").read_text(encoding="utf-8")
+            if text.startswith("# @package _global_"):  # a preset's keys are train.yaml's, not the group's
+                continue
+            for key, meaning in key_comments(text, blocks=True).items():
+                if key != "name" and key.split(".")[0] != "defaults":  # `name:` carries the option's comment
+                    meanings.setdefault(f"{group}.{key}", meaning)
+    return meanings
+
+
+def annotate(text: str, notes: dict[str, str]) -> str:
+    """`text` (yaml as OmegaConf prints it: two spaces an indent) with `  # note` after each
+    line whose dotted key has a note."""
+    lines, stack = [], []
+    for line in text.splitlines():
+        match = _KEY_LINE.match(line)
+        if match and not line.lstrip().startswith("- "):
+            indent = len(match["indent"])
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            path = ".".join([k for _, k in stack] + [match["key"]])
+            if match["rest"].strip() == "":
+                stack.append((indent, match["key"]))
+            if path in notes and " #" not in match["rest"]:
+                line += f"  # {notes[path]}"
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+def _app_config_groups() -> str:
+    """Hydra's $APP_CONFIG_GROUPS (`group: option, option`), read off the package: Hydra's own
+    listing builds a config repository per group and option (94 of them: most of a second)."""
+    return "".join(f"{g}: {', '.join(group_options(g))}\n" for g in config_groups())
+
+
+def train_help(overrides=()) -> str:
+    """`normexp train [OVERRIDES] --help`: train.yaml's help template (its header, the groups, the
+    presets, the config, its footer) with each key of the config followed by its meaning."""
+    import string
+
+    from omegaconf import OmegaConf, open_dict
+
+    cfg = compose_config(overrides, hydra=True)
+    template = OmegaConf.select(cfg, "hydra.help.template")
+    with open_dict(cfg):
+        del cfg["hydra"]
+    shown = annotate(OmegaConf.to_yaml(cfg), key_meanings(overrides))
+    return string.Template(template).safe_substitute(APP_CONFIG_GROUPS=_app_config_groups(), CONFIG=shown,
+                                                     HYDRA_CONFIG_GROUPS="", FLAGS_HELP="")
+
+
+def auto_notes(cfg) -> dict[str, str]:
+    """`--cfg job`: {dotted key: the value the run will use, and why} for every setting of the job
+    config `cfg` left "auto", worked out as the run works it out (imports torch for the device and
+    the norm's and placement's numbers)."""
+    import os
+    import sys
+
+    from omegaconf import OmegaConf
+
+    from .run_config import LogConfig, RunConfig
+
+    notes: dict[str, str] = {}
+    groups = ("norm", "placement")
+    if any(v == "auto" for g in groups for v in cfg[g].values()):
+        from ..model.gpt import resolved_settings
+
+        values = resolved_settings(cfg.norm, cfg.placement, cfg.layers)
+        for group in groups:
+            for key, value in values.get(group, {}).items():
+                if cfg[group].get(key) == "auto":
+                    notes[f"{group}.{key}"] = f"{value:.6g} for layers={cfg.layers}: what the run uses"
+    device_type = str(cfg.device).split(":")[0]
+    if cfg.device == "auto":
+        from ..train.loop import select_device
+
+        device_type = select_device("auto").type
+        notes["device"] = f"{device_type} here: cuda if there is one, else mps, else cpu"
+    if cfg.threads == "auto":
+        from ..train.threads import available_cores, threads_per_job
+
+        notes["threads"] = f"{threads_per_job(None)} here: this process's {available_cores()} cores ÷ 1 job"
+    log = LogConfig.from_composed(cfg)
+    if cfg.eval_every == "auto":
+        notes["eval_every"] = (f"{log.eval_every} for steps={cfg.steps}, eval_batches={cfg.eval_batches}: "
+                               f"{-(-cfg.steps // log.eval_every)} evaluations after step 0")
+    if OmegaConf.select(cfg, "log.profiles_every") == "auto":
+        every = log.profile_interval(cfg.steps)
+        notes["log.profiles_every"] = f"{every} for steps={cfg.steps}, log_every={cfg.log_every}"
+    if OmegaConf.select(cfg, "log.progress") == "auto":
+        terminal = os.isatty(sys.stderr.fileno()) if hasattr(sys.stderr, "fileno") else False
+        notes["log.progress"] = "bar here (a terminal)" if terminal else "lines here (not a terminal)"
+    if OmegaConf.select(cfg, "divergence.every_step") == "auto":
+        every_step = RunConfig.from_composed(cfg).divergence_checks_every_step(device_type)
+        notes["divergence.every_step"] = f"{str(every_step).lower()} on {device_type}"
+    return notes

@@ -109,6 +109,21 @@ class ScheduleConfig:
             raise ConfigError("schedule.min_lr_ratio", floor, "must be a number in [0, 1] (the final lr as a fraction of lr)")
 
 
+EVALUATIONS_PER_RUN = 20  # eval_every=auto: about this many evaluations a run...
+EVALUATION_PERCENT = 10   # ...unless they would cost more than this share of the steps' time
+
+
+def eval_interval(steps: int, eval_batches: int) -> int:
+    """eval_every=auto: steps between evaluations. About EVALUATIONS_PER_RUN a run, so a curve
+    has points to draw, but no closer than EVALUATION_PERCENT of the training time allows: an
+    evaluation is `eval_batches` forward passes of a training batch, and a step (forward and
+    backward) costs about three, so an evaluation costs about eval_batches/3 steps. 600 steps
+    with 8 eval batches: every 30 steps; 200 steps: every 27 (a short run gets fewer points)."""
+    by_count = -(-steps // EVALUATIONS_PER_RUN)  # ceil without floats
+    by_cost = -(-eval_batches * 100 // (3 * EVALUATION_PERCENT))  # ceil(eval_batches / 3 / share), in integers
+    return max(1, by_count, by_cost)
+
+
 @dataclass(frozen=True)
 class LogConfig:
     """When the run measures and writes: the instruments and train scalars every `log_every`
@@ -116,7 +131,7 @@ class LogConfig:
     `eval_batches` batches, and train.yaml's log.* settings."""
 
     log_every: int
-    eval_every: int
+    eval_every: int             # a step count: "auto" is resolved on reading (eval_interval)
     eval_batches: int
     histograms: bool
     model_update: bool
@@ -128,7 +143,10 @@ class LogConfig:
     @classmethod
     def from_composed(cls, cfg) -> "LogConfig":
         log = cfg.log
-        return cls(log_every=cfg.log_every, eval_every=cfg.eval_every, eval_batches=cfg.eval_batches,
+        every = cfg.eval_every
+        if every == "auto" and is_integer(cfg.steps) and is_integer(cfg.eval_batches):  # else `check` names it
+            every = eval_interval(cfg.steps, cfg.eval_batches)
+        return cls(log_every=cfg.log_every, eval_every=every, eval_batches=cfg.eval_batches,
                    histograms=log.histograms, model_update=log.model_update, model_update_every=log.model_update_every,
                    extra_signals=log.extra_signals, progress=log.progress, profiles_every=log.profiles_every)
 
@@ -140,6 +158,8 @@ class LogConfig:
         return int(self.profiles_every)
 
     def check(self) -> None:
+        if not is_integer(self.eval_every) or self.eval_every <= 0:
+            raise ConfigError("eval_every", self.eval_every, 'must be "auto" or a positive integer (steps)')
         every = self.profiles_every
         if every != "auto" and (not is_integer(every) or every < 0):
             raise ConfigError("log.profiles_every", every, 'must be "auto" or a step count >= 0 (0 = no images)')

@@ -303,30 +303,20 @@ def _compose_shown(plan: LaunchPlan):
 
 
 def _annotate_auto(text: str, compose) -> str:
-    """`--cfg job`: each "auto" setting of the norm and the placement (placement.alpha: auto) gets
-    a comment with the number the run will use (DeepNorm's α = (2N)^(1/4) at the run's depth),
-    as the model works it out. The text is otherwise Hydra's: the config as the run saves it."""
-    import re
+    """`--cfg job`: each "auto" setting gets a comment with the value the run will use
+    (config.compose.auto_notes: DeepNorm's α = (2N)^(1/4) at the run's depth, the device, the
+    threads, the evaluation and profile cadence, ...). The text is otherwise Hydra's: the config
+    as the run saves it."""
+    from ..config.compose import annotate, auto_notes
 
     try:
         cfg = compose()  # the job's config, as Hydra composed it for the display
-        groups = ("norm", "placement")
-        if not any(v == "auto" for g in groups for v in cfg[g].values()):
+        if "auto" not in text:
             return text
-        from ..model.gpt import resolved_settings  # imports torch: only when there is an "auto" to show
-
-        values = resolved_settings(cfg.norm, cfg.placement, cfg.layers)
+        notes = auto_notes(cfg)
     except Exception:  # noqa: BLE001 - the pre-flight refused bad settings already; never block the display
         return text
-    lines, section = [], None
-    for line in text.splitlines():
-        top = re.match(r"^(\w+):", line)
-        section = top[1] if top else section
-        setting = re.match(r"^  (\w+): auto$", line)
-        if setting and section in values and setting[1] in values[section]:
-            line += f"  # {values[section][setting[1]]:.6g} for layers={cfg.layers}: what the run uses"
-        lines.append(line)
-    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+    return annotate(text, notes)
 
 
 def _sweep_outcome(outcome: sweep.SweepOutcome | None) -> None:
@@ -351,6 +341,9 @@ def run_train(args: list[str], hooks=None) -> None:
     plan = LaunchPlan.parse(args)
     plan, cfg = preflight(plan)
     exit_if_early_signal()  # a Ctrl-C during the pre-flight: stop before Hydra makes a folder
+    if plan.completion or plan.has_flag("--help", "-h", "--hydra-help", "--info", "-i"):
+        run_hydra(plan)  # Hydra's answer alone: nothing trains, so torch (seconds to import) stays unloaded
+        return
     from ..train import distributed
     from . import launchers
     from ..config.checks import ConfigError
@@ -366,11 +359,19 @@ def run_train(args: list[str], hooks=None) -> None:
             raise SystemExit(EXIT_BAD_INPUT)
     if cfg is not None and distributed.is_main():  # under torchrun rank 0 claims (join_run pinned the folder)
         plan = claim_output(plan, cfg)
+        if not plan.multirun and plan.cfg is None:  # where to point TensorBoard, from the start
+            typer.echo(f"normexp: run folder: {_pinned_folder(plan)}", err=True)
     try:
         outcome = run_hydra(plan, hooks)
     finally:
         distributed.cleanup()
     _sweep_outcome(outcome)
+
+
+def _pinned_folder(plan: LaunchPlan) -> Path:
+    """The run folder claim_output pinned in the plan (`hydra.run.dir='...'`), absolute."""
+    value = plan.override("hydra.run.dir").split("=", 1)[1]
+    return Path(value[1:-1] if value[:1] in "'\"" and value[-1:] == value[:1] else value).absolute()
 
 
 # ------------------------------------------------------------- Hydra's job state

@@ -86,7 +86,7 @@ def validate(cfg: DictConfig, explicit: frozenset[str] | set[str] = frozenset())
 
 def _validate(cfg: DictConfig, explicit) -> None:
     for key in ("layers", "d_model", "heads", "mlp_ratio", "seq_len", "batch_size", "steps",
-                "log_every", "eval_every", "eval_batches"):
+                "log_every", "eval_batches"):  # eval_every may be "auto": LogConfig.check
         _positive_int(cfg, key)
     ModelConfig.from_composed(cfg).check()  # the model's rules live beside its data
     _known_keys(cfg)

@@ -22,7 +22,7 @@ FIELD_KEYS = {
     "optim.lr": "lr", "optim.eps": "optim.eps", "optim.weight_decay": "optim.weight_decay",
     "optim.grad_clip": "grad_clip",
     "schedule.name": "schedule.name", "schedule.steps": "steps", "schedule.warmup": "warmup",
-    "log.log_every": "log_every", "log.eval_every": "eval_every", "log.eval_batches": "eval_batches",
+    "log.log_every": "log_every", "log.eval_batches": "eval_batches",
     "log.histograms": "log.histograms", "log.model_update": "log.model_update",
     "log.model_update_every": "log.model_update_every", "log.extra_signals": "log.extra_signals",
     "log.progress": "log.progress", "log.profiles_every": "log.profiles_every",
@@ -39,7 +39,7 @@ FIELD_KEYS = {
 }
 # fields whose value is not the key's value as it is (checked one by one below)
 SPECIAL = {"optim.betas", "schedule.settings", "model.norm", "model.placement", "model.init", "model.attn_softcap",
-           "model.logit_softcap", "data", "tokenizer", "composed"}
+           "model.logit_softcap", "data", "tokenizer", "composed", "log.eval_every"}
 
 
 def fields(obj, prefix=""):
@@ -56,7 +56,7 @@ def fields(obj, prefix=""):
 
 OVERRIDES = [[], ["norm=rms", "placement=deepnorm", "placement.alpha=2", "layers=12", "warmup=0", "schedule=linear",
                   "grad_clip=1.0", "attn_softcap=50", "logit_softcap=0", "optim.betas=[0.8,0.95]", "log.progress=off",
-                  "log.profiles_every=7", "tokenizer=bpe", "z_loss=1e-4", "loss_spike.k=3.0"]]
+                  "log.profiles_every=7", "tokenizer=bpe", "z_loss=1e-4", "loss_spike.k=3.0", "eval_every=70"]]
 
 
 def test_every_field_is_listed():
@@ -72,6 +72,8 @@ def test_the_typed_config_holds_what_the_composed_config_says(overrides):
     for name, key in FIELD_KEYS.items():
         assert got[name] == OmegaConf.select(cfg, key), name
     assert got["optim.betas"] == tuple(cfg.optim.betas)
+    # eval_every: a step count as given, or "auto" resolved (600 steps, 8 eval batches: every 30)
+    assert got["log.eval_every"] == (30 if cfg.eval_every == "auto" else cfg.eval_every) == (70 if overrides else 30)
     schedule = OmegaConf.to_container(cfg.schedule)
     assert got["schedule.settings"] == {k: v for k, v in schedule.items() if k != "name"}
     for group in ("norm", "placement", "init"):
