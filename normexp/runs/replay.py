@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from ..config.checks import ConfigError
+from ..config.keys import hydra_quoted
 
 LAUNCHERS = ("basic", "joblib", "slurm", "submitit_local", "submitit_slurm")
 SWEEPERS = ("basic", "boundary")
@@ -44,11 +45,11 @@ class ReplayRefused(ConfigError):
     """A recorded override normexp will not replay; str(e) is one line naming the file and it."""
 
     def __init__(self, source: Path, override: str, why: str):
-        shown = _printable(override)
-        Exception.__init__(self, f"{_printable(str(source))}: {shown}: {why}; nothing was run. A resume replays only "
-                                 "what normexp records: remove that override from the file if you trust the rest, "
-                                 "or resume with your own command (normexp train SETTINGS resume=true "
-                                 "hydra.run.dir=FOLDER, or -m ... hydra.sweep.dir=FOLDER)")
+        folder = Path(source).parent.parent if Path(source).parent.name == ".hydra" else Path(source).parent
+        own = (f"-m SETTINGS resume=true hydra.sweep.dir={hydra_quoted(str(folder))}" if Path(source).name == "multirun.yaml"
+               else f"SETTINGS resume=true hydra.run.dir={hydra_quoted(str(folder))}")
+        Exception.__init__(self, _printable(f"{source}: {override}: {why}; nothing was run: remove it from that file "
+                                            f"if you trust the rest, or resume by hand (normexp train {own})"))
         self.key, self.value = "FOLDER", override
 
 
@@ -93,8 +94,8 @@ def _hydra_refusal(o) -> str | None:
             (allowed is not None and setting in allowed)):
         what = {"hydra.callbacks": " (a callback: Hydra would call the code it names)",
                 "hydra.searchpath": " (it adds config folders from elsewhere)"}.get(".".join(key.split(".")[:2]), "")
-        return (f"Hydra's {key} is not a setting normexp replays{what}: only a shipped launcher or sweeper, their "
-                "resource settings and the sweep's folder naming are")
+        return (f"Hydra's {key} is not one normexp replays{what}; it replays a shipped launcher or sweeper, "
+                "their resource settings and the sweep's folder naming")
     if o.type is not OverrideType.CHANGE:
         return f"it adds or deletes Hydra's {key}, which normexp never records"
     for group, shipped in (("hydra/launcher", LAUNCHERS), ("hydra/sweeper", SWEEPERS)):
