@@ -215,7 +215,7 @@ def _check_not_degenerate(what: str, split: str, text: list) -> None:
     if entropy < DEGENERATE_ENTROPY:
         top = int(np.argmax(counts))
         raise DataError(f"{what}: the {split} text is {counts[top] / counts.sum():.2%} one byte ({top:#04x}; "
-                        f"unigram entropy {entropy:.4f} nats a byte): there is nothing to learn and no baseline to "
+                        f"unigram entropy {abs(entropy):.4f} nats a byte): there is nothing to learn and no baseline to "
                         "beat; train on real text")
 
 
