@@ -1,21 +1,17 @@
 #!/bin/bash
 # The checks a lent GPU machine is for, as one timed script (the machine is lent for minutes):
-#   1. the environment (card, driver, torch) and a default `normexp train` on CUDA (bf16 autocast);
-#   2. the CUDA-relevant tests (resume, RNG state, numerics, instruments, compile) with device=auto -> cuda;
-#   3. the depth law's deep end at the 800-step budget (issue 39): a boundary sweep at DEEP_LAYERS,
-#      Post-LN and DeepNorm x {xavier, torchscale}, 3 seeds, budget check x2, stopped at the deadline
-#      (an unfinished sweep leaves boundary_progress.csv, which the report reads and names as unfinished).
-# Everything lands in $OUT as a few archives (the device tool brings back at most 8 files).
-# Usage on the device machine, from the repository root (wheels for what its image lacks in .whl/, the
-# default corpus and its token cache in .gpu/cache):  bash scripts/gpu_checks.sh
-# Session 5 (an H100, 15 min of device time): the default run took 19 s; the tests found resume and the
-# GPU's divergence path broken (fixed after); the sweep ran 54 runs of 32 blocks in 408 s.
-# Knobs: DEADLINE (seconds after start when the sweep is stopped), DEEP_LAYERS, SWEEP_JOBS, SMOKE=1 (tiny, for a dry run).
+#   1. the environment (card, driver, torch);
+#   2. packs (issue 48): scripts/bench_packs.py at the README's usage line (48 x 128, seq 128, batch 16,
+#      RMSNorm, Pre-LN) with 8 members, and at the depth law's small shape (32 x 64, seq 64, batch 16) with
+#      24 members: solo vs pack tokens/s, peak memory per member, first-step loss pack vs solo (bf16);
+#   3. where the machine has normexp's whole stack (hydra, tensorboard, scipy, matplotlib: the image lacks
+#      some, and the wheels that would fill it are larger than what travels), the default `normexp train`
+#      and a packed sweep through hydra/launcher=packed; else it says so.
+# Everything lands in $OUT. Usage on the device machine, from the repository root (wheels for what its
+# image lacks in .whl/, the default corpus's cache in .gpu/cache):  bash scripts/gpu_checks.sh
+# Session 5 (an H100): the default run took 19 s. Session 6: see docs/speed.md#packs.
 set -u
 START=$(date +%s)
-DEADLINE=${DEADLINE:-470}
-DEEP_LAYERS=${DEEP_LAYERS:-32}
-SWEEP_JOBS=${SWEEP_JOBS:-12}
 OUT=${OUT:-/tmp/gpu_out}
 WORK=${WORK:-/tmp/gpu_work}
 mkdir -p "$OUT" "$WORK"
@@ -23,56 +19,42 @@ elapsed() { echo $(( $(date +%s) - START )); }
 say() { echo "=== [$(elapsed) s] $*" | tee -a "$OUT/timeline.txt"; }
 
 if [ -d .whl ] && [ "${SKIP_WHEELS:-0}" != 1 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed"; exit 1; }
+  for w in .whl/*.whl; do  # only what the image lacks: its own numpy (built for its torch) wins
+    name=$(basename "$w" | cut -d- -f1 | tr 'A-Z' 'a-z')
+    mod=$([ "$name" = pyyaml ] && echo yaml || echo "$name")
+    python3 -c "import $mod" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
+      --no-cache-dir --target /tmp/site "$w" || echo "wheel install failed: $w"
+  done
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 [ -e normexp/configs ] || ln -s ../configs normexp/configs  # the package's configs, as an install maps them
 export NORMEXP_CACHE=${NORMEXP_CACHE:-$PWD/.gpu/cache} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-NORMEXP="python3 -m normexp"
 
 say "environment"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
-  python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-', 'bf16', torch.cuda.is_available() and torch.cuda.is_bf16_supported())"
+  python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-')"
   nproc; } 2>&1 | tee "$OUT/environment.txt"
 
-if [ "${SMOKE:-0}" = 1 ]; then
-  DEFAULT_ARGS="steps=20 eval_every=10 log_every=10"
-  SWEEP_ARGS="steps=16 warmup=8 eval_every=4 log_every=4 seq_len=16"
-  TEST_SELECT="tests/train/test_resume_rng.py"
+say "packs"
+for setting in "--layers 48 --d-model 128 --seq-len 128 --batch 16 --members 8" \
+               "--layers 48 --d-model 128 --seq-len 128 --batch 16 --members 16" \
+               "--layers 32 --d-model 64 --heads 4 --seq-len 64 --batch 16 --members 24"; do
+  timeout 120 python3 scripts/bench_packs.py $setting --steps ${BENCH_STEPS:-10} 2>&1 | tail -2 | tee -a "$OUT/packs.txt"
+done
+say "packs done"
+
+if python3 -c "import hydra, tensorboard, scipy, matplotlib, typer" 2>/dev/null; then
+  say "default run (normexp train, device=auto)"
+  /usr/bin/time -f "wall %e s, max RSS %M KB" timeout 120 python3 -m normexp train hydra.run.dir=$WORK/default \
+    > "$OUT/default_run.log" 2>&1
+  say "default run rc=$?"; tail -3 "$OUT/default_run.log"
+  say "a packed sweep: 8 runs of 48 x 128 (lr x seed), 200 steps"
+  /usr/bin/time -f "wall %e s" timeout 200 python3 -m normexp train -m hydra/launcher=packed norm=rms layers=48 \
+    steps=200 lr=1e-3,2e-3,3e-3,5e-3 seed=0,1 hydra.sweep.dir=$WORK/packed > "$OUT/packed_sweep.log" 2>&1
+  say "packed sweep rc=$?"; tail -4 "$OUT/packed_sweep.log"
 else
-  DEFAULT_ARGS=""
-  SWEEP_ARGS="steps=800 warmup=400"
-  TEST_SELECT="tests/runs/test_resume.py tests/train/test_resume_rng.py tests/train/test_numerics.py tests/train/test_instruments.py tests/train/test_learning.py tests/train/test_tensorboard.py tests/model/test_compile.py tests/model/test_model.py"
+  say "normexp's whole stack is not on this machine (hydra, tensorboard, scipy, matplotlib, typer): no default run, no sweep"
 fi
-
-say "default run (normexp train, device=auto)"
-/usr/bin/time -f "wall %e s, max RSS %M KB" timeout 150 $NORMEXP train $DEFAULT_ARGS hydra.run.dir=$WORK/default \
-  > "$OUT/default_run.log" 2>&1
-say "default run rc=$?"
-tail -5 "$OUT/default_run.log"
-
-# alone on the machine: beside the sweep (session 5) they had done 51 of 56 when their 200 s ran out
-say "CUDA-relevant tests (device=auto)"
-XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 12")
-BENCH=$(python3 -c "import pytest_benchmark" 2>/dev/null && echo "-p no:benchmark")
-PER_TEST=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout 150")
-timeout 220 python3 -m pytest -q -rfE --tb=short $XDIST $BENCH $PER_TEST -p no:cacheprovider $TEST_SELECT \
-  > "$OUT/tests.log" 2>&1
-say "tests rc=$?"
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -20
-
-say "depth-law deep end: layers=$DEEP_LAYERS, $SWEEP_ARGS, budget check x2, $SWEEP_JOBS joblib slots"
-SWEEP_DIR=$WORK/law800_deep$DEEP_LAYERS
-timeout -s INT $(( DEADLINE - $(elapsed) )) $NORMEXP train -m experiment=depth_law placement=post,deepnorm \
-  init=xavier,torchscale layers=$DEEP_LAYERS $SWEEP_ARGS hydra.sweeper.upper=0.03 hydra.sweeper.budget_check=2 \
-  hydra/launcher=joblib hydra.launcher.n_jobs=$SWEEP_JOBS hydra.sweep.dir=$SWEEP_DIR > "$OUT/sweep.log" 2>&1
-say "sweep rc=$? (124/130 = stopped at the deadline)"
-tail -3 "$OUT/sweep.log"
-
-say "packing"
-tar czf "$OUT/runs.tar.gz" -C "$WORK" --exclude=checkpoints --exclude=.normexp_claim . 2>/dev/null
-ls -la "$OUT"
 say "done"

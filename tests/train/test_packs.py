@@ -1,0 +1,177 @@
+"""Packs (train/pack.py, model/packed.py, hydra/launcher=packed): each member of a pack is its
+solo run, bit for bit on CPU float32; a diverging member touches no other; an interrupted packed
+sweep resumes bit-exact. The expectation is always the solo run (or the uninterrupted pack)
+computed here by the ordinary code path."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import TINY, cli_environment, make_corpus, read_scalars, run_cli
+
+from normexp.config.compose import compose_config
+from normexp.config.model_config import ModelConfig
+from normexp.model import GPT
+from normexp.model.packed import PackedGPT
+from normexp.train.loop import train
+from normexp.train.pack import train_pack
+
+# tokens/s and the wall time are the only things a member logs that depend on the pack
+NOT_COMPARED = {"perf/tokens_per_second"}
+SUMMARY_KEYS = ("status", "steps_completed", "final_val_loss", "best_val_loss", "final_train_loss", "initial_loss",
+                "loss_trajectory", "diverged_at_step", "outcome", "loss_spikes")
+
+# 8 members spread over lr, seed, warmup and init, all at lrs this shape trains stably at
+MEMBERS = [["lr=1e-3", "seed=0"], ["lr=2e-3", "seed=1"], ["lr=3e-3", "seed=2", "warmup=0"],
+           ["lr=1e-3", "seed=3", "init=gpt2"], ["lr=2e-3", "seed=0", "init=small"], ["lr=3e-3", "seed=1", "warmup=20"],
+           ["lr=2e-3", "seed=2", "init=mitchell"], ["lr=1e-3", "seed=4", "warmup=0", "init=gpt2"]]
+
+
+def base(corpus, steps=200):
+    return [*TINY, "data=text", f"data.files=[{corpus}]", f"steps={steps}", "eval_every=25", "log_every=10",
+            "checkpoint_every=100", "log.progress=off"]
+
+
+def runs(tmp_path, name, n):
+    dirs = [tmp_path / f"{name}{i}" for i in range(n)]
+    for d in dirs:
+        d.mkdir()
+    return dirs
+
+
+def assert_same_run(solo, packed):
+    a, b = read_scalars(solo), read_scalars(packed)
+    assert set(a) == set(b), f"tags only in one: {set(a) ^ set(b)}"
+    differ = [t for t in a if t not in NOT_COMPARED and a[t] != b[t]]
+    assert not differ, f"{packed.name}: {len(differ)} tags differ from its solo run, e.g. {differ[:4]}"
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (solo, packed))
+    assert {k: sa.get(k) for k in SUMMARY_KEYS} == {k: sb.get(k) for k in SUMMARY_KEYS}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt")
+
+
+@pytest.fixture(autouse=True)
+def one_thread(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def members(corpus, member_overrides, steps=200):
+    return [compose_config([*base(corpus, steps), *m]) for m in member_overrides]
+
+
+@pytest.mark.slow
+def test_every_member_of_an_8_run_pack_logs_what_its_solo_run_logs_bit_for_bit(tmp_path, corpus):
+    configs = members(corpus, MEMBERS)
+    solo, packed = runs(tmp_path, "solo", len(configs)), runs(tmp_path, "pack", len(configs))
+    for c, d in zip(configs, solo):
+        train(c, d)
+    summaries = train_pack(configs, packed)
+    assert all(s["status"] in ("completed", "stalled") for s in summaries)
+    assert len({s["final_val_loss"] for s in summaries}) == len(configs)  # eight different runs
+    for s, p in zip(solo, packed):
+        assert_same_run(s, p)
+
+
+def test_a_pack_computes_each_members_loss_and_gradients_for_every_placement_and_norm():
+    """One step of the model alone, for the placements and norms a pack takes: each member's
+    loss and every gradient equal those of its own GPT (float32, CPU)."""
+    torch.set_num_threads(1)
+    settings = [(p, "layer") for p in ("pre", "post", "deepnorm", "sandwich", "peri", "mix", "admin", "rezero",
+                                        "layerscale", "subln", "residual_dual", "hybrid", "gated", "lns",
+                                        "reordered", "depth_mup")]
+    settings += [("pre", n) for n in ("rms", "rms_gemma", "dyt", "derf", "scale", "none")]
+    for placement, norm in settings:
+        cfg = ModelConfig(seq_len=16, layers=2, d_model=32, heads=4, placement=placement, norm=norm, qk_norm=norm == "rms")
+        models = []
+        for k in range(3):
+            torch.manual_seed(k)
+            models.append(GPT(cfg))
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randint(0, 256, (3, 4, 16), generator=g), torch.randint(0, 256, (3, 4, 16), generator=g)
+        expected = []
+        for k, m in enumerate(models):
+            loss = m(x[k], y[k])[1]
+            loss.backward()
+            expected.append((loss.detach(), [p.grad.clone() for p in m.parameters()]))
+            m.zero_grad(set_to_none=True)
+        pack = PackedGPT(models)
+        losses = pack(x, y)
+        losses.sum().backward()
+        pack.member_grads_to_members(range(3))
+        for k, m in enumerate(models):
+            assert torch.equal(losses[k], expected[k][0]), (placement, norm, k)
+            for (name, p), want in zip(m.named_parameters(), expected[k][1]):
+                assert torch.equal(p.grad, want), (placement, norm, k, name)
+
+
+def test_a_pack_refuses_what_it_cannot_compute_in_one_line():
+    for override in ("placement=ngpt", "norm=batch"):
+        cfg = compose_config([override, "layers=1", "d_model=32", "heads=2", "seq_len=8"])
+        model = GPT(ModelConfig.from_composed(cfg))
+        with pytest.raises(ValueError, match=rf"cannot pack {override.split('=')[0]}={override.split('=')[1]}: "):
+            PackedGPT([model, model])
+
+
+@pytest.mark.slow
+def test_a_diverging_member_stops_as_alone_and_leaves_the_others_bit_for_bit(tmp_path, corpus):
+    stable = [["lr=1e-3", "seed=0"], ["lr=3e-3", "seed=1"], ["lr=2e-3", "seed=2", "warmup=0"]]
+    wild = ["lr=10", "seed=3", "warmup=0"]
+    with_it = members(corpus, [stable[0], wild, *stable[1:]], steps=60)
+    without = members(corpus, stable, steps=60)
+    a, b = runs(tmp_path, "with", 4), runs(tmp_path, "without", 3)
+    summaries = train_pack(with_it, a)
+    train_pack(without, b)
+    alone = runs(tmp_path, "alone", 1)[0]
+    solo = train(with_it[1], alone)
+    assert solo["status"] == summaries[1]["status"] == "diverged"
+    assert summaries[1]["diverged_at_step"] == solo["diverged_at_step"]
+    assert_same_run(alone, a[1])
+    for packed_with, packed_without in zip([a[0], a[2], a[3]], b):
+        assert_same_run(packed_without, packed_with)
+
+
+def _sweep(tmp_path, corpus, sweep_dir, *extra):
+    return ["train", "-m", "hydra/launcher=packed", *TINY, "data=text", f"data.files=[{corpus}]", "steps=120",
+            "eval_every=20", "log_every=10", "checkpoint_every=10", "keep_checkpoints=10", "lr=1e-3,3e-3",
+            "seed=0,1", "warmup=0", f"hydra.sweep.dir={sweep_dir}", *extra]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_packed_sweep_interrupted_after_three_checkpoints_resumes_bit_exact(tmp_path, corpus, signum):
+    env = cli_environment(tmp_path / "cache")
+    straight = tmp_path / "straight"
+    run_cli(_sweep(tmp_path, corpus, straight), env)
+    jobs = sorted(p.name for p in straight.iterdir() if (p / "summary.json").exists())
+    assert len(jobs) == 4
+
+    stopped = tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, "-m", "normexp.cli", *_sweep(tmp_path, corpus, stopped)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    third = [stopped / j / "checkpoints" / "step_00000030.pt" for j in jobs]
+    deadline = time.monotonic() + 240
+    while not all(p.exists() for p in third):  # the signal comes after each member's third checkpoint
+        assert proc.poll() is None, f"the sweep ended before its third checkpoint:\n{proc.stdout.read()[-2000:]}"
+        assert time.monotonic() < deadline, "no third checkpoint within 240 s"
+        time.sleep(0.01)
+    proc.send_signal(signum)
+    proc.communicate(timeout=120)
+    statuses = [json.loads((stopped / j / "summary.json").read_text())["status"] for j in jobs]
+    if signum != signal.SIGKILL:
+        assert statuses == ["interrupted"] * 4
+    saved = [max(int(p.stem.split("_")[1]) for p in (stopped / j / "checkpoints").glob("step_*.pt")) for j in jobs]
+    assert all(30 <= s < 120 for s in saved), saved  # stopped mid-run, each member after its third checkpoint
+
+    run_cli(_sweep(tmp_path, corpus, stopped, "resume=true"), env)
+    for j in jobs:
+        assert_same_run(straight / j, stopped / j)
