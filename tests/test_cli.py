@@ -220,15 +220,17 @@ def test_resume_takes_a_folder_and_continues_with_the_settings_it_began_with(tmp
     run = tmp_path / "run"
     args = ["train", *TINY, "data=text", f"data.files=[{corpus}]", "steps=60", "log_every=1", "eval_every=20",
             "checkpoint_every=0", f"hydra.run.dir={run}"]
-    job = subprocess.Popen([sys.executable, "-m", "normexp.cli", *args], env=cli_env, text=True,
+    import held_run  # the run waits after step 5 until the signal is sent: it cannot finish first
+
+    hold = tmp_path / "hold"
+    job = subprocess.Popen(held_run.command(hold, 5, args), env=cli_env, text=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    for line in job.stderr:
-        if "step 5 " in line:
-            job.send_signal(signal.SIGINT)
-            break
+    held_run.wait_until_held(hold, job)
+    job.send_signal(signal.SIGINT)
+    held_run.release(hold)
     job.communicate(timeout=120)
     stopped = read_summary(run)
-    assert job.returncode == 130 and stopped["status"] == "interrupted" and stopped["steps_completed"] < 60
+    assert job.returncode == 130 and stopped["status"] == "interrupted" and stopped["steps_completed"] == 5
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     resumed = run_cli(["resume", str(run)], cli_env, cwd=elsewhere)
