@@ -304,10 +304,11 @@ def _compose_shown(plan: LaunchPlan):
 
 def _annotate_auto(text: str, compose) -> str:
     """`--cfg job`: each "auto" setting gets a comment with the value the run will use
-    (config.compose.auto_notes: DeepNorm's α = (2N)^(1/4) at the run's depth, the device, the
+    (config.auto_notes.auto_notes: DeepNorm's α = (2N)^(1/4) at the run's depth, the device, the
     threads, the evaluation and profile cadence, ...). The text is otherwise Hydra's: the config
     as the run saves it."""
-    from ..config.compose import annotate, auto_notes
+    from ..config.auto_notes import auto_notes
+    from ..config.compose import annotate
 
     try:
         cfg = compose()  # the job's config, as Hydra composed it for the display

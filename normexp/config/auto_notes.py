@@ -1,0 +1,51 @@
+"""What `--cfg job` writes beside each "auto": the value the run will use (apart from compose.py,
+which the typed config reads: run_config imports compose, and this reads run_config)."""
+
+from __future__ import annotations
+
+
+def auto_notes(cfg) -> dict[str, str]:
+    """`--cfg job`: {dotted key: the value the run will use, and why} for every setting of the job
+    config `cfg` left "auto", worked out as the run works it out (imports torch for the device and
+    the norm's and placement's numbers)."""
+    import os
+    import sys
+
+    from omegaconf import OmegaConf
+
+    from .run_config import LogConfig, RunConfig
+
+    notes: dict[str, str] = {}
+    groups = ("norm", "placement")
+    if any(v == "auto" for g in groups for v in cfg[g].values()):
+        from ..model.gpt import resolved_settings
+
+        values = resolved_settings(cfg.norm, cfg.placement, cfg.layers)
+        for group in groups:
+            for key, value in values.get(group, {}).items():
+                if cfg[group].get(key) == "auto":
+                    notes[f"{group}.{key}"] = f"{value:.6g} for layers={cfg.layers}: what the run uses"
+    device_type = str(cfg.device).split(":")[0]
+    if cfg.device == "auto":
+        from ..train.loop import select_device
+
+        device_type = select_device("auto").type
+        notes["device"] = f"{device_type} here: cuda if there is one, else mps, else cpu"
+    if cfg.threads == "auto":
+        from ..train.threads import available_cores, threads_per_job
+
+        notes["threads"] = f"{threads_per_job(None)} here: this process's {available_cores()} cores ÷ 1 job"
+    log = LogConfig.from_composed(cfg)
+    if cfg.eval_every == "auto":
+        notes["eval_every"] = (f"{log.eval_every} for steps={cfg.steps}, eval_batches={cfg.eval_batches}: "
+                               f"{-(-cfg.steps // log.eval_every)} evaluations after step 0")
+    if OmegaConf.select(cfg, "log.profiles_every") == "auto":
+        every = log.profile_interval(cfg.steps)
+        notes["log.profiles_every"] = f"{every} for steps={cfg.steps}, log_every={cfg.log_every}"
+    if OmegaConf.select(cfg, "log.progress") == "auto":
+        terminal = os.isatty(sys.stderr.fileno()) if hasattr(sys.stderr, "fileno") else False
+        notes["log.progress"] = "bar here (a terminal)" if terminal else "lines here (not a terminal)"
+    if OmegaConf.select(cfg, "divergence.every_step") == "auto":
+        every_step = RunConfig.from_composed(cfg).divergence_checks_every_step(device_type)
+        notes["divergence.every_step"] = f"{str(every_step).lower()} on {device_type}"
+    return notes
