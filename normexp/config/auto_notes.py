@@ -43,7 +43,10 @@ def auto_notes(cfg) -> dict[str, str]:
         every = log.profile_interval(cfg.steps)
         notes["log.profiles_every"] = f"{every} for steps={cfg.steps}, log_every={cfg.log_every}"
     if OmegaConf.select(cfg, "log.progress") == "auto":
-        terminal = os.isatty(sys.stderr.fileno()) if hasattr(sys.stderr, "fileno") else False
+        try:  # a captured stream (pytest's, a notebook's) has no file descriptor: not a terminal
+            terminal = os.isatty(sys.stderr.fileno())
+        except (AttributeError, OSError, ValueError):
+            terminal = False
         notes["log.progress"] = "bar here (a terminal)" if terminal else "lines here (not a terminal)"
     if OmegaConf.select(cfg, "divergence.every_step") == "auto":
         every_step = RunConfig.from_composed(cfg).divergence_checks_every_step(device_type)
