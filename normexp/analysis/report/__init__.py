@@ -34,6 +34,7 @@ from .. import study, transfer
 from .figures import draw_figures
 from .sections import (boundary_section, depth_law_section, depth_section, overview_line, run_notes, screening_notes,
                        sensitivity_section, swept)
+from .verdict import verdict_markdown, verdict_text
 from .transfer_sections import DEPTH_FILES, WIDTH_FILES, depth_transfer_section, width_section
 from .tables import (cell_rows, display_name, kept_apart_note, left_out_of_statistics, markdown_table, sets_the_unit,
                      sort_key, table_rows, text_table, varied_keys, without_empty_columns, write_csv)
@@ -162,6 +163,25 @@ def make_report(path: Path, out: Path | None = None, echo=print) -> dict:
             "markdown": final(result["markdown"])}
 
 
+def _settings_caption(cell_head: list[str]) -> str:
+    """The settings table's caption; it names the interval only where the table has one (n >= 2)."""
+    interval = ("95 % t-interval over seeds (none for n = 1); " if "95 % t-interval" in cell_head
+                else "no interval: every setting has one seed (n = 1); ")
+    return ("Mean final validation loss over seeds, a diverged run counted as its initial loss; " + interval +
+            "below baseline: how far the mean sits below the unigram baseline; learned, stalled, diverged: how many "
+            "of the setting's replicates had each outcome (stalled: slow, stuck or collapsed), failed: how many "
+            "runs failed. n: the runs in the mean, finished ones only and one per seed; left out: the others and "
+            "why (Notes).")
+
+
+def _runs_caption() -> str:
+    """The per-run table's one sentence on its two columns (runs.csv has the same two)."""
+    return ("status: how the run ended (completed: ran its steps and ended at least stall_margin below the unigram "
+            "baseline; stalled: ran its steps but did not; diverged; failed, running, killed, ...); outcome: what it "
+            "came to, for a finished run (learned = completed; a stalled run is slow, stuck or collapsed; "
+            "diverged), the word the verdict and the figures use.")
+
+
 def _write_report(root: Path, runs, out_dir: Path, echo) -> dict:
     """make_report's work, every file written into `out_dir` (the staging folder)."""
     keys = varied_keys(runs)
@@ -189,12 +209,11 @@ def _write_report(root: Path, runs, out_dir: Path, echo) -> dict:
     notes, md_notes = notes + search_notes, md_notes + search_notes
     csv_path, md_path = out_dir / "runs.csv", out_dir / "report.md"
     write_csv(csv_path, runs, run_keys, left_out_short)
-    md = [f"# normexp report: `{folder_name}`", "", overview_line(runs, keys, folder_name), "",
-          "## Settings (seeds pooled)", "",
-          "Mean final validation loss over seeds, a diverged run counted as its initial loss; 95 % t-interval "
-          "over seeds (none for n = 1); below baseline: how far the mean sits below the unigram baseline. "
-          "n: the runs in the mean, finished ones only and one per seed; left out: the others and why (Notes).", "",
-          markdown_table(cell_head, cell_body), "", *sections, "## Runs", "", markdown_table(head, rows), ""]
+    # the verdict opens the report, read from the settings table's statistics (never a left-out run)
+    md = [f"# normexp report: `{folder_name}`", "", *verdict_markdown(runs, keys, len(left_out)),
+          overview_line(runs, keys, folder_name), "", "## Settings (seeds pooled)", "", _settings_caption(cell_head), "",
+          markdown_table(cell_head, cell_body), "", *sections, "## Runs", "", _runs_caption(), "",
+          markdown_table(head, rows), ""]
     if md_notes:
         md += ["## Notes", "", *(f"- {n}" for n in md_notes), ""]
     md += ["## Figures", ""]
@@ -206,6 +225,8 @@ def _write_report(root: Path, runs, out_dir: Path, echo) -> dict:
     echo("\nper setting (seeds pooled):\n" + text_table(*without_empty_columns(cell_head, cell_body)))
     for n in notes:
         echo(f"note: {n}")
+    for line in verdict_text(runs, keys):
+        echo(line)
     written = [csv_path, md_path, *(out_dir / name for _, name in figures), *(out_dir / n for n in extra)]
     return {"runs": runs, "keys": keys, "figures": [out_dir / n for _, n in figures], "notes": notes,
             "csv": csv_path, "markdown": md_path, "left_out": left_out, "written": written}

@@ -16,7 +16,7 @@ from ...runs.reading import Run
 from ...runs.schema import LAYER_FAMILIES, TRAIN_LOSS, VAL_LOSS, Status, layer_index, layer_tag_pattern
 from .. import study
 from ..boundary import at_search_budget
-from .tables import display_name, fmt_param, is_missing, sets_the_unit, sort_key
+from .tables import display_name, ended_as, fmt_param, is_missing, sets_the_unit, sort_key
 
 
 def pyplot():
@@ -66,8 +66,9 @@ def _drawn_unfinished(r: Run) -> bool:
 
 
 def _outcome_note(members: list[Run]) -> str:
-    """" (stalled)" for one run, " (n=3: 2 completed, 1 diverged)" for several: how each ended."""
-    st = [str(r.status) for r in members]
+    """" (stuck)" for one run, " (n=3: 2 learned, 1 diverged)" for several: what each came to, in
+    runs.csv's outcome words (a run not finished: its status)."""
+    st = [ended_as(r) for r in members]
     if len(st) == 1:
         return f" ({st[0]})"
     return f" (n={len(st)}: " + ", ".join(f"{st.count(k)} {k}" for k in dict.fromkeys(st)) + ")"
@@ -135,18 +136,33 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path, tag: str = VAL
                 if r.status == Status.DIVERGED and finite:  # the cross sits at the divergence step
                     at = r.summary.get("diverged_at_step")
                     ax.plot(at if at is not None else finite[-1][0], finite[-1][1], marker="x", color="red", ms=9, mew=2)
+        _baseline_lines(ax, [r for cell, ms in groups if not panel_key or cell[0] == value for r in ms])
         ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else what, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="best")
     for ax in axes[:, 0]:
         ax.set_ylabel(what)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(f"{what[0].upper() + what[1:]}: mean over seeds, 95 % t-interval shaded\n(red x: diverged; "
-                 "dashed: still running)", fontsize=10)
+    fig.suptitle(f"{what[0].upper() + what[1:]}: {curve_title(max((p['n'] for p in data), default=0))}\n(red x: "
+                 "diverged; dashed: still running; grey dashed: unigram baseline)", fontsize=10)
     save_figure(fig, path, data)
     return None
+
+
+def curve_title(most_seeds: int) -> str:
+    """What a loss curve is: the interval named only where some line has one (n >= 2 seeds)."""
+    return "mean over seeds, 95 % t-interval shaded" if most_seeds >= 2 else "one seed per line (n = 1), no interval"
+
+
+def _baseline_lines(ax, runs: list[Run]) -> None:
+    """The unigram baseline (summary.json's baseline_loss) of the runs drawn in a panel: dashed and
+    labelled, one line per distinct value (runs whose unit differs are never pooled, so neither is it)."""
+    values = sorted({round(b, 4) for r in runs if isinstance(b := r.summary.get("baseline_loss"), (int, float))
+                     and math.isfinite(b)})
+    for b in values:
+        ax.axhline(b, ls="--", color="0.3", lw=1, label=f"unigram baseline {b:.3f}", zorder=1)
 
 
 def _cell_text(members: list[Run]) -> tuple[float, str]:
@@ -194,6 +210,9 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
                                                           for k, v in zip(apart, rv[1:]))])
     others = [display_name(k) for k in keys[2:] if k not in apart]
     subtitle = f"\n(pooled over {', '.join(others)} and seeds)" if others else ""
+    table = study.cell_table(runs, [k for k in (row_key, col_key, *apart) if k], sort_key)
+    # the interval is named only where some cell has one (two seeds or more)
+    interval = " ± 95 % t-interval" if np.isfinite(table["low"].astype(float)).any() else " (one seed each: no interval)"
     if col_key is None:
         fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(row_vals) + 2), 3.6))
         heights = np.nan_to_num(grid[:, 0], nan=0.0)
@@ -205,7 +224,7 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
         ax.set_xticks(range(len(row_vals)), [row_label(v) for v in row_vals])
         ax.set_xlabel(display_name(row_key))
         ax.set_ylabel("final validation loss")
-        ax.set_title("Final validation loss, mean ± 95 % t-interval (hatched: failed)" + subtitle, fontsize=10)
+        ax.set_title(f"Final validation loss, mean{interval} (hatched: failed)" + subtitle, fontsize=10)
         kind = "bar chart"
     else:
         fig, ax = plt.subplots(figsize=(1.5 * len(col_vals) + 3, 0.9 * len(row_vals) + 2.2))
@@ -228,9 +247,10 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
         ax.set_yticks(range(len(row_vals)), [row_label(v) for v in row_vals])
         ax.set_xlabel(display_name(col_key))
         ax.set_ylabel(display_name(row_key))
-        ax.set_title("Final val loss: mean ± 95 % t-interval half-width over seeds\n(diverged = initial loss; red frame: some diverged/failed)" + subtitle, fontsize=10)
+        ax.set_title(f"Final val loss: mean{interval} half-width over seeds\n(diverged = initial loss; red frame: some "
+                     "diverged/failed)" + subtitle if "±" in interval else f"Final val loss{interval}\n(diverged = "
+                     "initial loss; red frame: some diverged/failed)" + subtitle, fontsize=10)
         kind = "heatmap"
-    table = study.cell_table(runs, [k for k in (row_key, col_key, *apart) if k], sort_key)
     save_figure(fig, path, table.rename(columns=display_name))
     return kind, None
 
@@ -245,28 +265,47 @@ def layer_profile(r: Run, family: str) -> dict[int, list[float]]:
     return {s: [d[s] for d in per_tag] for s in sorted(steps)}
 
 
-def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Path) -> str | None:
-    """`family`/layer_XX against layer index at step 0 and at each run's last logged step.
-    Colour = placement (or run, if placement does not vary). At step 0 runs whose values are
-    identical (same init and batch; warmup and lr act only after it) share one line."""
-    profiles = {r.index: layer_profile(r, family) for r in runs}
-    drawn = [r for r in runs if profiles[r.index]]
-    if not drawn:
-        return f"no run has logged {family}/layer_XX yet: the {family} figure is skipped"
-    plt = pyplot()
-    color_key = "placement.name" if "placement.name" in keys else None
-    color_vals = sorted({r.config.get(color_key) for r in drawn}, key=sort_key) if color_key else [r.index for r in drawn]
-    color = {v: f"C{i % 10}" for i, v in enumerate(color_vals)}
-    colour_of = lambda r: color[r.config.get(color_key) if color_key else r.index]  # noqa: E731
-    styles = ["-", "--", ":", "-."]
-    rest = [k for k in keys if k != color_key]
-    combos = list(dict.fromkeys(tuple(repr(r.config.get(k)) for k in rest) for r in drawn))
-    style_of = lambda r: styles[combos.index(tuple(repr(r.config.get(k)) for k in rest)) % len(styles)]  # noqa: E731
+# the unit of a per-layer family's value, for its axis label (the others are ratios or plain numbers)
+UNITS = {"attn_entropy": "nats", "attn_logit_max": "|q·k|/√d_head"}
+LINESTYLES = ["-", "--", ":", "-."]
+LOG_SPAN = 100.0  # a value axis is logarithmic only where the drawn values span more than two decades
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
-    clean = lambda v: np.where(np.isfinite(v), v, np.nan)  # noqa: E731
-    dots = lambda v: "o" if len(v) <= 64 else None  # noqa: E731 - a dot per block while they can be told apart
-    # step 0: group identical profiles
+
+def profile_axis(ax, values: list[float], family: str) -> None:
+    """The value axis of a per-layer panel: linear unless the positive values span more than
+    LOG_SPAN (a log axis over a narrow range shows two ticks, and a linear one reads directly),
+    at least five ticks, and the family's unit in the label."""
+    from matplotlib.ticker import LogLocator, MaxNLocator
+
+    finite = [v for v in values if math.isfinite(v)]
+    if finite and min(finite) > 0 and max(finite) / min(finite) > LOG_SPAN:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, numticks=12))
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=6, min_n_ticks=5))
+    unit = UNITS.get(family)
+    ax.set_ylabel(f"{family} ({unit})" if unit else family)
+
+
+def legend_below(ax) -> None:
+    """The legend under the panel, outside the axes: it never covers a line (the saved figure grows to hold it)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2 if len(labels) > 4 else 1,
+                  frameon=False)
+
+
+def _profile_line(ax, i: int, v: np.ndarray, **kw) -> None:
+    """The i-th line of a profile panel: its own dash pattern and hollow marker of its own size,
+    so profiles that coincide (Post-LN's and DeepNorm's activation std at step 0) stay visible;
+    a marker on at most ~16 blocks of a deep stack."""
+    style = {**line_style(i), "ls": LINESTYLES[i % len(LINESTYLES)], "markevery": max(1, len(v) // 16)}
+    ax.plot(np.arange(len(v)), np.where(np.isfinite(v), v, np.nan), **{**style, **kw})
+
+
+def _step0_groups(drawn: list[Run], profiles: dict) -> list[tuple[np.ndarray, list[Run]]]:
+    """The step-0 profiles, runs whose values are identical (same init and batch; warmup and lr
+    act only after it) sharing one."""
     groups: list[tuple[np.ndarray, list[Run]]] = []
     for r in drawn:
         if 0 not in profiles[r.index]:
@@ -278,29 +317,48 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
                 break
         else:
             groups.append((v, [r]))
-    for i, (v, members) in enumerate(groups):
-        common = [k for k in keys if len({repr(m.config.get(k)) for m in members}) == 1]
+    return groups
+
+
+def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Path) -> str | None:
+    """`family`/layer_XX against layer index at step 0 and at each run's last logged step.
+    Colour = placement (or run, if placement does not vary); each line its own dash pattern and
+    marker; the seed in the label where seeds vary. At step 0 runs whose values are identical
+    share one line. Legends sit below the panels; the axis is linear unless it spans > 2 decades."""
+    profiles = {r.index: layer_profile(r, family) for r in runs}
+    drawn = [r for r in runs if profiles[r.index]]
+    if not drawn:
+        return f"no run has logged {family}/layer_XX yet: the {family} figure is skipped"
+    plt = pyplot()
+    color_key = "placement.name" if "placement.name" in keys else None
+    color_vals = sorted({r.config.get(color_key) for r in drawn}, key=sort_key) if color_key else [r.index for r in drawn]
+    color = {v: f"C{i % 10}" for i, v in enumerate(color_vals)}
+    colour_of = lambda r: color[r.config.get(color_key) if color_key else r.index]  # noqa: E731
+    label_keys = keys + [k for k in study.REPLICATE_KEYS if len({repr(r.config.get(k)) for r in drawn}) > 1]
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
+    drawn_values: list[list[float]] = [[], []]
+    for i, (v, members) in enumerate(_step0_groups(drawn, profiles)):
+        common = [k for k in label_keys if len({repr(m.config.get(k)) for m in members}) == 1]
         label = _label(members[0], common) + (f" ({len(members)} runs)" if len(members) > 1 else "")
-        style = {**line_style(i), **({} if dots(v) else {"marker": None})}  # close profiles stay visible
-        axes[0].plot(np.arange(len(v)), clean(v), color=colour_of(members[0]),
-                     ls="-" if len(members) > 1 else style_of(members[0]), label=label, **style)
+        _profile_line(axes[0], i, v, color=colour_of(members[0]), label=label)
+        drawn_values[0] += list(v)
     axes[0].set_title("step 0 (initialisation, first batch)", fontsize=10)
     for i, r in enumerate(drawn):
         last = max(profiles[r.index])
         v = np.array(profiles[r.index][last], dtype=float)
-        tail = f" @{last} ({r.status})"
-        style = {**line_style(i), **({} if dots(v) else {"marker": None})}  # coinciding profiles stay visible
-        axes[1].plot(np.arange(len(v)), clean(v), color=colour_of(r), ls=style_of(r), label=_label(r, keys) + tail,
-                     **style)
+        _profile_line(axes[1], i, v, color=colour_of(r), label=_label(r, label_keys) + f" @{last} ({ended_as(r)})")
+        drawn_values[1] += list(v)
     axes[1].set_title("last logged step of each run", fontsize=10)
-    for ax in axes:
-        ax.set_yscale("log")
+    for ax, values in zip(axes, drawn_values):
+        profile_axis(ax, values, family)
         ax.set_xlabel("layer index")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel(family)
-    fig.suptitle(f"{family}/layer_XX: {LAYER_FAMILIES[family].about}", fontsize=10)
+        legend_below(ax)
+    unit = UNITS.get(family)
+    fig.suptitle(f"{family}/layer_XX: {LAYER_FAMILIES[family].about}" + (f", in {unit}" if unit == "nats" else ""),
+                 fontsize=10)
     save_figure(fig, path, _profile_rows(drawn, profiles, keys))
     return None
 
@@ -317,8 +375,14 @@ def _profile_rows(drawn: list[Run], profiles: dict, keys: list[str]) -> list[dic
     return rows
 
 
-SWEEP_TITLE = ("Final validation loss vs {x}: mean over seeds, 95 % t-interval\n(diverged = initial loss; "
+SWEEP_TITLE = ("Final validation loss vs {x}: {interval}\n(diverged = initial loss; "
                "red x: some diverged, grey square: some stalled; dashed: unigram baseline)")
+
+
+def interval_words(table) -> str:
+    """"mean over seeds, 95 % t-interval" where some cell of `table` has one (n >= 2), else says there is none."""
+    return ("mean over seeds, 95 % t-interval" if np.isfinite(table["low"].astype(float)).any()
+            else "one seed per point (n = 1), no interval")
 
 
 def same_value(column, value):
@@ -374,7 +438,7 @@ def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path, cell_ta
         ax.set_ylabel(ylabel)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(title.format(x=display_name(x_key)), fontsize=9)
+    fig.suptitle(title.format(x=display_name(x_key), interval=interval_words(table)), fontsize=9)
     save_figure(fig, path, table.rename(columns=display_name))
 
 

@@ -14,17 +14,27 @@ from ...runs.schema import Status
 from .. import depth_law, study
 from ..boundary import RESULT_COLUMNS, budget_check_rows, points_file
 from .figures import plot_boundary_search, plot_sweep, save_figure
-from .tables import display_name, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
+from .tables import display_name, ended_as, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
 
 
 def overview_line(runs: list[Run], keys: list[str], root: Path | str) -> str:
-    """"N runs under ROOT: ..."; ROOT as the caller names it (report.md: the folder's name only)."""
-    counts = {}
+    """"N runs under ROOT: 4 completed (learned), 2 stalled (1 slow, 1 stuck), ...": each status
+    with, where it says less, the outcomes it holds (runs.csv's two columns); ROOT as the caller
+    names it (report.md: the folder's name only)."""
+    by_status: dict[str, list[str]] = {}
     for r in runs:
-        counts[r.status] = counts.get(r.status, 0) + 1
+        by_status.setdefault(str(r.status), []).append(ended_as(r))
+
+    def part(status: str, words: list[str]) -> str:
+        kinds = list(dict.fromkeys(words))
+        if kinds == [status]:
+            return f"{len(words)} {status}"
+        inner = kinds[0] if len(kinds) == 1 else ", ".join(f"{words.count(k)} {k}" for k in kinds)
+        return f"{len(words)} {status} ({inner})"
+
     seeds = sorted({r.config.get("seed") for r in runs}, key=sort_key)
     return (f"{len(runs)} run{'s' * (len(runs) != 1)} under {root}: "
-            + ", ".join(f"{n} {s}" for s, n in counts.items())
+            + ", ".join(part(s, words) for s, words in by_status.items())
             + (f"; varied: {', '.join(map(display_name, keys))}" if keys else "; no hyperparameter varies")
             + f"; seeds (replicates): {len(seeds)}")
 
@@ -120,7 +130,7 @@ def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
         plot_sweep(runs, keys, "layers", out_dir / "depth_model_update.png", cell_table=study.model_update_table,
                    ylabel="early model update", log_y=True,
                    title="DeepNet's model update ‖f(x;θ_t) − f(x;θ_0)‖ / ‖f(x;θ_0)‖ at the first step it was measured "
-                         "after 0, vs {x}\n(mean over seeds, 95 % t-interval; red x: some diverged, grey square: some "
+                         "after 0, vs {x}\n({interval}; red x: some diverged, grey square: some "
                          "stalled; the step: depth_model_update.csv)")
         lines += ["How far the first updates move the model's output (Wang et al. 2022, Fig. 3): "
                   "‖f(x;θ_t) − f(x;θ_0)‖/‖f(x;θ_0)‖ on the fixed reference batch at the first step after 0 where it was "

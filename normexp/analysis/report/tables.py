@@ -9,8 +9,9 @@ from pathlib import Path
 
 from ...config.compose import config_groups
 from ...config.keys import override_key
+from ...runs.outcomes import OUTCOMES, classify
 from ...runs.reading import Run
-from ...runs.schema import CSV_FIELDS, EXECUTION_SETTINGS, HPARAMS, TABLE_FIELDS
+from ...runs.schema import CSV_FIELDS, EXECUTION_SETTINGS, FINISHED, HPARAMS, TABLE_FIELDS
 from .. import study
 
 
@@ -104,6 +105,23 @@ def sort_key(value):
 
 # ---------------------------------------------------------------------- the rows
 
+def outcome_of(r: Run) -> str | None:
+    """What became of a finished run, in runs.csv's `outcome` words (normexp/runs/outcomes.py:
+    learned, slow, stuck, collapsed, diverged; never_learned): the one its summary.json recorded,
+    else classified from it (summaries older than the outcome); None for a run that did not finish.
+    The report says a run *learned* where the status says *completed*: status is how the run
+    ended, outcome what it came to, and the report speaks of the latter."""
+    if r.status not in FINISHED:
+        return None
+    recorded = r.summary.get("outcome")
+    return recorded if recorded in OUTCOMES else classify(r.summary)
+
+
+def ended_as(r: Run) -> str:
+    """A run's one word: its outcome once finished, else its status (running, failed, killed, ...)."""
+    return outcome_of(r) or str(r.status)
+
+
 def fmt(value, digits: int = 4) -> str:
     if value is None:
         return "-"
@@ -136,15 +154,18 @@ def fmt_rate(value) -> str:
 def table_rows(runs: list[Run], keys: list[str], left_out: dict | None = None) -> tuple[list[str], list[list[str]]]:
     """One row per run; the last column says whether it is in the statistics (`left_out`:
     {run index: short reason}, from `left_out_of_statistics`)."""
-    head = ["#", *map(display_name, keys), *TABLE_FIELDS.values(), "in stats"]
+    fields = list(TABLE_FIELDS)
+    at = fields.index("status") + 1  # the outcome beside the status, as runs.csv has them
+    head = ["#", *map(display_name, keys), *[TABLE_FIELDS[f] for f in fields[:at]], "outcome",
+            *[TABLE_FIELDS[f] for f in fields[at:]], "in stats"]
     rows = []
     for r in runs:
         m = {**r.metrics(), "status": r.status}  # the status as the report sees it ("killed")
-        shown = (m["status"] if f == "status" else fmt_rate(m.get(f)) if f == "tokens_per_second" else fmt(m.get(f))
-                 for f in TABLE_FIELDS)
+        shown = [str(m["status"]) if f == "status" else fmt_rate(m.get(f)) if f == "tokens_per_second"
+                 else fmt(m.get(f)) for f in fields]
         why = (left_out or {}).get(r.index)
-        rows.append([str(r.index), *(fmt_param(r.config.get(k)) for k in keys), *shown,
-                     "yes" if why is None else f"no: {why}"])
+        rows.append([str(r.index), *(fmt_param(r.config.get(k)) for k in keys), *shown[:at], outcome_of(r) or "-",
+                     *shown[at:], "yes" if why is None else f"no: {why}"])
     return head, rows
 
 
@@ -158,13 +179,17 @@ def left_out_of_statistics(runs: list[Run], keys: list[str]) -> list[tuple[Run, 
 def cell_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     """The settings table: one row per cell (runs that differ only in seed)."""
     table = study.cell_table(runs, keys, sort_key)
-    head = [*map(display_name, keys), "n", "mean final val", "95 % t-interval", "below baseline", "diverged", "stalled",
-            "failed", "left out"]
+    records = table.to_dict("records")
+    # the interval column only where some setting has one (n >= 2): with one seed each it would name
+    # an interval the report does not have
+    interval = any(math.isfinite(r["low"]) for r in records)
+    head = [*map(display_name, keys), "n", "mean final val", *["95 % t-interval"] * interval, "below baseline",
+            "learned", "stalled", "diverged", "failed", "left out"]
     rows = [[*(fmt_param(r[k]) for k in keys), str(r["n"]), fmt(r["mean"]) if math.isfinite(r["mean"]) else "-",
-             f"{r['low']:.4f} … {r['high']:.4f}" if math.isfinite(r["low"]) else "-",
+             *[f"{r['low']:.4f} … {r['high']:.4f}" if math.isfinite(r["low"]) else "-"] * interval,
              f"{100 * r['margin_below_baseline']:.1f} %" if math.isfinite(r["margin_below_baseline"]) else "-",
-             str(r["n_diverged"]), str(r["n_stalled"]), str(r["n_failed"]), left_out_cell(r)]
-            for r in table.to_dict("records")]
+             str(r["n_learned"]), str(r["n_stalled"]), str(r["n_diverged"]), str(r["n_failed"]), left_out_cell(r)]
+            for r in records]
     return head, rows
 
 
@@ -209,6 +234,7 @@ def write_csv(path: Path, runs: list[Run], keys: list[str], left_out: dict) -> N
         w = csv.writer(f)
         w.writerow(["run", "path", *map(display_name, keys), *CSV_FIELDS, "left_out"])
         for r in runs:
-            m = {**r.metrics(), "status": r.status}  # the status as the report sees it ("killed")
+            # the status as the report sees it ("killed"); the outcome classified where an old summary lacks it
+            m = {**r.metrics(), "status": r.status, "outcome": outcome_of(r)}
             w.writerow([r.index, r.rel, *(r.config.get(k) for k in keys),
                         *("" if m.get(c) is None else m.get(c) for c in CSV_FIELDS), left_out.get(r.index, "")])
