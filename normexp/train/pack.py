@@ -10,7 +10,8 @@ per-layer tag is measured as in a solo run; evaluation and checkpoints are the m
 
     while some member is running:
         members at a logging step: their own train_step        (the instruments watch it)
-        the others: one packed forward/backward, then each its own update
+        the others: one packed forward/backward, then each its own update (on CUDA: each its
+            own checks, then one AdamW step for all, train/packed_adamw.py)
         each: after_step (evaluation, checkpoint, progress); a finished member finishes
 
 A member that diverges finishes as its solo run would (status "diverged", the same step); its
@@ -34,6 +35,7 @@ from ..model.packed import PackedGPT
 from ..runs.schema import Status
 from .config import TrainConfig
 from .flat_adamw import FlatAdamW
+from .packed_adamw import PackedAdamW, RowAdamW
 from .loop import Diverged, Hooks, JobContext, Trainer, is_logging_step, set_up_objects_frozen
 from .signals import Interrupted, StopSignals
 
@@ -55,7 +57,7 @@ def as_member(i: int):
 class Pack:
     """The members' Trainers and the PackedGPT over their models."""
 
-    def __init__(self, trainers: Sequence[Trainer]):
+    def __init__(self, trainers: Sequence[Trainer], packed_optimizer: bool | None = None):
         self.trainers = list(trainers)
         first = self.trainers[0]
         self.device, self.autocast = first.device, first.autocast
@@ -66,6 +68,15 @@ class Pack:
                 # its flat buffer no longer holds the weights (the pack does): torch's per-tensor
                 # fused step on the same parameters, the same numbers (flat_adamw.py, "Exactness")
                 t.optimizer._go_per_tensor()
+        # one AdamW step for all members where bit-equality with solo runs is not kept anyway
+        # (CUDA's bf16); on CPU each member's own optimizer, so members equal their solo runs
+        if packed_optimizer is None:
+            packed_optimizer = self.device.type == "cuda"
+        self.optimizer = None
+        if packed_optimizer:
+            self.optimizer = PackedAdamW(self.model, [t.optimizer for t in self.trainers], [t.model for t in self.trainers])
+            for k, t in enumerate(self.trainers):
+                t.optimizer = RowAdamW(self.optimizer, k)
         self.summaries: list[dict | None] = [None] * len(self.trainers)
 
     def running(self) -> list[int]:
@@ -88,9 +99,26 @@ class Pack:
         with self.autocast():
             losses = self.model(xs, ys, z_loss=[t.config.z_loss for t in self.trainers])
         losses.sum().backward()  # member k's loss reaches member k's parameters only
-        self.model.member_grads_to_members(members)
+        if self.optimizer is None:
+            self.model.member_grads_to_members(members)
+            for i in members:
+                self._guarded(i, lambda t=self.trainers[i], i=i: t.update(*batches[i], losses[i], lrs[i]))
+            return
+        # Trainer.update's order, the optimizer step taken for all healthy members at once
+        self.optimizer.collect_grads()
+        healthy = []
+
+        def check(i: int) -> None:
+            self.trainers[i].check_health(*batches[i], losses[i], None)  # raises Diverged
+            healthy.append(i)
+
         for i in members:
-            self._guarded(i, lambda t=self.trainers[i], i=i: t.update(*batches[i], losses[i], lrs[i]))
+            self._guarded(i, lambda i=i: check(i))
+        self.optimizer.clip(healthy, [self.trainers[i].config.optim.grad_clip for i in healthy])
+        self.optimizer.step(healthy)
+        for i in healthy:
+            self.trainers[i].model.after_optimizer_step()
+            self.trainers[i].step += 1
 
     def _guarded(self, i: int, action) -> None:
         """Run one member's action; a divergence finishes that member alone."""
@@ -120,18 +148,19 @@ class Pack:
 
 
 def train_pack(configs: Sequence[DictConfig | TrainConfig], run_dirs: Sequence[Path], stop: StopSignals | None = None,
-               jobs: Sequence[JobContext] | None = None) -> list[dict]:
+               jobs: Sequence[JobContext] | None = None, packed_optimizer: bool | None = None) -> list[dict]:
     """Train the runs `configs` describe (one shape: launch/packs.py groups them) as one pack,
     each into its run folder; returns their summaries, as `train` returns one. On SIGINT or
     SIGTERM every running member saves a checkpoint and records "interrupted" (or "requeued"),
-    then `Interrupted` is raised, as for a solo run."""
+    then `Interrupted` is raised, as for a solo run. `packed_optimizer`: one AdamW step for all
+    members (train/packed_adamw.py); None = on CUDA only."""
     configs = [c if isinstance(c, TrainConfig) else TrainConfig.from_composed(c) for c in configs]
     jobs = list(jobs or [JobContext()] * len(configs))
     trainers = []
     for i, (c, d, j) in enumerate(zip(configs, run_dirs, jobs)):
         with as_member(i):
             trainers.append(Trainer(c, Path(d), Hooks(), j))
-    pack = Pack(trainers)
+    pack = Pack(trainers, packed_optimizer)
     with contextlib.ExitStack() as stack:
         stop = stop or stack.enter_context(StopSignals())
         stack.enter_context(set_up_objects_frozen())

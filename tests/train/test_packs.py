@@ -4,6 +4,7 @@ sweep resumes bit-exact. The expectation is always the solo run (or the uninterr
 computed here by the ordinary code path."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -175,3 +176,60 @@ def test_a_packed_sweep_interrupted_after_three_checkpoints_resumes_bit_exact(tm
     run_cli(_sweep(tmp_path, corpus, stopped, "resume=true"), env)
     for j in jobs:
         assert_same_run(straight / j, stopped / j)
+
+
+def _packed_optimizer_members(corpus, steps, *extra):
+    return members(corpus, [["lr=1e-3", "seed=0", *extra], ["lr=3e-3", "seed=1", "warmup=0", "grad_clip=0.5", *extra],
+                            ["lr=10", "seed=2", "warmup=0", *extra], ["lr=2e-3", "seed=3", "init=gpt2", *extra]], steps=steps)
+
+
+@pytest.mark.slow
+def test_one_adamw_step_for_the_pack_agrees_with_each_members_own_optimizer(tmp_path, corpus):
+    """The packed optimizer (the default on CUDA) against each member's torch AdamW on CPU: the
+    same update written out, so losses agree to float rounding, and the diverging member stops
+    at the same step."""
+    configs = _packed_optimizer_members(corpus, 60)
+    own, packed = runs(tmp_path, "own", 4), runs(tmp_path, "packed", 4)
+    a = train_pack(configs, own, packed_optimizer=False)
+    b = train_pack(configs, packed, packed_optimizer=True)
+    assert [s["status"] for s in a] == [s["status"] for s in b] and b[2]["diverged_at_step"] == a[2]["diverged_at_step"]
+    for x, y in zip(a, b):
+        for (step, u), (step2, w) in zip(x["loss_trajectory"]["train"], y["loss_trajectory"]["train"]):
+            assert step == step2 and w == pytest.approx(u, rel=1e-5)
+        if x["final_val_loss"] is not None:
+            assert y["final_val_loss"] == pytest.approx(x["final_val_loss"], rel=1e-5)
+    moments = [t for t in read_scalars(packed[0]) if t.startswith("adam")]
+    assert moments, "the instruments read no Adam moments from the packed optimizer's state"
+
+
+@pytest.mark.slow
+def test_a_pack_with_one_adamw_step_resumes_bit_exact_from_its_checkpoints(tmp_path, corpus):
+    """Its moments and step counts go into each member's checkpoint in torch's format and come
+    back into the pack's rows: stopped after step 30 of 60 and resumed, every member ends as the
+    uninterrupted pack."""
+    straight, stopped = runs(tmp_path, "straight", 4), runs(tmp_path, "stopped", 4)
+    configs = _packed_optimizer_members(corpus, 60, "checkpoint_every=30", "keep_checkpoints=5")
+    train_pack(configs, straight, packed_optimizer=True)
+    for src, dst in zip(straight, stopped):  # as if killed after the step-30 checkpoint
+        shutil.rmtree(dst)
+        shutil.copytree(src, dst)
+        for late in (dst / "checkpoints").glob("step_00000060.pt"):
+            late.unlink()
+        for events in dst.glob("events.out.tfevents*"):
+            events.unlink()  # the resumed run's events alone: compared from step 30 on below
+        summary = json.loads((dst / "summary.json").read_text())
+        if summary["status"] != "diverged":
+            (dst / "summary.json").write_text(json.dumps({**summary, "status": "interrupted", "steps_completed": 30}))
+    resumed = [i for i, d in enumerate(stopped) if json.loads((d / "summary.json").read_text())["status"] == "interrupted"]
+    assert len(resumed) == 3
+    train_pack([_packed_optimizer_members(corpus, 60, "checkpoint_every=30", "keep_checkpoints=5", "resume=true")[i]
+                for i in resumed], [stopped[i] for i in resumed], packed_optimizer=True)
+    for i in resumed:
+        a, b = read_scalars(straight[i]), read_scalars(stopped[i])
+        for tag, points in b.items():
+            if tag in NOT_COMPARED or tag.startswith("hparams"):
+                continue
+            later = {s: v for s, v in a[tag].items() if s >= 30}
+            assert {s: v for s, v in points.items() if s >= 30} == later, tag
+        sa, sb = (json.loads((d / "summary.json").read_text()) for d in (straight[i], stopped[i]))
+        assert sb["final_val_loss"] == sa["final_val_loss"] and sb["loss_trajectory"] == sa["loss_trajectory"]
