@@ -345,7 +345,7 @@ def _curve_run(name: str, placement: str, status: str, val: list, overrides=(), 
 def test_loss_figures_keep_coinciding_curves_visible_and_say_how_each_run_ended(tmp_path, monkeypatch):
     """The quickstart's case: Post-LN and DeepNorm stall on one plateau, their curves equal to
     the fourth digit. One varied key: one panel, where each line has its own marker, marker size
-    and width (the later, smaller ones nested inside the earlier), and a legend naming its status;
+    and width (the later, smaller ones nested inside the earlier), and a legend naming its outcome;
     the train-loss figure is drawn from train/loss the same way, from step 0."""
     from normexp.analysis.report import figures
 
@@ -362,8 +362,11 @@ def test_loss_figures_keep_coinciding_curves_visible_and_say_how_each_run_ended(
         fig, data = saved[name]
         (ax,) = [a for a in fig.axes if a.get_visible() and a.lines]
         lines = {ln.get_label(): ln for ln in ax.lines if not ln.get_label().startswith("_")}
-        assert set(lines) == {"placement=pre (completed)", "placement=post (stalled)", "placement=deepnorm (stalled)"}
-        post, deepnorm = lines["placement=post (stalled)"], lines["placement=deepnorm (stalled)"]
+        # runs.csv's outcome words (these summaries predate the outcome: classified, a stalled run
+        # without its loss trajectory as never_learned), the unigram baseline beside them
+        assert set(lines) == {"placement=pre (learned)", "placement=post (never_learned)",
+                              "placement=deepnorm (never_learned)", "unigram baseline 3.300"}
+        post, deepnorm = lines["placement=post (never_learned)"], lines["placement=deepnorm (never_learned)"]
         assert list(post.get_ydata()) == list(deepnorm.get_ydata())  # the same curve ...
         assert post.get_marker() != deepnorm.get_marker()  # ... told apart by marker, size and width
         assert post.get_markersize() != deepnorm.get_markersize() and post.get_linewidth() != deepnorm.get_linewidth()
