@@ -35,6 +35,9 @@ GRAD_NORM_MAX = "stability/grad_norm_max"
 GRAD_NORM_FIRST = "stability/grad_norm_first"
 GRAD_NORM_LAST = "stability/grad_norm_last"
 GRAD_NORM_TOP_OVER_BOTTOM = "stability/grad_norm_top_over_bottom"
+# its log10: Custom Scalars has no per-chart log axis, and the ratio spans decades across a sweep
+# (a linear axis to 1.2e5 flattened every other run to 0)
+GRAD_NORM_LOG10_LAST_OVER_FIRST = "stability/log10_grad_norm_last_over_first"
 DEPTH_PROFILE = "depth_profile"                  # image: act_std, grad_norm, update_ratio over depth
 ACT_HIST = "act_hist"                            # histograms act_hist/layer_XX (log.histograms)
 CONFIG_TEXT = "config"                           # text: the resolved config
@@ -235,13 +238,15 @@ class HParamMetric(NamedTuple):
     field: str  # the summary field it shows
 
 
-# The HParams table's metric columns, written once at the end of a run from its summary
+# The HParams table's metric columns, written once at the end of a run from its summary, the
+# outcome first: TensorBoard puts them after the hyperparameter columns in this order, each
+# 10em wide, so at 1,600 px the fourth one (the status, once) was off-screen
 HPARAM_METRICS = (
+    HParamMetric("hparams/status", "status: " + ", ".join(f"{i} {s.value}" for i, s in enumerate(STATUSES)), "status"),
     HParamMetric("hparams/final_val_loss", "final val loss", "final_val_loss"),
     HParamMetric("hparams/best_val_loss", "best val loss", "best_val_loss"),
-    HParamMetric("hparams/final_train_loss", "final train loss", "final_train_loss"),
-    HParamMetric("hparams/status", "status: " + ", ".join(f"{i} {s.value}" for i, s in enumerate(STATUSES)), "status"),
     HParamMetric("hparams/diverged_at_step", "diverged at step", "diverged_at_step"),
+    HParamMetric("hparams/final_train_loss", "final train loss", "final_train_loss"),
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Iterator
 
 import torch
@@ -19,7 +20,8 @@ from . import distributed
 from ..model import GPT, IGNORE_TARGET, read_outputs
 from ..model.layers import softcap as model_softcap
 from ..runs.schema import (ACT_STD_FIRST, ACT_STD_LAST, ACT_STD_MAX, GRAD_NORM_FIRST, GRAD_NORM_LAST, GRAD_NORM_MAX,
-                           GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, HEAD_FAMILIES, head_tag, layer_tag)
+                           GRAD_NORM_LOG10_LAST_OVER_FIRST, GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, HEAD_FAMILIES,
+                           head_tag, layer_tag)
 
 # batch rows whose attention the instruments recompute on a logging step: one sequence gives
 # heads·T(T+1)/2 logits (33k at the default shape), and each row costs ~5 ms a logging step
@@ -400,5 +402,7 @@ def scalar_tags(values: dict[str, float | list[float]]) -> dict[str, float]:
         g = values["grad_norm"]
         tags[GRAD_NORM_MAX] = max(g)
         tags[GRAD_NORM_FIRST], tags[GRAD_NORM_LAST] = g[0], g[-1]
-        tags[GRAD_NORM_TOP_OVER_BOTTOM] = g[-1] / g[0] if g[0] > 0 else float("inf")
+        tags[GRAD_NORM_TOP_OVER_BOTTOM] = ratio = g[-1] / g[0] if g[0] > 0 else float("inf")
+        # a zero last block gives -inf, a zero first one +inf (as the ratio), a NaN stays NaN
+        tags[GRAD_NORM_LOG10_LAST_OVER_FIRST] = -math.inf if ratio == 0 else math.log10(ratio) if ratio > 0 else ratio
     return tags

@@ -53,14 +53,18 @@ def exactly(tag: str) -> str:
 
 def plain_charts() -> dict:
     """{category: {chart title: ["Multiline", [tag, ...]]}}: the charts of named tags, read top
-    down: "across a sweep" first (one line per run and tag: readable over many runs), then
-    training and stability."""
+    down: "across a sweep" first (one tag per chart, so one line per run: a run's colour is the
+    only key there is, readable over many runs), then training and stability."""
     return {
         "across a sweep": {
             "validation loss": ["Multiline", [n.VAL_LOSS]],
-            "activation std: first and last block": ["Multiline", [n.ACT_STD_FIRST, n.ACT_STD_LAST]],
-            "gradient norm: first and last block": ["Multiline", [n.GRAD_NORM_FIRST, n.GRAD_NORM_LAST]],
-            "gradient norm last/first": ["Multiline", [n.GRAD_NORM_TOP_OVER_BOTTOM]],
+            # first and last block apart: together they drew two lines per run, told apart only
+            # by TensorBoard's marker shapes
+            "activation std: first block": ["Multiline", [n.ACT_STD_FIRST]],
+            "activation std: last block": ["Multiline", [n.ACT_STD_LAST]],
+            "gradient norm: first block": ["Multiline", [n.GRAD_NORM_FIRST]],
+            "gradient norm: last block": ["Multiline", [n.GRAD_NORM_LAST]],
+            "log10 gradient norm last/first (0: equal, 1: last ×10)": ["Multiline", [n.GRAD_NORM_LOG10_LAST_OVER_FIRST]],
             "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
         },
         "training": {
@@ -73,7 +77,7 @@ def plain_charts() -> dict:
         },
         "stability": {
             "activation std max": ["Multiline", [n.ACT_STD_MAX]],
-            "gradient norm max, last/first": ["Multiline", [n.GRAD_NORM_MAX, n.GRAD_NORM_TOP_OVER_BOTTOM]],
+            "gradient norm max": ["Multiline", [n.GRAD_NORM_MAX]],
             "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
             "output log Z and z-loss (log Z)²": ["Multiline", [n.GROUP_TAGS["output_log_z"],
                                                                n.GROUP_TAGS["output_z_loss"]]],
@@ -138,21 +142,29 @@ def write_scalars(writer, tags: dict[str, float], step: int) -> None:
 
 def write_hparams(writer, hparams: dict, chosen: set[str] = frozenset()) -> None:
     """The run's HParams row into its own event file (add_hparams would open a second run
-    folder), with an experiment summary that declares the columns: TensorBoard's table sorts
-    the hyperparameters marked as varying ("differs") first, then by name, and ticks the
-    first five, so the `chosen` ones (see leading_keys) are marked varying. Integers and values
-    that are not numbers, strings or booleans are written as text: TensorBoard shows every number
-    to five significant digits (layers 4 reads `4.0000`), a string as it is; metrics get display names."""
+    folder), with an experiment summary that declares the table's columns: the `chosen` keys
+    (see leading_keys; the study's axes where none is a hyperparameter), then the metrics, the
+    outcome first.
+    TensorBoard gives each column 10em and ticks the first five hyperparameters, those marked
+    varying ("differs") first, then by name: declaring every key filled those five with settings
+    no run varied and pushed the metrics off-screen. The row itself keeps every key (the sessions'
+    start info). Columns are marked varying, but a seed: a replicate sorts after the settings.
+    Integers and values that are not numbers, strings or booleans are written as text:
+    TensorBoard shows every number to five significant digits (layers 4 reads `4.0000`), a string
+    as it is; metrics get display names."""
     # why here: tensorboard loads once, with the SummaryWriter (boto3 hidden: _import_summary_writer)
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
     from torch.utils.tensorboard.summary import hparams as hparams_summary
 
     clean = {k: (v if isinstance(v, (float, str, bool)) else str(v)) for k, v in hparams.items() if v is not None}
+    # chosen keys that are no hyperparameter (log_every=10 on the command line): the study's axes
+    columns = [k for k in clean if k in chosen] or [k for k in clean if k in leading_keys()]
     kinds = {bool: api_pb2.DATA_TYPE_BOOL, str: api_pb2.DATA_TYPE_STRING}
     experiment = api_pb2.Experiment(
-        hparam_infos=[api_pb2.HParamInfo(name=k, type=kinds.get(type(v), api_pb2.DATA_TYPE_FLOAT64), differs=k in chosen)
-                      for k, v in clean.items()],
+        hparam_infos=[api_pb2.HParamInfo(name=k, type=kinds.get(type(clean[k]), api_pb2.DATA_TYPE_FLOAT64),
+                                         differs=k != "seed")
+                      for k in columns],
         metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag), display_name=name)
                       for tag, name, _ in HPARAM_METRICS])
     content = plugin_data_pb2.HParamsPluginData(experiment=experiment, version=metadata.PLUGIN_DATA_VERSION)
@@ -164,33 +176,43 @@ def write_hparams(writer, hparams: dict, chosen: set[str] = frozenset()) -> None
 
 
 def leading_keys(swept: set[str] | frozenset[str] = frozenset()) -> set[str]:
-    """The hyperparameters the HParams table should lead with: the study's axes (placement,
-    norm, layers, warmup, lr) and whatever this job's command or sweep varies (`swept`, see
-    train.loop.JobContext), but never the seed (a replicate, not a setting). TensorBoard shows
-    only the first five columns by default."""
-    return (set(HPARAMS[:5]) | set(swept)) - {"seed"}
+    """The HParams table's columns (write_hparams): the keys this job's command or sweep varies
+    (`swept`, see train.loop.JobContext), or the study's axes (placement, norm, layers, warmup,
+    lr) where it varies none but the seed. A swept seed stays a column (it tells replicates
+    apart), never one of the varied keys."""
+    varied = set(swept) - {"seed"}
+    return (varied or set(HPARAMS[:5])) | (set(swept) & {"seed"})
+
+
+# the depth-profile image, in pixels: wider than TensorBoard's cards, so that "Show actual image
+# size" (Images tab) stacks a sweep's runs one under another at full size, every tick legible (at
+# 648 × 187 px the text could not be read); no wider than a 1,440 px window leaves beside the
+# sidebar, so a panel is not cut off at the right
+DEPTH_FIGURE_PIXELS = (1040, 280)
+DEPTH_FIGURE_DPI = 80
 
 
 def depth_profile_figure(values: dict, step: int):
     """The families with a profile_title (runs/schema.py: act_std, grad_norm, update_ratio) against
-    layer index at one logging step, from the
-    values the instruments already read (no extra sync): one image per logging step that the
-    Images tab's step slider plays through training."""
+    layer index at one logging step, from the values the instruments already read (no extra
+    sync), side by side in one DEPTH_FIGURE_PIXELS image per logging step that the Images tab's
+    step slider plays through training."""
     import matplotlib  # why here: ~0.3 s, paid only by runs that draw profiles (log.profiles_every)
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
     panels = {key: f for key, f in LAYER_FAMILIES.items() if f.profile_title}
-    fig = Figure(figsize=(3 * len(panels), 2.6), dpi=72)
+    width, height = DEPTH_FIGURE_PIXELS
+    fig = Figure(figsize=(width / DEPTH_FIGURE_DPI, height / DEPTH_FIGURE_DPI), dpi=DEPTH_FIGURE_DPI)
     for ax, (key, family) in zip(fig.subplots(1, len(panels)), panels.items()):
         ys = values.get(key) or []
-        ax.plot(range(len(ys)), ys, marker="o" if len(ys) <= 64 else None, ms=3)  # a dot per block while they can be told apart
+        ax.plot(range(len(ys)), ys, marker="o" if len(ys) <= 64 else None, ms=4)  # a dot per block while they can be told apart
         readable_y_axis(ax, ys, family.log_scale)
-        ax.set_title(f"{family.profile_title} (step {step})", fontsize=9)
+        ax.set_title(f"{family.profile_title} (step {step})", fontsize=12)
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_xlabel("layer", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.set_xlabel("layer", fontsize=11)
+        ax.tick_params(labelsize=10)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

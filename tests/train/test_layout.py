@@ -1,7 +1,9 @@
-"""The Custom Scalars layout stays readable across a sweep and at 1,000 blocks."""
+"""The Custom Scalars layout stays readable across a sweep and at 1,000 blocks; the HParams table
+leads with what a sweep varies and its outcome; the depth profile is drawn at a readable size."""
 
 import re
 
+import pytest
 from tensorboard.plugins.custom_scalar import layout_pb2
 
 from normexp.runs import schema as names
@@ -91,3 +93,144 @@ def test_depth_profile_panels_label_every_y_axis_in_plain_numbers():
         for position, text in ticks:
             assert abs(float(text.replace("\u2212", "-")) - position) <= step / 2, (ax.get_title(), text, position)
         assert ax.yaxis.get_offset_text().get_text() == "", ax.get_title()
+
+
+def sweep_charts() -> dict[str, list[str]]:
+    """{title: [pattern, ...]} of the "across a sweep" category of a 6-block run's layout."""
+    (sweep,) = [c for c in layout(6).category if c.title == "across a sweep"]
+    return {chart.title: list(chart.multiline.tag) for chart in sweep.chart}
+
+
+def drawn(patterns: list[str], tags: list[str]) -> list[str]:
+    """The tags a chart draws, matched as TensorBoard's Custom Scalars matches (re.match)."""
+    return [t for t in tags if any(re.match(p, t) for p in patterns)]
+
+
+SWEEP_TAGS = ["val/loss", "stability/act_std_first", "stability/act_std_last", "stability/grad_norm_first",
+              "stability/grad_norm_last", "stability/grad_norm_top_over_bottom",
+              "stability/log10_grad_norm_last_over_first", "stability/model_update", "stability/act_std_max"]
+
+
+def test_sweep_charts_draw_one_tag_each_first_and_last_block_apart():
+    """Each "across a sweep" chart draws one tag, so a run is one line of its own colour: the first
+    and the last block are separate charts (together, 12 lines of a 6-run sweep were told apart
+    by marker shape only), and the gradient ratio is charted as its log10, not on a linear axis."""
+    charts = {title: drawn(patterns, SWEEP_TAGS) for title, patterns in sweep_charts().items()}
+    assert all(len(tags) == 1 for tags in charts.values()), charts
+    by_tag = {tags[0]: title for title, tags in charts.items()}
+    assert set(by_tag) == {"val/loss", "stability/act_std_first", "stability/act_std_last",
+                           "stability/grad_norm_first", "stability/grad_norm_last",
+                           "stability/log10_grad_norm_last_over_first", "stability/model_update"}
+    assert "first block" in by_tag["stability/act_std_first"] and "last block" in by_tag["stability/act_std_last"]
+    assert "log10" in by_tag["stability/log10_grad_norm_last_over_first"]
+    # the linear ratio is charted nowhere (it is still logged: the Scalars tab shows it)
+    every_chart = [list(c.multiline.tag) for cat in layout(6).category for c in cat.chart]
+    assert not any(drawn(p, ["stability/grad_norm_top_over_bottom"]) for p in every_chart)
+
+
+def test_the_log10_ratio_is_the_log10_of_last_over_first():
+    import math
+
+    from normexp.train.instruments import scalar_tags
+
+    def tags(grads):
+        return scalar_tags({"grad_norm": grads, "act_std": [1.0] * len(grads)})
+
+    # 0.002 → 240: the ratio 1.2e5 of the issue, 5.079… decades (by hand: log10(1.2) + 5)
+    got = tags([0.002, 1.0, 3.0, 240.0])
+    assert got["stability/grad_norm_top_over_bottom"] == pytest.approx(1.2e5)
+    assert got["stability/log10_grad_norm_last_over_first"] == pytest.approx(5.0791812, abs=1e-6)
+    assert tags([0.5, 0.05])["stability/log10_grad_norm_last_over_first"] == pytest.approx(-1.0)
+    assert tags([0.0, 1.0])["stability/log10_grad_norm_last_over_first"] == math.inf   # the ratio's inf
+    assert tags([1.0, 0.0])["stability/log10_grad_norm_last_over_first"] == -math.inf
+    assert math.isnan(tags([1.0, math.nan])["stability/log10_grad_norm_last_over_first"])
+
+
+class Recorder:
+    """A SummaryWriter stand-in: keeps what write_hparams adds."""
+
+    def __init__(self):
+        self.file_writer = self
+        self.summaries = []
+
+    def add_summary(self, summary, step=None):
+        self.summaries.append(summary)
+
+
+def hparams_table(chosen, hparams=None):
+    """The HParams table's columns as TensorBoard 2.x builds them from write_hparams' experiment:
+    the hyperparameters sorted with "differs" first, then by name (its backend), the first five
+    ticked (its frontend), then the metrics in their declared order, the first five ticked."""
+    from tensorboard.plugins.hparams import metadata
+
+    from normexp.train.logbook import write_hparams
+
+    writer = Recorder()
+    hparams = hparams or {"placement": "pre", "norm": "layer", "layers": 4, "warmup": 100, "lr": 0.01, "seed": 0,
+                          "d_model": 32, "heads": 2, "steps": 100, "batch_size": 8, "seq_len": 32, "data": "shakespeare"}
+    write_hparams(writer, hparams, chosen)
+    [experiment] = [metadata.parse_experiment_plugin_data(v.metadata.plugin_data.content)
+                    for s in writer.summaries for v in s.value if v.tag == metadata.EXPERIMENT_TAG]
+    infos = sorted(experiment.hparam_infos, key=lambda h: (not h.differs, h.name))
+    return [h.name for h in infos][:5] + [m.display_name for m in experiment.metric_infos][:5]
+
+
+def test_hparams_table_leads_with_the_swept_keys_then_the_outcome():
+    """The issue's 6-job sweep (placement × warmup): the table's ticked columns are the two swept
+    keys, then the status, then the validation losses; nothing no run varied comes between."""
+    from normexp.train.logbook import leading_keys
+
+    columns = hparams_table(leading_keys({"placement", "warmup"}))
+    assert columns[:2] == ["placement", "warmup"]
+    assert columns[2].startswith("status: 0 running, 1 completed, 2 stalled, 3 diverged")
+    assert columns[3:5] == ["final val loss", "best val loss"]
+    # at 1,600 px TensorBoard shows Trial ID, Show Metrics and about six 10em columns: the status
+    # and the final validation loss are among them
+    assert len(columns) >= 6 and columns.index("final val loss") < 6
+
+
+def test_hparams_columns_keep_a_swept_seed_after_the_settings_and_fall_back_to_the_study_axes():
+    from normexp.train.logbook import leading_keys
+
+    # replicates: the seed is a column, after the varied setting
+    assert hparams_table(leading_keys({"placement", "seed"}))[:2] == ["placement", "seed"]
+    # a run that varies nothing (or nothing but log_every): the study's five axes, by name
+    study = ["layers", "lr", "norm", "placement", "warmup"]
+    assert hparams_table(leading_keys(set()))[:5] == study
+    assert hparams_table(leading_keys({"log_every"}))[:5] == study
+    assert hparams_table(leading_keys({"seed"}))[:6] == study + ["status: 0 running, 1 completed, 2 stalled, "
+                                                                 "3 diverged, 4 failed, 5 interrupted, 6 requeued"]
+
+
+def test_the_hparams_row_keeps_every_key():
+    """The declared columns are few; the run's row (the session start info) keeps every value."""
+    from tensorboard.plugins.hparams import metadata
+
+    from normexp.train.logbook import leading_keys, write_hparams
+
+    writer = Recorder()
+    write_hparams(writer, {"placement": "pre", "warmup": 0, "d_model": 32, "lr": 0.01}, leading_keys({"placement"}))
+    [start] = [metadata.parse_session_start_info_plugin_data(v.metadata.plugin_data.content)
+               for s in writer.summaries for v in s.value if v.tag == metadata.SESSION_START_INFO_TAG]
+    assert set(start.hparams) == {"placement", "warmup", "d_model", "lr"}
+
+
+def test_depth_profile_image_is_at_least_1000_pixels_wide():
+    """The Images tab draws the figure at its own size ("Show actual image size"): ≥ 1,000 px wide,
+    its three panels side by side (it was 648 × 187, a thumbnail), its text ≥ 10 pt."""
+    from torch.utils.tensorboard._utils import figure_to_image
+
+    from normexp.train.logbook import depth_profile_figure
+
+    values = {"act_std": [1.0 + 0.1 * i for i in range(6)], "grad_norm": [0.02 * 1.5 ** i for i in range(6)],
+              "update_ratio": [3e-5 * (1 + 0.2 * i) for i in range(6)]}
+    fig = depth_profile_figure(values, step=5)
+    channels, height, width = figure_to_image(depth_profile_figure(values, step=5)).shape
+    assert channels == 3 and width >= 1000 and 250 <= height <= width / 3
+    fig.canvas.draw()
+    assert len(fig.axes) == 3
+    lefts = [ax.get_position().x0 for ax in fig.axes]
+    assert lefts == sorted(lefts) and all(b - a > 0.25 for a, b in zip(lefts, lefts[1:]))  # a row, not a column
+    for ax in fig.axes:
+        assert ax.title.get_fontsize() >= 10 and ax.xaxis.label.get_fontsize() >= 10
+        assert all(t.get_fontsize() >= 9 for t in ax.get_yticklabels())

@@ -2,13 +2,12 @@
 variant settings only where the run has them, metrics with names), the depth-profile
 images at the expected steps, and the sweep-level custom-scalar charts."""
 
-import math
-
 import pytest
 from conftest import TINY, cli_environment, load_events, make_corpus, read_summary, run_cli
 
 from normexp.runs.schema import HEAD_FAMILIES, HPARAM_METRICS, LAYER_FAMILIES
 from normexp.runs.schema import STATUSES
+from normexp.train.logbook import leading_keys, write_hparams
 
 pytestmark = pytest.mark.slow  # every test reads the runs of one module fixture (a sweep and two runs)
 
@@ -45,16 +44,38 @@ def runs(tmp_path_factory):
     return root
 
 
-def test_hparams_mark_the_chosen_keys_and_leave_out_unused_settings(runs):
+class Recorder:
+    """A SummaryWriter stand-in: keeps what write_hparams adds."""
+
+    def __init__(self):
+        self.file_writer = self
+        self.summaries = []
+
+    def add_summary(self, summary, step=None):
+        self.summaries.append(summary)
+
+
+def start_info(run_dir):
+    from tensorboard.plugins.hparams import metadata
+
+    [start] = [metadata.parse_session_start_info_plugin_data(v.metadata.plugin_data.content)
+               for e in events(run_dir) for v in e.summary.value if v.tag == metadata.SESSION_START_INFO_TAG]
+    return start
+
+
+def test_hparams_columns_are_the_swept_keys_and_rows_leave_out_unused_settings(runs):
     pre, deepnorm = experiment(runs / "sweep" / "pre"), experiment(runs / "sweep" / "deepnorm")
-    names = [h.name for h in pre.hparam_infos]
-    assert names[:6] == ["placement", "norm", "layers", "warmup", "lr", "seed"]
-    # TensorBoard lists the "differs" ones first and ticks five: the study's axes and the swept keys
-    assert {h.name for h in pre.hparam_infos if h.differs} == {"placement", "norm", "layers", "warmup", "lr"}
-    assert not any(n.startswith("placement.") for n in names)  # Pre-LN has no settings: no 0 written
-    deepnorm_names = {h.name for h in deepnorm.hparam_infos}
-    assert {"placement.alpha", "placement.beta"} <= deepnorm_names
-    assert [(m.name.tag, m.display_name) for m in pre.metric_infos] == [(m.tag, m.display_name) for m in HPARAM_METRICS]
+    # the sweep varies placement alone (lr=1e-3 is set, not swept): the table's one hyperparameter
+    # column, marked varying, then the metrics with the outcome first
+    for run in (pre, deepnorm):
+        assert [(h.name, h.differs) for h in run.hparam_infos] == [("placement", True)]
+        assert [(m.name.tag, m.display_name) for m in run.metric_infos] == [(m.tag, m.display_name) for m in HPARAM_METRICS]
+        assert run.metric_infos[0].name.tag == "hparams/status"
+    # each row keeps every value: Pre-LN has no settings (no 0 written), DeepNorm its alpha and beta
+    pre_row, deepnorm_row = set(start_info(runs / "sweep" / "pre").hparams), set(start_info(runs / "sweep" / "deepnorm").hparams)
+    assert {"placement", "norm", "layers", "warmup", "lr", "seed", "d_model"} <= pre_row
+    assert not any(k.startswith("placement.") for k in pre_row)
+    assert {"placement.alpha", "placement.beta"} <= deepnorm_row
 
 
 def test_hparams_show_integers_as_integers(runs):
@@ -62,13 +83,19 @@ def test_hparams_show_integers_as_integers(runs):
     `4.0000`): integers go as text, which it shows as written; floats stay numbers."""
     from tensorboard.plugins.hparams import api_pb2, metadata
 
-    infos = {h.name: h.type for h in experiment(runs / "sweep" / "pre").hparam_infos}
-    [start] = [metadata.parse_session_start_info_plugin_data(v.metadata.plugin_data.content)
-               for e in events(runs / "sweep" / "pre") for v in e.summary.value if v.tag == metadata.SESSION_START_INFO_TAG]
+    start = start_info(runs / "sweep" / "pre")
     summary = read_summary(runs / "sweep" / "pre")
     for key in ("layers", "warmup", "d_model", "seed"):
-        assert infos[key] == api_pb2.DATA_TYPE_STRING and start.hparams[key].string_value == str(summary[key])
-    assert infos["lr"] == api_pb2.DATA_TYPE_FLOAT64 and start.hparams["lr"].number_value == pytest.approx(1e-3)
+        assert start.hparams[key].string_value == str(summary[key])
+    assert start.hparams["lr"].number_value == pytest.approx(1e-3)
+    # a declared column is typed as its values: the study's axes of a run that varies nothing
+    writer = Recorder()
+    write_hparams(writer, {"placement": "pre", "layers": 4, "lr": 1e-3}, leading_keys())
+    [declared] = [metadata.parse_experiment_plugin_data(v.metadata.plugin_data.content)
+                  for s in writer.summaries for v in s.value if v.tag == metadata.EXPERIMENT_TAG]
+    infos = {h.name: h.type for h in declared.hparam_infos}
+    assert infos == {"placement": api_pb2.DATA_TYPE_STRING, "layers": api_pb2.DATA_TYPE_STRING,
+                     "lr": api_pb2.DATA_TYPE_FLOAT64}
 
 
 def test_validation_loss_starts_at_step_0_in_tensorboard_only(runs):
@@ -100,8 +127,8 @@ def test_depth_profile_images_at_the_expected_steps(runs, run, steps):
     acc = load_events(runs / run)
     found = acc.Images("depth_profile") if "depth_profile" in acc.Tags()["images"] else []
     assert [e.step for e in found] == steps
-    for e in found:  # a 9 × 2.6 inch figure at 72 dpi, PNG
-        assert (e.width, e.height) == (648, math.floor(2.6 * 72))
+    for e in found:  # 13 × 3.5 inches at 80 dpi: wide enough to read at actual size, PNG
+        assert (e.width, e.height) == (1040, 280)
         assert e.encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
 
 
