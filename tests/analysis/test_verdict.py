@@ -199,6 +199,13 @@ def test_loss_figures_draw_the_baseline_and_name_an_interval_only_with_two_seeds
     words = " ".join(t.get_text() for t in ax.get_legend().get_texts())
     assert "learned" in words and "stuck" in words and "completed" not in words and "stalled" not in words
 
+    from normexp.analysis.report.figures import plot_final_grid
+
+    assert plot_final_grid(runs, ["placement.name"], tmp_path / "final.png") == ("bar chart", None)
+    (ax,) = saved["final.png"].axes
+    assert ("95 % t-interval" in ax.get_title()) is named and ("no interval" in ax.get_title()) is (not named)
+    assert [ln.get_ydata()[0] for ln in ax.lines if ln.get_label().startswith("unigram baseline")] == [BASELINE]
+
 
 def _profiles(family: str, values: dict) -> list:
     """One run per placement: {placement: [value of layer 0, 1, 2]} at step 0 and step 100."""

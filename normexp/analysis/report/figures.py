@@ -212,7 +212,8 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
     subtitle = f"\n(pooled over {', '.join(others)} and seeds)" if others else ""
     table = study.cell_table(runs, [k for k in (row_key, col_key, *apart) if k], sort_key)
     # the interval is named only where some cell has one (two seeds or more)
-    interval = " ± 95 % t-interval" if np.isfinite(table["low"].astype(float)).any() else " (one seed each: no interval)"
+    what = ("mean ± 95 % t-interval" if np.isfinite(table["low"].astype(float)).any()
+            else "one seed each, no interval")
     if col_key is None:
         fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(row_vals) + 2), 3.6))
         heights = np.nan_to_num(grid[:, 0], nan=0.0)
@@ -221,10 +222,15 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
             if not math.isfinite(v):
                 b.set_hatch("//")
             ax.annotate(t or "no value", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
+        top = np.nanmax(grid[:, 0]) if np.isfinite(grid[:, 0]).any() else 1.0
+        ax.set_ylim(0, 1.3 * top)  # headroom: the labels above the tallest bar stay clear of the title
+        _baseline_lines(ax, runs)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
         ax.set_xticks(range(len(row_vals)), [row_label(v) for v in row_vals])
         ax.set_xlabel(display_name(row_key))
         ax.set_ylabel("final validation loss")
-        ax.set_title(f"Final validation loss, mean{interval} (hatched: failed)" + subtitle, fontsize=10)
+        ax.set_title(f"Final validation loss, {what} (hatched: failed)" + subtitle, fontsize=10)
         kind = "bar chart"
     else:
         fig, ax = plt.subplots(figsize=(1.5 * len(col_vals) + 3, 0.9 * len(row_vals) + 2.2))
@@ -247,9 +253,9 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
         ax.set_yticks(range(len(row_vals)), [row_label(v) for v in row_vals])
         ax.set_xlabel(display_name(col_key))
         ax.set_ylabel(display_name(row_key))
-        ax.set_title(f"Final val loss: mean{interval} half-width over seeds\n(diverged = initial loss; red frame: some "
-                     "diverged/failed)" + subtitle if "±" in interval else f"Final val loss{interval}\n(diverged = "
-                     "initial loss; red frame: some diverged/failed)" + subtitle, fontsize=10)
+        half = " half-width over seeds" if "±" in what else ""
+        ax.set_title(f"Final val loss: {what}{half}\n(diverged = initial loss; red frame: some diverged/failed)"
+                     + subtitle, fontsize=10)
         kind = "heatmap"
     save_figure(fig, path, table.rename(columns=display_name))
     return kind, None
