@@ -186,9 +186,9 @@ def leading_keys(swept: set[str] | frozenset[str] = frozenset()) -> set[str]:
 
 # the depth-profile image, in pixels: wider than TensorBoard's cards, so that "Show actual image
 # size" (Images tab) stacks a sweep's runs one under another at full size, every tick legible (at
-# 648 × 187 px the text could not be read); no wider than a 1,440 px window leaves beside the
-# sidebar, so a panel is not cut off at the right
-DEPTH_FIGURE_PIXELS = (1040, 280)
+# 648 × 187 px the text could not be read); no wider than a card of a 1,440 px window (1,030 px
+# beside the sidebar: at 1,040 px the right panel's edge was cut off)
+DEPTH_FIGURE_PIXELS = (1000, 280)
 DEPTH_FIGURE_DPI = 80
 
 

@@ -127,8 +127,8 @@ def test_depth_profile_images_at_the_expected_steps(runs, run, steps):
     acc = load_events(runs / run)
     found = acc.Images("depth_profile") if "depth_profile" in acc.Tags()["images"] else []
     assert [e.step for e in found] == steps
-    for e in found:  # 13 × 3.5 inches at 80 dpi: wide enough to read at actual size, PNG
-        assert (e.width, e.height) == (1040, 280)
+    for e in found:  # 12.5 × 3.5 inches at 80 dpi: wide enough to read at actual size, PNG
+        assert (e.width, e.height) == (1000, 280)
         assert e.encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
 
 
