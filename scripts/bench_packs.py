@@ -21,6 +21,8 @@ import torch
 from normexp.config.model_config import ModelConfig
 from normexp.model import GPT
 from normexp.model.packed import PackedGPT
+from normexp.train.pack_graph import GraphedPackStep
+from normexp.train.packed_adamw import PackedAdamW
 
 
 def optimizer(model: GPT) -> torch.optim.AdamW:
@@ -70,40 +72,89 @@ def run(args) -> str:
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
 
-    members = []
-    for k in range(K):
-        torch.manual_seed(k)
-        members.append(GPT(cfg).to(device))
+    def build():
+        members = []
+        for k in range(K):
+            torch.manual_seed(k)
+            members.append(GPT(cfg).to(device))
+        return members
+
+    members = build()
     with torch.no_grad(), autocast():
         first = [m(x[k], y[k])[1].float() for k, m in enumerate(members)]
     pack = PackedGPT(members)
-    opts = [optimizer(m) for m in members]
-
-    def pack_step():
-        for o in opts:
-            o.zero_grad(set_to_none=True)
-        pack.zero_grad(set_to_none=True)
-        with autocast():
-            losses = pack(x, y)
-        losses.sum().backward()
-        pack.member_grads_to_members(range(K))
-        for o in opts:
-            o.step()
-
     with torch.no_grad(), autocast():
         packed_first = pack(x, y).float()
     diff = max(abs(a.item() - b.item()) for a, b in zip(first, packed_first))
-    pack_s = measure(pack_step, device, args.warmup, args.steps)
+    rates = {}
+    if args.mode in ("all", "own"):  # each member its own optimizer (the CPU path)
+        opts = [optimizer(m) for m in members]
+
+        def own_step():
+            for o in opts:
+                o.zero_grad(set_to_none=True)
+            pack.zero_grad(set_to_none=True)
+            with autocast():
+                losses = pack(x, y)
+            losses.sum().backward()
+            pack.member_grads_to_members(range(K))
+            for o in opts:
+                o.step()
+
+        rates["own optimizers"] = measure(own_step, device, args.warmup, args.steps)
+    graph_check = ""
+    if args.mode in ("all", "packed"):  # one AdamW step for the pack, eager then as a CUDA graph
+        def fresh():
+            members = build()
+            pack = PackedGPT(members)
+            opt = PackedAdamW(pack, [optimizer(m) for m in members], members)
+            opt.prepare_calls = 0
+
+            def device_step(xs, ys):
+                pack.zero_grad(set_to_none=True)
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda", cache_enabled=False):
+                    losses = pack(xs, ys)
+                losses.sum().backward()
+                opt.collect_grads()
+                opt.apply()
+                return losses
+            return opt, device_step
+
+        opt, device_step = fresh()
+
+        def packed_step():
+            opt.prepare()
+            device_step(x, y)
+
+        rates["packed optimizer"] = measure(packed_step, device, args.warmup, args.steps)
+        if device.type == "cuda":
+            opt_e, step_e = fresh()
+            opt_g, step_g = fresh()
+            graphed = GraphedPackStep(step_g, x)
+            for _ in range(20):  # the same 20 steps eagerly and through the graph, from the same weights
+                opt_e.prepare()
+                step_e(x, y)
+                opt_g.prepare()
+                graphed.run(x, y)
+            torch.cuda.synchronize()
+            graph_check = f"; after 20 steps graph vs eager weights max |diff| {(opt_e.weights - opt_g.weights).abs().max().item():.2e}"
+
+            def graph_step():
+                opt_g.prepare()
+                graphed.run(x, y)
+
+            rates["packed optimizer, CUDA graph"] = measure(graph_step, device, args.warmup, args.steps)
     per_member = ""
     if device.type == "cuda":
-        per_member = f", peak {(torch.cuda.max_memory_allocated() - base) / K / 2**20:.0f} MiB a member"
-    solo_rate, pack_rate = B * T / solo_s, K * B * T / pack_s
+        per_member = f", peak {torch.cuda.max_memory_allocated() / 2**20 / K:.0f} MiB a member (all variants)"
+    solo_rate = B * T / solo_s
+    parts = [f"{name}: {K * B * T / sec:,.0f} tok/s ({sec * 1e3:.1f} ms a step, {K * B * T / sec / solo_rate:.1f}x solo)"
+             for name, sec in rates.items()]
     return (f"{args.layers} x {args.d_model} (seq {T}, batch {B}, {args.placement}/{args.norm}) on {device.type}: "
-            f"solo {solo_rate:,.0f} tok/s ({solo_s * 1e3:.1f} ms a step); pack of {K}: {pack_rate:,.0f} tok/s "
-            f"({pack_s * 1e3:.1f} ms a step), {pack_rate / solo_rate:.1f}x the solo rate{per_member}; "
-            f"first-step loss, pack vs solo: max |diff| {diff:.2e}")
+            f"solo {solo_rate:,.0f} tok/s ({solo_s * 1e3:.1f} ms a step); pack of {K}: " + "; ".join(parts) +
+            f"{per_member}; first-step loss pack vs solo max |diff| {diff:.2e}{graph_check}")
+
 
 
 def main() -> None:
@@ -120,6 +171,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--mode", choices=("all", "own", "packed"), default="all",
+                   help="the pack's optimizer: each member's own, one packed AdamW (eager, and on CUDA as a graph), or all")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

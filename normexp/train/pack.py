@@ -35,6 +35,7 @@ from ..model.packed import PackedGPT
 from ..runs.schema import Status
 from .config import TrainConfig
 from .flat_adamw import FlatAdamW
+from .pack_graph import GraphedPackStep, graph_step_fits
 from .packed_adamw import PackedAdamW, RowAdamW
 from .loop import Diverged, Hooks, JobContext, Trainer, is_logging_step, set_up_objects_frozen
 from .signals import Interrupted, StopSignals
@@ -57,7 +58,7 @@ def as_member(i: int):
 class Pack:
     """The members' Trainers and the PackedGPT over their models."""
 
-    def __init__(self, trainers: Sequence[Trainer], packed_optimizer: bool | None = None):
+    def __init__(self, trainers: Sequence[Trainer], packed_optimizer: bool | None = None, cuda_graph: bool | None = None):
         self.trainers = list(trainers)
         first = self.trainers[0]
         self.device, self.autocast = first.device, first.autocast
@@ -77,7 +78,32 @@ class Pack:
             self.optimizer = PackedAdamW(self.model, [t.optimizer for t in self.trainers], [t.model for t in self.trainers])
             for k, t in enumerate(self.trainers):
                 t.optimizer = RowAdamW(self.optimizer, k)
+            self.optimizer.set_max_norms([t.config.optim.grad_clip for t in self.trainers])
+        self.graph = self._graph(cuda_graph)
         self.summaries: list[dict | None] = [None] * len(self.trainers)
+
+    def _graph(self, wanted: bool | None) -> GraphedPackStep | None:
+        """The plain step as a CUDA graph (train/pack_graph.py) where it fits; `wanted`: None = where it fits."""
+        why = graph_step_fits(self.device, self.optimizer is not None, [t.config.z_loss for t in self.trainers],
+                              any(t.guard.every_step for t in self.trainers))
+        if wanted is False or (why is not None and not wanted):
+            return None
+        if why is not None:
+            log.warning("pack: plain steps run eagerly, not as a CUDA graph: %s", why)
+            return None
+        K, B, T = len(self.trainers), self.trainers[0].config.batch_size, self.trainers[0].config.seq_len
+        return GraphedPackStep(self._device_step, torch.zeros(K, B, T, dtype=torch.long, device=self.device))
+
+    def _device_step(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """Every member's plain step, device work only: forward, backward, clipping, the packed AdamW step."""
+        self.model.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.cuda.is_bf16_supported(), cache_enabled=False):
+            losses = self.model(xs, ys)
+        losses.sum().backward()
+        self.optimizer.collect_grads()
+        self.optimizer.clip_all()
+        self.optimizer.apply()
+        return losses
 
     def running(self) -> list[int]:
         return [i for i, t in enumerate(self.trainers) if self.summaries[i] is None and t.step < t.config.steps]
@@ -95,6 +121,13 @@ class Pack:
             batches[i] = t.next_batch()
             xs[i], ys[i] = batches[i]
             t.optimizer.zero_grad(set_to_none=True)
+        if self.graph is not None and members == list(range(K)):
+            self.optimizer.prepare()
+            self.graph.run(xs, ys)  # unchecked plain steps (graph_step_fits): nothing to read back
+            for t in self.trainers:
+                t.model.after_optimizer_step()
+                t.step += 1
+            return
         self.model.zero_grad(set_to_none=True)
         with self.autocast():
             losses = self.model(xs, ys, z_loss=[t.config.z_loss for t in self.trainers])
@@ -114,7 +147,10 @@ class Pack:
 
         for i in members:
             self._guarded(i, lambda i=i: check(i))
-        self.optimizer.clip(healthy, [self.trainers[i].config.optim.grad_clip for i in healthy])
+        if healthy == list(range(K)):
+            self.optimizer.clip_all()
+        else:
+            self.optimizer.clip(healthy, [self.trainers[i].config.optim.grad_clip for i in healthy])
         self.optimizer.step(healthy)
         for i in healthy:
             self.trainers[i].model.after_optimizer_step()
@@ -148,19 +184,21 @@ class Pack:
 
 
 def train_pack(configs: Sequence[DictConfig | TrainConfig], run_dirs: Sequence[Path], stop: StopSignals | None = None,
-               jobs: Sequence[JobContext] | None = None, packed_optimizer: bool | None = None) -> list[dict]:
+               jobs: Sequence[JobContext] | None = None, packed_optimizer: bool | None = None,
+               cuda_graph: bool | None = None) -> list[dict]:
     """Train the runs `configs` describe (one shape: launch/packs.py groups them) as one pack,
     each into its run folder; returns their summaries, as `train` returns one. On SIGINT or
     SIGTERM every running member saves a checkpoint and records "interrupted" (or "requeued"),
     then `Interrupted` is raised, as for a solo run. `packed_optimizer`: one AdamW step for all
-    members (train/packed_adamw.py); None = on CUDA only."""
+    members (train/packed_adamw.py); None = on CUDA only. `cuda_graph`: plain steps as a CUDA
+    graph (train/pack_graph.py); None = where it fits."""
     configs = [c if isinstance(c, TrainConfig) else TrainConfig.from_composed(c) for c in configs]
     jobs = list(jobs or [JobContext()] * len(configs))
     trainers = []
     for i, (c, d, j) in enumerate(zip(configs, run_dirs, jobs)):
         with as_member(i):
             trainers.append(Trainer(c, Path(d), Hooks(), j))
-    pack = Pack(trainers, packed_optimizer)
+    pack = Pack(trainers, packed_optimizer, cuda_graph)
     with contextlib.ExitStack() as stack:
         stop = stop or stack.enter_context(StopSignals())
         stack.enter_context(set_up_objects_frozen())

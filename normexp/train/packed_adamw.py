@@ -18,6 +18,7 @@ member's own logging steps, which updates its row alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -57,6 +58,13 @@ class PackedAdamW:
                 member_params[k][key_to_name[key]].data = self.weights[k, o:o + n].view(shape)
         self.params_in_order = [[member_params[k][key_to_name[key]] for key, *_ in self.layout] for k in range(K)]
         self.steps = [self._adopt_state(k) for k in range(K)]
+        self.hyper: list[torch.Tensor] | None = None  # prepare()'s per-row values, on the device
+        self.max_norms: torch.Tensor | None = None  # clip_all()'s (K, 1) grad_clip, inf = off; None: no member clips
+
+    def set_max_norms(self, max_norms: list[float | None]) -> None:
+        if any(m is not None for m in max_norms):
+            self.max_norms = torch.tensor([[math.inf if m is None else m] for m in max_norms],
+                                          dtype=self.grads.dtype, device=self.grads.device)
 
     def _adopt_state(self, k: int) -> torch.Tensor:
         """Member k's moments (a resumed run's) copied into its rows, and its optimizer's state
@@ -98,34 +106,64 @@ class PackedAdamW:
                 norm = torch.linalg.vector_norm(self.grads[k])
                 self.grads[k].mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
 
+    def clip_all(self) -> None:
+        """clip() for every member at once, from `set_max_norms`: device work only (capturable)."""
+        if self.max_norms is not None:
+            norm = torch.linalg.vector_norm(self.grads, dim=1, keepdim=True)
+            self.grads.mul_(torch.clamp(self.max_norms / (norm + 1e-6), max=1.0))
+
     @torch.no_grad()
     def step(self, rows: list[int]) -> None:
         """One AdamW update of the listed members' rows, from their gradient rows."""
         if not rows:
             return
+        if rows == list(range(self.pack.K)):
+            self.prepare()
+            self.apply()
+            return
+        hyper = self._count_and_read(rows)
+        index = torch.tensor(rows, device=self.weights.device)
+        for (a, b), h in zip(self.groups, hyper):
+            blocks = [x[:, a:b].index_select(0, index) for x in (self.weights, self.grads, self.exp_avg, self.exp_avg_sq)]
+            theta, m, v = self._update(*blocks, *h.to(self.weights).unbind(0))
+            for target, value in zip((self.weights, self.exp_avg, self.exp_avg_sq), (theta, m, v)):
+                target[:, a:b].index_copy_(0, index, value)
+
+    def prepare(self) -> None:
+        """For an update of every member: count the step and set the per-row values in their
+        device tensors (`hyper`), which `apply` reads: apply alone can be captured in a CUDA graph."""
+        values = self._count_and_read(list(range(self.pack.K)))
+        if self.hyper is None:
+            self.hyper = [torch.empty_like(v, dtype=self.weights.dtype, device=self.weights.device) for v in values]
+        for target, v in zip(self.hyper, values):
+            target.copy_(v)
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        """The update of every member's rows with the values `prepare` set: device work only."""
+        for (a, b), h in zip(self.groups, self.hyper):
+            self._update(*(x[:, a:b] for x in (self.weights, self.grads, self.exp_avg, self.exp_avg_sq)), *h.unbind(0))
+
+    @staticmethod
+    def _update(theta, g, m, v, lr, wd, beta1, beta2, eps, step_size, bias2_sqrt):
+        """torch.optim.AdamW's single-tensor update, in place, each value a (rows, 1) column."""
+        theta.mul_(1 - lr * wd)
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).add_(g * g * (1 - beta2))
+        denom = (v.sqrt() / bias2_sqrt).add_(eps)
+        theta.sub_(step_size * m / denom)
+        return theta, m, v
+
+    def _count_and_read(self, rows: list[int]) -> list[torch.Tensor]:
+        """Count one more step for each listed member; per group, its (7, rows, 1) values in
+        float64: lr, weight decay, β₁, β₂, ε, lr/(1−β₁ᵗ), √(1−β₂ᵗ)."""
         for k in rows:
             self.steps[k] += 1
-        index = None if rows == list(range(self.pack.K)) else torch.tensor(rows, device=self.weights.device)
-        for gi, (a, b) in enumerate(self.groups):
-            if a == b:
-                continue
-            hyper = torch.tensor([self._hyper(k, gi) for k in rows], dtype=torch.float64)
-            lr, wd, beta1, beta2, eps, t = (c.unsqueeze(1) for c in hyper.unbind(1))
-            bias1, bias2_sqrt = 1 - beta1 ** t, (1 - beta2 ** t).sqrt()
-            columns = (lr, wd, beta1, beta2, eps, lr / bias1, bias2_sqrt)
-            lr, wd, beta1, beta2, eps, step_size, bias2_sqrt = (c.to(self.weights) for c in columns)
-            blocks = [x[:, a:b] for x in (self.weights, self.grads, self.exp_avg, self.exp_avg_sq)]
-            if index is not None:
-                blocks = [x.index_select(0, index) for x in blocks]
-            theta, g, m, v = blocks
-            theta.mul_(1 - lr * wd)
-            m.lerp_(g, 1 - beta1)
-            v.mul_(beta2).add_(g * g * (1 - beta2))
-            denom = (v.sqrt() / bias2_sqrt).add_(eps)
-            theta.sub_(step_size * m / denom)
-            if index is not None:
-                for target, value in zip((self.weights, self.exp_avg, self.exp_avg_sq), (theta, m, v)):
-                    target[:, a:b].index_copy_(0, index, value)
+        out = []
+        for gi in range(len(self.groups)):
+            lr, wd, beta1, beta2, eps, t = torch.tensor([self._hyper(k, gi) for k in rows], dtype=torch.float64).T
+            out.append(torch.stack([lr, wd, beta1, beta2, eps, lr / (1 - beta1 ** t), (1 - beta2 ** t).sqrt()]).unsqueeze(-1))
+        return out
 
     def _hyper(self, k: int, gi: int) -> tuple[float, ...]:
         group = self.optimizers[k].param_groups[gi]

@@ -233,3 +233,37 @@ def test_a_pack_with_one_adamw_step_resumes_bit_exact_from_its_checkpoints(tmp_p
             assert {s: v for s, v in points.items() if s >= 30} == later, tag
         sa, sb = (json.loads((d / "summary.json").read_text()) for d in (straight[i], stopped[i]))
         assert sb["final_val_loss"] == sa["final_val_loss"] and sb["loss_trajectory"] == sa["loss_trajectory"]
+
+
+def test_a_pack_step_is_captured_only_where_it_is_correct():
+    from normexp.train.pack_graph import graph_step_fits
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert graph_step_fits(cuda, True, [0.0, 0.0], False) is None
+    assert "CUDA" in graph_step_fits(cpu, True, [0.0], False)
+    assert "own optimizer" in graph_step_fits(cuda, False, [0.0], False)
+    assert "z_loss" in graph_step_fits(cuda, True, [0.0, 1e-4], False)
+    assert "every_step" in graph_step_fits(cuda, True, [0.0], True)
+
+
+@pytest.mark.slow
+def test_the_step_a_cuda_graph_records_trains_as_the_eager_packed_step(tmp_path, corpus, monkeypatch):
+    """On CPU the graph cannot be captured, but the step it would record (Pack._device_step:
+    forward, backward, clipping, the packed AdamW step from prepare's values) runs eagerly; each
+    member ends bit for bit as with the eager packed step, logging steps and evaluations between."""
+    import normexp.train.pack as pack_module
+    import normexp.train.pack_graph as pack_graph
+
+    configs = members(corpus, [["lr=1e-3", "seed=0"], ["lr=3e-3", "seed=1", "warmup=0", "grad_clip=0.5"],
+                               ["lr=2e-3", "seed=3", "init=gpt2"]], steps=40)
+    eager, graphed = runs(tmp_path, "eager", 3), runs(tmp_path, "graphed", 3)
+    train_pack(configs, eager, packed_optimizer=True, cuda_graph=False)
+    monkeypatch.setattr(pack_module, "graph_step_fits", lambda *a: None)
+    monkeypatch.setattr(pack_graph, "WARMUP", 10**9)  # never captured: every plain step through the graph's eager side
+    calls = []
+    real = pack_module.Pack._device_step
+    monkeypatch.setattr(pack_module.Pack, "_device_step", lambda self, xs, ys: calls.append(1) or real(self, xs, ys))
+    train_pack(configs, graphed, packed_optimizer=True, cuda_graph=True)
+    assert len(calls) > 20  # the plain steps went that way
+    for a, b in zip(eager, graphed):
+        assert_same_run(a, b)
