@@ -116,15 +116,14 @@ def _not_separated(ss: list[Setting]) -> str | None:
     if len(judged) > 1 and all(s.n < 2 for s in judged):
         return ("every setting rests on one seed (n = 1): each outcome is one run's, and no interval says whether "
                 "the losses differ beyond chance (more seeds, e.g. seed=0,1,2, would)")
-    parts = [f"by final validation loss, {_and([s.label for s in g])} (their 95 % intervals overlap)"
-             for g in overlapping(ss)]
+    parts = [f"{_and([s.label for s in g])} (their 95 % intervals overlap)" for g in overlapping(ss)]
     single = [s.label for s in judged if s.n < 2]
     if single:
         one = len(single) == 1
         parts.append(f"{_and(single)} {'rests' if one else 'rest'} on one seed{'' if one else ' each'} (n = 1): "
                      "no interval, so nothing separates "
                      f"{'it' if one else 'them'} from the others by loss")
-    return "; ".join(parts) or None
+    return "by final validation loss: " + "; ".join(parts) if parts else None
 
 
 def verdict_lines(runs: list[Run], keys: list[str]) -> list[tuple[str, str]]:
@@ -161,9 +160,9 @@ def verdict_intro(runs: list[Run], keys: list[str], left_out: int) -> str:
     interval = ", with its 95 % t-interval over seeds where n ≥ 2" if any(s.has_interval for s in ss) else ""
     skipped = (f"; {left_out} run{'s' * (left_out != 1)} left out of the statistics and not counted (Notes)"
                if left_out else "")
-    return (f"{len(ss)} setting{'s' * (len(ss) != 1)} ({n or 'no finished run'}){skipped}. Each setting: n, its "
-            f"runs' outcomes where they differ from its group's word, and its mean final validation loss{interval} "
-            "(the settings table below).")
+    return (f"{len(ss)} setting{'s' * (len(ss) != 1)} ({n or 'no finished run'}){skipped}. Each setting: n (the "
+            f"seeds in its mean), its runs' outcomes where the group's word does not say them (slow, stuck, collapsed), "
+            f"and its mean final validation loss{interval} (the settings table below).")
 
 
 def verdict_markdown(runs: list[Run], keys: list[str], left_out: int) -> list[str]:
