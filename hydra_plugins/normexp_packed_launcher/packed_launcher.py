@@ -19,11 +19,13 @@ log = logging.getLogger("normexp")
 
 class PackedLauncher(Launcher):
     """Hydra's launcher for packs; `max_members` (hydra.launcher.max_members): the largest pack,
-    or `auto` (as many as fit in the device's free memory, at most 64)."""
+    or `auto` (as many as fit in the device's free memory, at most 64); `cuda_graph`
+    (hydra.launcher.cuda_graph): plain steps as a CUDA graph, `auto` = where it is correct."""
 
-    def __init__(self, max_members: int | str = "auto") -> None:
+    def __init__(self, max_members: int | str = "auto", cuda_graph: bool | str = "auto") -> None:
         super().__init__()
         self.max_members = max_members
+        self.cuda_graph = None if cuda_graph == "auto" else bool(cuda_graph)
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
@@ -99,7 +101,7 @@ class PackedLauncher(Launcher):
         with member_logs(members, labels):
             try:
                 summaries = train_pack([m.config for m in members], [m.run_dir for m in members],
-                                       jobs=[m.job for m in members])
+                                       jobs=[m.job for m in members], cuda_graph=self.cuda_graph)
             except Interrupted as e:
                 raise SystemExit(e.exit_code)
             except Exception as e:  # noqa: BLE001 - the sweep goes on past one broken pack

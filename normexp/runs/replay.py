@@ -24,7 +24,7 @@ SWEEPERS = ("basic", "boundary")
 # (submitit's setup, srun_args, additional_parameters) or folders to write (submitit_folder, temp_folder)
 LAUNCHER_SETTINGS = frozenset({
     "n_jobs", "backend", "prefer", "verbose", "timeout", "pre_dispatch", "batch_size",  # joblib
-    "max_members",  # packed
+    "max_members", "cuda_graph",  # packed
     "timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name",  # submitit
     "partition", "qos", "comment", "constraint", "exclude", "gres", "cpus_per_gpu", "gpus_per_task",
     "mem_per_gpu", "mem_per_cpu", "account", "signal_delay_s", "max_num_timeout", "array_parallelism",
