@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from .gpt import GPT, IGNORE_TARGET
 from .layers import softcap
-from .norms import NORMS, BatchNorm, LayerNorm
+from .norms import BatchNorm, LayerNorm
 
 # placements whose model-level half is not the standard one, or whose forward mixes members
 # in ways the pack does not reproduce (checked by tests/train/test_packs.py against solo runs)

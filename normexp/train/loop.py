@@ -19,39 +19,35 @@ RNG states and the data sampler's generator.
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import logging
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Callable
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ..data.batches import get_batch, load_corpus
 from ..runs import checkpoint as ckpt
 from . import distributed
 from .config import TrainConfig
 from .flat_adamw import FlatAdamW
-from .instruments import Instruments, StepWatch, recording, scalar_tags
-from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
+from .instruments import Instruments, StepWatch, recording
 from ..model import GPT
 from ..runs import schema
-from ..runs import outcomes
-from ..runs.process import process_identity
 from ..runs.record import read_record
 from ..runs.settings import result_settings
-from ..runs.summary import beat_baseline, hparams_row, read_summary, summary_record, write_summary
+from ..runs.summary import read_summary, summary_record
 from .schedules import lr_multiplier
-from .spikes import HampelSpikeRule
+from .run_log import RunLog
 from .threads import set_threads
-from .signals import Interrupted, Preempted, StopSignals
+from .signals import Interrupted, StopSignals
 from ..config.checks import ConfigError
 from ..config.run_config import OptimizerConfig
 from ..runs.schema import Status
@@ -328,9 +324,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, run_dir: Path, hooks: Hooks, job: JobContext | None = None):
         self.config, self.run_dir, self.hooks, self.job = config, run_dir, hooks, job or JobContext()
-        self.writing: Path | None = None  # the file a checkpoint or summary write is writing (full_disk_named)
         self.settings = result_settings(config.composed)  # what this run computes; each checkpoint keeps it
-        self.t_start = time.time()
         threads = set_threads(config.threads, self.job.launcher)  # again each job: joblib reuses its workers
         seed_everything(config.seed)
         self.device = distributed.rank_device(select_device(config.device))
@@ -340,21 +334,18 @@ class Trainer:
         if config.schedule.warmup_shortened:
             log.warning("%s", config.schedule.warmup_shortened)
         self.summary = summary_record(config.composed, device=str(self.device), threads=threads)
+        self.log = RunLog(config, run_dir, self.job, self.main, self.summary)  # summary.json, events, checkpoints, status
         self.corpus = load_data(config, run_dir)
+        self.log.bytes_per_token = self.corpus.bytes_per_token
         self.summary.update(baseline_loss=self.corpus.baseline_loss)
         self._build_model()
         self.step, self.best_val, self.last_train_loss = 0, math.inf, None
         purge_step = self._resume()
         self.start_step = self.step
-        # who is running it: lets `normexp report` tell a live run from one killed without a word
-        self.summary.update(status=Status.RUNNING, **process_identity())
-        self._write_summary()
-        self.writer = open_writer(run_dir, purge_step, self.main, layers=config.model.layers)
-        self._first_events(purge_step)
+        self.log.start(purge_step, self.step)
         # a resumed run keeps the ceiling set at its step 0
         self.guard = DivergenceGuard(config.max_loss, every_step=config.divergence_checks_every_step(self.device.type),
                                      initial_loss=self.summary.get("initial_loss"))
-        self.progress = Progress(config.log.progress if self.main else "off", config.steps, self.step, self.job.label)
         self.meter = ThroughputMeter(config.batch_size * config.seq_len, self.summary.get("tokens_per_second"))
         self.model.train()
         if hooks.on_start:
@@ -373,7 +364,6 @@ class Trainer:
         self.ddp_model = distributed.wrap(self.model, self.device)  # DDP under torchrun; `model` itself otherwise
         self.instruments = Instruments(self.model, config.log.model_update, config.log.model_update_every,
                                        extra_signals=config.log.extra_signals)
-        self.spike_rule = HampelSpikeRule(**asdict(config.loss_spike))
         self.data_gen = generator(config.seed, "data")
         self.instruments.set_reference_batch(reference_batch(self.corpus.val, config).to(self.device), self.autocast)
 
@@ -417,14 +407,6 @@ class Trainer:
         self.last_train_loss = self.summary.get("final_train_loss")
         log.info("resumed from step %d", self.step)
         return self.step
-
-    def _first_events(self, purge_step: int | None) -> None:
-        if purge_step is None:
-            write_hparams(self.writer, hparams_row(self.summary), leading_keys(self.job.swept_keys))
-            self.writer.add_text(schema.CONFIG_TEXT, "```\n" + OmegaConf.to_yaml(self.config.composed) + "\n```", 0)
-        elif purge_step % self.config.log.eval_every == 0 and self.summary.get("final_val_loss") is not None:
-            # purge_step hides the old file's events from the resume step on, val/loss there included
-            self._log_val(self.summary["final_val_loss"], purge_step)
 
     # ------------------------------------------------------------------ one step
 
@@ -506,47 +488,16 @@ class Trainer:
 
     def log_divergence(self, x, y, values: dict | None, why: str) -> None:
         """Every layer's scalars at the step that diverged (a plain step is redone with the
-        trace), a note in TensorBoard and the log."""
+        trace), written by the run's log."""
         if values is None:
             watch = StepWatch(self.instruments, self.autocast)
             values = watch.scalars(self.forward_backward(x, y, watch))
-        write_scalars(self.writer, {**scalar_tags(values), schema.TRAIN_LOSS: values["loss"]}, self.step)
-        self.writer.add_text(schema.DIVERGENCE_TEXT, f"Diverged at step {self.step}: {why}. "
-                             "See the per-layer charts at this step for the layer that blew up first.", self.step)
-        log.warning("diverged at step %d: %s", self.step, why)
+        self.log.log_divergence(values, why, self.step)
 
     def log_step(self, values: dict, lr: float, x: torch.Tensor) -> None:
-        """A logging step's scalars, depth-profile image and optional histograms, at the step just taken."""
-        s = self.step - 1
-        trajectory = self.summary[schema.LOSS_TRAJECTORY]["train"]
-        trajectory.append([s, values["loss"]])  # for outcomes.classify and the loss-spike rule
-        tags = {**scalar_tags(values), schema.TRAIN_LOSS: values["loss"], schema.TRAIN_LR: lr, **self.check_spike(trajectory)}
-        write_scalars(self.writer, tags, s)
-        every = self.config.log.profile_interval(self.config.steps)
-        t0 = time.perf_counter()
-        if every and (s % every == 0 or s == self.config.steps - 1):
-            self.writer.add_figure(schema.DEPTH_PROFILE, depth_profile_figure(values, s), s)
-        if self.config.log.histograms:
-            for i, t in enumerate(block_outputs(self.model, x)):
-                self.writer.add_histogram(schema.layer_tag(schema.ACT_HIST, i), t, s)
-        self.meter.exclude(time.perf_counter() - t0)  # drawing is not training: kept out of tokens/s
-
-    def check_spike(self, trajectory: list) -> dict[str, float]:
-        """The loss-spike rule (spikes.py) on the logged train losses, the newest last: its
-        TensorBoard tags, and a spike's onset counted in the summary (loss_spikes, loss_spike_steps).
-        Only the last window + 2 points decide, so a logging step costs the same late in a run."""
-        onset, threshold = self.spike_rule.check([v for _, v in trajectory[-(self.spike_rule.window + 2):]])
-        tags = {schema.TRAIN_LOSS_SPIKE: float(onset)}
-        if threshold is not None:
-            tags[schema.TRAIN_LOSS_SPIKE_THRESHOLD] = threshold
-        if onset:
-            step, loss = trajectory[-1]
-            self.summary["loss_spikes"] = self.summary.get("loss_spikes", 0) + 1
-            self.summary.setdefault("loss_spike_steps", []).append(step)
-            log.warning("loss spike at step %d: train loss %.4f above the rule's threshold %.4f "
-                        "(loss_spike.k=%g robust deviations over the last %d logged losses)",
-                        step, loss, threshold, self.spike_rule.k, self.spike_rule.window)
-        return tags
+        """A logging step's record, at the step just taken; drawing is kept out of tokens/s."""
+        drawing = self.log.log_step(values, lr, self.step - 1, lambda: block_outputs(self.model, x))
+        self.meter.exclude(drawing)
 
     # ---------------------------------------------------------------- after a step
 
@@ -559,13 +510,13 @@ class Trainer:
         if logged:  # throughput over the steps since the last logging step (the first window is warm-up)
             tps = self.meter.window_rate(report=step - 1 > self.start_step)
             if tps is not None:
-                self.writer.add_scalar(schema.TOKENS_PER_SECOND, tps, step - 1)
+                self.log.writer.add_scalar(schema.TOKENS_PER_SECOND, tps, step - 1)
         if step % config.log.eval_every == 0 or step == config.steps:
             val = validation_loss(self.model, self.corpus.val, config, self.device, self.autocast)
             self.summary["final_val_loss"] = val
             self.summary[schema.LOSS_TRAJECTORY]["val"].append([step, val])
             self.best_val = min(self.best_val, val)
-            self._log_val(val, step)
+            self.log.log_val(val, step)
             if not math.isfinite(val):
                 # where plain steps go unchecked (GPUs), the evaluation finds it first: the
                 # per-layer scalars at this step, as the guard logs them at the step it stops
@@ -578,7 +529,7 @@ class Trainer:
         fields["lr"] = f"{self.optimizer.param_groups[0]['lr']:.2e}"
         if self.meter.tokens_per_second:
             fields["tok/s"] = f"{self.meter.tokens_per_second:,.0f}"
-        self.progress.update(step - 1, fields, line=logged)
+        self.log.progress.update(step - 1, fields, line=logged)
         if self.hooks.on_step:
             self.hooks.on_step(step - 1)
         # evaluation, checkpoint, progress and the hook above are not the step: the next one starts here
@@ -591,100 +542,40 @@ class Trainer:
         without it; summary.json's trajectory and best/final losses stay the trained model's
         (the outcome rule reads its slope, which an untrained first point would steepen)."""
         val = validation_loss(self.model, self.corpus.val, self.config, self.device, self.autocast)
-        self._log_val(val, 0)
+        self.log.log_val(val, 0)
         self.meter.restart()  # the evaluation is not the first step's time
-
-    def _log_val(self, val: float, step: int) -> None:
-        self.writer.add_scalar(schema.VAL_LOSS, val, step)
-        if self.corpus.bytes_per_token != 1.0:
-            self.writer.add_scalar(schema.VAL_LOSS_PER_BYTE, val / self.corpus.bytes_per_token, step)
 
     # ------------------------------------------------------------ saving, finishing
 
-    @contextlib.contextmanager
     def full_disk_named(self):
-        """A write the disk refuses mid-run (full, quota) comes out naming its file (a plain
-        write's OSError names none: `writing` is the file a checkpoint or summary write was
-        writing) after a line saying how to resume; the launcher then marks the run interrupted
-        at its newest checkpoint. The TensorBoard writer's thread reports its failures on a
-        later call: any other unnamed one is its event file."""
-        try:
-            yield
-        except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            where = e.filename or self.writing or next(iter(sorted(self.run_dir.glob("events.out.tfevents*"))[-1:]), self.run_dir)
-            saved = ckpt.list_checkpoints(self.run_dir)
-            kept = (f"its checkpoint of step {int(saved[-1].stem.split('_')[1])} is kept" if saved
-                    else "it has no checkpoint yet")
-            log.warning("stopped at step %d: %s could not be written (%s); %s: free some space, then resume with: %s",
-                        self.step, where, e.strerror, kept, self.job.resume or ckpt.resume_command(self.run_dir))
-            named = OSError(e.errno, e.strerror, str(where))
-            named.then = "then resume=true continues the run (the command is on the line above)"  # describe_error
-            raise named from None
+        """A write the disk refuses mid-run comes out naming its file (RunLog.full_disk_named)."""
+        return self.log.full_disk_named(lambda: self.step)
 
     def save_checkpoint(self) -> None:
-        self.summary["steps_completed"] = self.step
-        if not self.main:
-            return
-        self.writing = ckpt.checkpoint_dir(self.run_dir) / f"step_{self.step:08d}.pt"  # named if the disk refuses it
         model = self.model.state_dict()
         if self.in_pack:  # its weights are views of the pack's: saved alone, not with the other members'
             model = {k: v.clone() for k, v in model.items()}
-        ckpt.save(self.run_dir, {
+        self.log.save_checkpoint({
             "model": model, "optimizer": self.optimizer.state_dict(), "step": self.step,
             "data_generator": self.data_gen.get_state(), "rng": ckpt.capture_rng(), "best_val": self.best_val,
-            "instruments": self.instruments.state_dict(), "summary": self.summary, "settings": self.settings,
-        }, keep=self.config.keep_checkpoints)
-        self.writing = None
+            "instruments": self.instruments.state_dict()}, self.settings)
 
-    def _write_summary(self) -> None:
-        if self.main:
-            self.writing = self.run_dir / "summary.json"
-            write_summary(self.run_dir, self.summary)
-            self.writing = None
+    def results(self) -> dict:
+        """What the run's log records at its end, from the training state."""
+        return {"best_val": self.best_val, "last_train_loss": self.last_train_loss,
+                "tokens_per_second": self.meter.tokens_per_second}
 
     def stop_interrupted(self, e: Interrupted) -> None:
-        """Checkpoint at this step boundary, then status "interrupted", or "requeued" when SLURM
-        preempts the job (its requeued job resumes from here; `requeues` counts the times)."""
-        self.progress.close()
-        preempted = isinstance(e, Preempted)
-        if preempted:
-            self.summary["requeues"] = self.summary.get("requeues", 0) + 1
-        self.save_checkpoint()
-        self.finish(Status.REQUEUED if preempted else Status.INTERRUPTED)
-        if preempted:
-            log.warning("preempted by %s at step %d (SLURM time limit or preemption): checkpoint saved; "
-                        "the job is requeued and resumes from it", e, self.step)
-        else:
-            log.warning("interrupted by %s at step %d: checkpoint saved; resume with: %s", e, self.step,
-                        self.job.resume or ckpt.resume_command(self.run_dir))
+        """Checkpoint at this step boundary, then status "interrupted" or "requeued" (RunLog.interrupted)."""
+        self.log.interrupted(e, self.step, self.save_checkpoint, self.results())
 
     def finish(self, status: str, **extra) -> dict:
-        """Final numbers into the summary, TensorBoard's HParams metrics and summary.json.
-        A completed run that did not end at least `stall_margin` below the unigram baseline
-        is "stalled" (runs.summary.beat_baseline)."""
-        self.progress.close()
-        self.summary.update(extra)
-        if status == Status.COMPLETED and not beat_baseline(self.summary["final_val_loss"], self.summary.get("baseline_loss"),
-                                                       self.summary["stall_margin"]):
-            status = Status.STALLED
-        self.summary.update(status=status, steps_completed=self.step, final_train_loss=self.last_train_loss,
-                            best_val_loss=None if self.best_val == math.inf else self.best_val,
-                            tokens_per_second=self.meter.tokens_per_second, wall_seconds=round(time.time() - self.t_start, 2))
-        self.summary["outcome"] = outcomes.classify(self.summary)
-        for tag, v in schema.hparam_metric_values(self.summary).items():
-            if v is not None and math.isfinite(v):
-                self.writer.add_scalar(tag, v, self.step)
-        self.writer.close()
-        self._write_summary()
-        if status in (Status.COMPLETED, Status.STALLED):
-            s = self.summary
-            log.info("%s %d steps: val loss %.4f (best %.4f, unigram baseline %.4f), %s tokens/s, %.0f s -> %s",
-                     status, self.step,
-                     s["final_val_loss"] or float("nan"), s["best_val_loss"] or float("nan"),
-                     s.get("baseline_loss") or float("nan"), f"{s['tokens_per_second']:,.0f}" if s["tokens_per_second"] else "?", s["wall_seconds"], self.run_dir)
-        return self.summary
+        """The run's end: its record's final numbers and status (RunLog.finish)."""
+        return self.log.finish(status, self.step, **self.results(), **extra)
+
+    # what tools and tests reach through the Trainer, owned by its log
+    writer = property(lambda self: self.log.writer)
+    progress = property(lambda self: self.log.progress)
 
 
 @torch.no_grad()
