@@ -217,18 +217,19 @@ def bench(
     sweep_steps: int = typer.Option(bench_default("sweep_steps"), "--sweep-steps", help="Steps per job of the CLI sweep comparison."),
     startup: bool = typer.Option(False, "--startup", help="Also time `normexp train` from launch to step 0."),
     profiles: bool = typer.Option(False, "--profiles", help="Also time the depth-profile images."),
-    all_: bool = typer.Option(False, "--all", help="--compile --sweep --startup --profiles."),
+    packs: bool = typer.Option(False, "--packs", help="Also time packs: one model alone against K of its shape trained as one (docs/speed.md#packs)."),
+    all_: bool = typer.Option(False, "--all", help="--compile --sweep --startup --profiles --packs."),
     json: Path = typer.Option(Path(bench_default("json")), "--json", help="Where to write the results."),
 ):
     """Time training steps on this machine: normexp vs a hand-written GPT, MFU, instrument
     overhead, model build and TensorBoard bytes per logging step; `--all` adds torch.compile,
-    parallel sweeps, start-up and the depth-profile images."""
+    parallel sweeps, start-up, the depth-profile images and packs."""
     from .bench import BenchError
     from .bench.suite import BenchOptions, run, write_report  # imports torch: only when benchmarking
 
     opts = BenchOptions(only=only, shape=list(shape), instruments=instruments, steps=steps, rounds=rounds,
                         peak_size=peak_size, threads=threads, compile=compile, sweep=sweep, sweep_shape=sweep_shape,
-                        sweep_steps=sweep_steps, startup=startup, profiles=profiles, all=all_, json=json)
+                        sweep_steps=sweep_steps, startup=startup, profiles=profiles, packs=packs, all=all_, json=json)
     try:
         report, text = run(opts)
         typer.echo(text)

@@ -44,6 +44,7 @@ class BenchOptions:
     sweep_steps: int = bench_default("sweep_steps")
     startup: bool = False
     profiles: bool = False
+    packs: bool = False
     all: bool = False
     json: Path = Path(bench_default("json"))
 
@@ -375,7 +376,7 @@ def run(opts: BenchOptions, say=None) -> tuple[dict, str]:
 
     say = say or (lambda m: print(m, file=sys.stderr, flush=True))  # progress on stderr, the table on stdout
     if opts.all:
-        opts.compile = opts.sweep = opts.startup = opts.profiles = True
+        opts.compile = opts.sweep = opts.startup = opts.profiles = opts.packs = True
     cores = available_cores()
     known, shapes = check_options(opts, cores)
     threads = opts.threads or cores
@@ -402,9 +403,16 @@ def run(opts: BenchOptions, say=None) -> tuple[dict, str]:
     startup = bench_startup(3, say) if opts.startup else None  # the user's token cache, as `normexp train` sees it
     text = table(shapes, results, peak, threads, opts.peak_size) if shapes else f"fp32 matmul peak: {peak:.1f} GFLOP/s"
     text += extras_text(sweep, startup, profiles, cores, opts.sweep_steps)
+    packs = None
+    if opts.packs:
+        from .packs import pack_section
+
+        torch.set_num_threads(threads)
+        packs = pack_section(min(opts.steps, 10), say)
+        text += "\n\npacks (one model alone, then K of its shape as one pack; tokens/s of training steps):\n" + "\n".join(packs)
     report = {"profiles": profiles, "threads": threads, "cores": cores, "torch": torch.__version__,
               "matmul_peak_gflops": peak, "flops_per_token": "6*N + 12*L*T*d (N = matmul weights incl. tied head)",
-              "load_average_at_end": load_average(), "shapes": results, "sweep": sweep, "startup": startup}
+              "load_average_at_end": load_average(), "shapes": results, "sweep": sweep, "startup": startup, "packs": packs}
     return report, text
 
 

@@ -260,7 +260,7 @@ def test_bad_bench_arguments_get_one_line_and_exit_2(cli_env):
 def test_the_help_lists_the_options(cli_env):
     out = run_cli(["bench", "--help"], cli_env).stdout
     for flag in ("--only", "--shape", "--instruments", "--steps", "--rounds", "--peak-size", "--threads",
-                 "--compile", "--sweep", "--sweep-shape", "--sweep-steps", "--startup", "--profiles", "--all", "--json"):
+                 "--compile", "--sweep", "--sweep-shape", "--sweep-steps", "--startup", "--profiles", "--packs", "--all", "--json"):
         assert flag in out, flag
 
 
