@@ -12,7 +12,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from normexp.launch.packs import DEFERRED, Member, _HoldDeferred, member_logs, pack_key, pack_sizes
+from normexp.launch.packs import DEFERRED, Member, _HoldDeferred, cannot_pack, member_logs, pack_key, pack_sizes
 
 log = logging.getLogger("normexp")
 
@@ -44,19 +44,29 @@ class PackedLauncher(Launcher):
                 job_config.hydra.job.id = job_config.hydra.job.num = initial_job_idx + idx
             configs.append(job_config)
         groups: dict[str, list[int]] = {}
+        alone = []
         for i, c in enumerate(configs):
-            groups.setdefault(pack_key(c), []).append(i)
+            why = cannot_pack(c)
+            if why is not None:
+                log.info("normexp: job #%d runs alone (it cannot be packed: %s)", c.hydra.job.num, why)
+                alone.append(i)
+            else:
+                groups.setdefault(pack_key(c), []).append(i)
         packs = []
         for indices in groups.values():
             sizes = pack_sizes(len(indices), self.max_members, configs[indices[0]])
             for size in sizes:
                 packs.append(indices[:size])
                 indices = indices[size:]
-        log.info("normexp: %d jobs in %d pack%s (%s members)", len(configs), len(packs), "" if len(packs) == 1 else "s",
-                 ", ".join(str(len(p)) for p in packs))
+        log.info("normexp: %d jobs in %d pack%s (%s members)%s", len(configs), len(packs), "" if len(packs) == 1 else "s",
+                 ", ".join(str(len(p)) for p in packs) or "no", f", {len(alone)} alone" if alone else "")
         returns: list[JobReturn | None] = [None] * len(configs)
         for pack in packs:
             self._run_pack([configs[i] for i in pack], pack, returns)
+        for i in alone:  # a solo job, as the basic launcher runs it
+            returns[i] = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=configs[i],
+                                 job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return returns
 
     def _set_up(self, config: DictConfig, index: int) -> tuple[JobReturn, tuple | None, list[str]]:

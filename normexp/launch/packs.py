@@ -50,6 +50,21 @@ def pack_key(cfg: DictConfig) -> str:
     return json.dumps(shared, sort_keys=True, default=str)
 
 
+def cannot_pack(cfg: DictConfig) -> str | None:
+    """Why this job cannot be a member of a pack (model/packed.py refuses it), in a few words; None if it can."""
+    from ..model.packed import UNPACKABLE_NORMS, UNPACKABLE_PLACEMENTS
+
+    name = lambda node: node.get("name") if hasattr(node, "get") else str(node)  # noqa: E731
+    placement, norm = name(cfg.placement), name(cfg.norm)
+    if placement in UNPACKABLE_PLACEMENTS:
+        return f"placement={placement}: {UNPACKABLE_PLACEMENTS[placement]}"
+    if norm in UNPACKABLE_NORMS:
+        return f"norm={norm}: {UNPACKABLE_NORMS[norm]}"
+    if cfg.get("compile"):
+        return "compile=true: a pack runs its own forward"
+    return None
+
+
 def member_memory_bytes(cfg: DictConfig) -> int:
     """One member's memory in a pack: its step's (config/resources.py) and its row of the pack's
     weights and gradients (8 bytes a parameter more)."""

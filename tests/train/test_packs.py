@@ -267,3 +267,16 @@ def test_the_step_a_cuda_graph_records_trains_as_the_eager_packed_step(tmp_path,
     assert len(calls) > 20  # the plain steps went that way
     for a, b in zip(eager, graphed):
         assert_same_run(a, b)
+
+
+@pytest.mark.slow
+def test_a_packed_sweep_runs_the_jobs_a_pack_cannot_take_alone_and_says_so(tmp_path, corpus):
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["train", "-m", "hydra/launcher=packed", *TINY, "data=text", f"data.files=[{corpus}]", "steps=20",
+                    "eval_every=10", "log_every=10", "placement=pre,ngpt", "lr=1e-3,3e-3", f"hydra.sweep.dir={sweep}"],
+                   cli_environment(tmp_path / "cache"))
+    alone = [line for line in proc.stderr.splitlines() if "runs alone" in line]
+    assert len(alone) == 2 and all("it cannot be packed: placement=ngpt" in line for line in alone), proc.stderr
+    assert "4 jobs in 1 pack (2 members), 2 alone" in proc.stderr
+    statuses = [json.loads(p.read_text())["status"] for p in sorted(sweep.glob("*/summary.json"))]
+    assert len(statuses) == 4 and all(s in ("completed", "stalled") for s in statuses)
