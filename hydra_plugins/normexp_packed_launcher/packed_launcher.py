@@ -12,6 +12,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from normexp.config.checks import ConfigError
+from normexp.launch.exits import fail
 from normexp.launch.packs import DEFERRED, Member, _HoldDeferred, cannot_pack, member_logs, pack_key, pack_sizes
 
 log = logging.getLogger("normexp")
@@ -54,7 +56,10 @@ class PackedLauncher(Launcher):
                 groups.setdefault(pack_key(c), []).append(i)
         packs = []
         for indices in groups.values():
-            sizes = pack_sizes(len(indices), self.max_members, configs[indices[0]])
+            try:
+                sizes = pack_sizes(len(indices), self.max_members, configs[indices[0]])
+            except ConfigError as e:  # refused before anything trains, in one line
+                fail(str(e))
             for size in sizes:
                 packs.append(indices[:size])
                 indices = indices[size:]

@@ -280,3 +280,30 @@ def test_a_packed_sweep_runs_the_jobs_a_pack_cannot_take_alone_and_says_so(tmp_p
     assert "4 jobs in 1 pack (2 members), 2 alone" in proc.stderr
     statuses = [json.loads(p.read_text())["status"] for p in sorted(sweep.glob("*/summary.json"))]
     assert len(statuses) == 4 and all(s in ("completed", "stalled") for s in statuses)
+
+
+def test_jobs_split_into_even_packs_of_what_fits_and_a_size_that_cannot_fit_is_refused(monkeypatch):
+    import normexp.launch.packs as packs
+    from normexp.config.checks import ConfigError
+
+    cfg = compose_config(["layers=2", "d_model=32", "heads=2"])
+    monkeypatch.setattr(packs, "members_that_fit", lambda cfg: 4)
+    assert packs.pack_sizes(10, "auto", cfg) == [4, 3, 3]  # at most 4, as even as they split
+    assert packs.pack_sizes(3, "auto", cfg) == [3]
+    assert packs.pack_sizes(10, 2, cfg) == [2] * 5
+    with pytest.raises(ConfigError, match=r"a pack of 8 members of this shape needs about .* GiB and 4 fit in the free "
+                                          r"memory: set hydra.launcher.max_members=4 \(or auto\)"):
+        packs.pack_sizes(10, 8, cfg)
+    monkeypatch.setattr(packs, "members_that_fit", lambda cfg: None)  # free memory unreadable: as asked
+    assert packs.pack_sizes(10, "auto", cfg) == [10]
+
+
+def test_a_pack_key_keeps_apart_what_changes_the_computation():
+    from normexp.launch.packs import pack_key
+
+    key = lambda *o: pack_key(compose_config(list(o)))  # noqa: E731
+    assert key("lr=1e-3", "seed=0") == key("lr=3e-3", "seed=4", "warmup=0", "init=gpt2", "grad_clip=1", "z_loss=1e-4")
+    for other in ("layers=7", "d_model=64", "placement=post", "norm=rms", "steps=11",
+                  "init=torchscale", "batch_size=3", "norm.eps=1e-3"):
+        assert key(other) != key(), other
+    assert key("placement=deepnorm") != key("placement=deepnorm", "placement.alpha=2")  # a placement's constants too
