@@ -360,19 +360,11 @@ def run_train(args: list[str], hooks=None) -> None:
             raise SystemExit(EXIT_BAD_INPUT)
     if cfg is not None and distributed.is_main():  # under torchrun rank 0 claims (join_run pinned the folder)
         plan = claim_output(plan, cfg)
-        if not plan.multirun and plan.cfg is None:  # where to point TensorBoard, from the start
-            typer.echo(f"normexp: run folder: {_pinned_folder(plan)}", err=True)
     try:
         outcome = run_hydra(plan, hooks)
     finally:
         distributed.cleanup()
     _sweep_outcome(outcome)
-
-
-def _pinned_folder(plan: LaunchPlan) -> Path:
-    """The run folder claim_output pinned in the plan (`hydra.run.dir='...'`), absolute."""
-    value = plan.override("hydra.run.dir").split("=", 1)[1]
-    return Path(value[1:-1] if value[:1] in "'\"" and value[-1:] == value[:1] else value).absolute()
 
 
 # ------------------------------------------------------------- Hydra's job state

@@ -277,6 +277,8 @@ class SweepCallback(Callback):
             if environment_refusal(e) is None:
                 raise
             raise StartRefused(e, run_dir) from None
+        # where to point TensorBoard, from the start; only once the folder took its first files
+        print(f"normexp: run folder: {run_dir}", file=sys.stderr, flush=True)
 
 
 class StartRefused(BaseException):

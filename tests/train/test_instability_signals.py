@@ -229,14 +229,14 @@ def test_a_run_counts_and_marks_its_spikes(tmp_path, corpus, cli_env):
 
 
 def test_the_loops_spike_count_continues_across_a_resume():
-    """The loop's bookkeeping (Trainer.check_spike) over 40 logged losses with jumps at the
+    """The run log's bookkeeping (RunLog.check_spike) over 40 logged losses with jumps at the
     logging steps 120 and 300-310 (one spike of two points): two spikes, flagged at 120 and 300.
     Stopped at step 190 and resumed from the summary a checkpoint keeps, it counts the same."""
     import copy
     from types import SimpleNamespace
 
     from normexp.runs.schema import LOSS_TRAJECTORY, TRAIN_LOSS_SPIKE
-    from normexp.train.loop import Trainer
+    from normexp.train.run_log import RunLog
 
     losses = [3.0 + 0.01 * math.sin(i) for i in range(40)]
     losses[12], losses[30], losses[31] = 4.0, 4.5, 4.4
@@ -247,7 +247,7 @@ def test_the_loops_spike_count_continues_across_a_resume():
         flags = []
         for step, loss in points:
             summary[LOSS_TRAJECTORY]["train"].append([step, loss])
-            flags.append(Trainer.check_spike(trainer, summary[LOSS_TRAJECTORY]["train"])[TRAIN_LOSS_SPIKE])
+            flags.append(RunLog.check_spike(trainer, summary[LOSS_TRAJECTORY]["train"])[TRAIN_LOSS_SPIKE])
         return flags
 
     fresh = lambda: {LOSS_TRAJECTORY: {"train": []}, "loss_spikes": 0, "loss_spike_steps": []}  # noqa: E731

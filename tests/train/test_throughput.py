@@ -20,7 +20,7 @@ BATCH, SEQ = 4, 32
 def test_tokens_per_second_leaves_out_images_and_checkpoints(tmp_path, monkeypatch):
     from normexp.runs import checkpoint
     from normexp.runs import reading as runs
-    from normexp.train import loop as train_module
+    from normexp.train import run_log as train_module  # where the depth-profile image is drawn
     from normexp.config.compose import compose_config
     from normexp.train.loop import Hooks, train
     from torch.utils.tensorboard import SummaryWriter
