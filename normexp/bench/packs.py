@@ -49,117 +49,129 @@ def measure(step, device, warmup: int, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+class PackBench:
+    """One setting's models, batch and timing (see the module docstring); a method per variant."""
+
+    def __init__(self, cfg: ModelConfig, members: int, batch: int, device: torch.device, warmup: int, steps: int):
+        self.cfg, self.K, self.device, self.warmup, self.steps = cfg, members, device, warmup, steps
+        self.autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda"
+                         else contextlib.nullcontext)
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randint(0, 256, (members, batch, cfg.seq_len), generator=g).to(device)
+        self.y = torch.randint(0, 256, (members, batch, cfg.seq_len), generator=g).to(device)
+
+    def build(self) -> list[GPT]:
+        members = []
+        for k in range(self.K):
+            torch.manual_seed(k)
+            members.append(GPT(self.cfg).to(self.device))
+        return members
+
+    def solo(self) -> float:
+        """Seconds a step of one model alone."""
+        torch.manual_seed(0)
+        model = GPT(self.cfg).to(self.device)
+        opt = optimizer(model)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with self.autocast():
+                loss = model(self.x[0], self.y[0])[1]
+            loss.backward()
+            opt.step()
+
+        return measure(step, self.device, self.warmup, self.steps)
+
+    def own_optimizers(self) -> tuple[float, float]:
+        """Seconds a pack step with each member's own optimizer, and the largest first-step loss
+        difference of a member from its model alone."""
+        members = self.build()
+        with torch.no_grad(), self.autocast():
+            first = [m(self.x[k], self.y[k])[1].float() for k, m in enumerate(members)]
+        pack = PackedGPT(members)
+        with torch.no_grad(), self.autocast():
+            packed_first = pack(self.x, self.y).float()
+        diff = max(abs(a.item() - b.item()) for a, b in zip(first, packed_first))
+        opts = [optimizer(m) for m in members]
+
+        def step():
+            for o in opts:
+                o.zero_grad(set_to_none=True)
+            pack.zero_grad(set_to_none=True)
+            with self.autocast():
+                losses = pack(self.x, self.y)
+            losses.sum().backward()
+            pack.member_grads_to_members(range(self.K))
+            for o in opts:
+                o.step()
+
+        return measure(step, self.device, self.warmup, self.steps), diff
+
+    def packed_adamw(self):
+        """A fresh pack with its packed AdamW, and its plain step's device work (as train/pack.py's)."""
+        members = self.build()
+        pack = PackedGPT(members)
+        opt = PackedAdamW(pack, [optimizer(m) for m in members], members)
+        cuda = self.device.type == "cuda"
+
+        def device_step(xs, ys):
+            pack.zero_grad(set_to_none=True)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cuda, cache_enabled=False):
+                losses = pack(xs, ys)
+            losses.sum().backward()
+            opt.collect_grads()
+            opt.apply()
+            return losses
+
+        return opt, device_step
+
+    def packed(self) -> float:
+        opt, device_step = self.packed_adamw()
+        return measure(lambda: (opt.prepare(), device_step(self.x, self.y)), self.device, self.warmup, self.steps)
+
+    def graphed(self) -> tuple[float, float]:
+        """Seconds a step of the packed AdamW step as a CUDA graph, and the largest weight difference
+        after the same 20 steps eagerly and through the graph, from the same weights."""
+        (eager, eager_step), (opt, step) = self.packed_adamw(), self.packed_adamw()
+        graph = GraphedPackStep(step, self.x)
+        for _ in range(20):
+            eager.prepare()
+            eager_step(self.x, self.y)
+            opt.prepare()
+            graph.run(self.x, self.y)
+        torch.cuda.synchronize()
+        diff = (eager.weights - opt.weights).abs().max().item()
+        return measure(lambda: (opt.prepare(), graph.run(self.x, self.y)), self.device, self.warmup, self.steps), diff
+
+
 def measure_pack(layers: int, d_model: int, heads: int, seq_len: int, batch: int, members: int,
                  placement: str = "pre", norm: str = "rms", device: str = "auto", mode: str = "all",
                  warmup: int = 3, steps: int = 10) -> str:
     """One setting: the solo rate and the pack's, each variant of its optimizer, as one line."""
     device = torch.device(device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else contextlib.nullcontext
-    cfg = ModelConfig(seq_len=seq_len, layers=layers, d_model=d_model, heads=heads,
-                      placement=placement, norm=norm)
-    K, B, T = members, batch, seq_len
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 256, (K, B, T), generator=g).to(device)
-    y = torch.randint(0, 256, (K, B, T), generator=g).to(device)
-
-    torch.manual_seed(0)
-    solo = GPT(cfg).to(device)
-    solo_opt = optimizer(solo)
-
-    def solo_step():
-        solo_opt.zero_grad(set_to_none=True)
-        with autocast():
-            loss = solo(x[0], y[0])[1]
-        loss.backward()
-        solo_opt.step()
-
-    solo_s = measure(solo_step, device, warmup, steps)
+    cfg = ModelConfig(seq_len=seq_len, layers=layers, d_model=d_model, heads=heads, placement=placement, norm=norm)
+    bench = PackBench(cfg, members, batch, device, warmup, steps)
+    solo_s = bench.solo()
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-
-    def build():
-        members = []
-        for k in range(K):
-            torch.manual_seed(k)
-            members.append(GPT(cfg).to(device))
-        return members
-
-    members = build()
-    with torch.no_grad(), autocast():
-        first = [m(x[k], y[k])[1].float() for k, m in enumerate(members)]
-    pack = PackedGPT(members)
-    with torch.no_grad(), autocast():
-        packed_first = pack(x, y).float()
-    diff = max(abs(a.item() - b.item()) for a, b in zip(first, packed_first))
-    rates = {}
+    rates, notes = {}, []
     if mode in ("all", "own"):  # each member its own optimizer (the CPU path)
-        opts = [optimizer(m) for m in members]
-
-        def own_step():
-            for o in opts:
-                o.zero_grad(set_to_none=True)
-            pack.zero_grad(set_to_none=True)
-            with autocast():
-                losses = pack(x, y)
-            losses.sum().backward()
-            pack.member_grads_to_members(range(K))
-            for o in opts:
-                o.step()
-
-        rates["own optimizers"] = measure(own_step, device, warmup, steps)
-    graph_check = ""
-    if mode in ("all", "packed"):  # one AdamW step for the pack, eager then as a CUDA graph
-        def fresh():
-            members = build()
-            pack = PackedGPT(members)
-            opt = PackedAdamW(pack, [optimizer(m) for m in members], members)
-            opt.prepare_calls = 0
-
-            def device_step(xs, ys):
-                pack.zero_grad(set_to_none=True)
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda", cache_enabled=False):
-                    losses = pack(xs, ys)
-                losses.sum().backward()
-                opt.collect_grads()
-                opt.apply()
-                return losses
-            return opt, device_step
-
-        opt, device_step = fresh()
-
-        def packed_step():
-            opt.prepare()
-            device_step(x, y)
-
-        rates["packed optimizer"] = measure(packed_step, device, warmup, steps)
+        rates["own optimizers"], diff = bench.own_optimizers()
+        notes.append(f"first-step loss pack vs solo max |diff| {diff:.2e}")
+    if mode in ("all", "packed"):  # one AdamW step for the pack, eager, then as a CUDA graph
+        rates["packed optimizer"] = bench.packed()
         if device.type == "cuda":
-            opt_e, step_e = fresh()
-            opt_g, step_g = fresh()
-            graphed = GraphedPackStep(step_g, x)
-            for _ in range(20):  # the same 20 steps eagerly and through the graph, from the same weights
-                opt_e.prepare()
-                step_e(x, y)
-                opt_g.prepare()
-                graphed.run(x, y)
-            torch.cuda.synchronize()
-            graph_check = f"; after 20 steps graph vs eager weights max |diff| {(opt_e.weights - opt_g.weights).abs().max().item():.2e}"
-
-            def graph_step():
-                opt_g.prepare()
-                graphed.run(x, y)
-
-            rates["packed optimizer, CUDA graph"] = measure(graph_step, device, warmup, steps)
-    per_member = ""
+            rates["packed optimizer, CUDA graph"], diff = bench.graphed()
+            notes.append(f"after 20 steps graph vs eager weights max |diff| {diff:.2e}")
     if device.type == "cuda":
-        per_member = f", peak {torch.cuda.max_memory_allocated() / 2**20 / K:.0f} MiB a member (all variants)"
-    solo_rate = B * T / solo_s
-    parts = [f"{name}: {K * B * T / sec:,.0f} tok/s ({sec * 1e3:.1f} ms a step, {K * B * T / sec / solo_rate:.1f}x solo)"
+        notes.insert(0, f"peak {torch.cuda.max_memory_allocated() / 2**20 / members:.0f} MiB a member (all variants)")
+    tokens, solo_rate = members * batch * seq_len, batch * seq_len / solo_s
+    parts = [f"{name}: {tokens / sec:,.0f} tok/s ({sec * 1e3:.1f} ms a step, {tokens / sec / solo_rate:.1f}x solo)"
              for name, sec in rates.items()]
-    return (f"{layers} x {d_model} (seq {T}, batch {B}, {placement}/{norm}) on {device.type}: "
-            f"solo {solo_rate:,.0f} tok/s ({solo_s * 1e3:.1f} ms a step); pack of {K}: " + "; ".join(parts) +
-            f"{per_member}; first-step loss pack vs solo max |diff| {diff:.2e}{graph_check}")
-
+    return (f"{layers} x {d_model} (seq {seq_len}, batch {batch}, {placement}/{norm}) on {device.type}: "
+            f"solo {solo_rate:,.0f} tok/s ({solo_s * 1e3:.1f} ms a step); pack of {members}: " + "; ".join(parts) +
+            "; " + "; ".join(notes))
 
 
 def pack_section(steps: int, say) -> list[str]:
