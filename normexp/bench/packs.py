@@ -17,7 +17,7 @@ import torch
 from ..config.model_config import ModelConfig
 from ..model import GPT
 from ..model.packed import PackedGPT
-from ..train.pack_graph import GraphedPackStep
+from ..train.pack_graph import GraphedPackStep, packed_device_step
 from ..train.packed_adamw import PackedAdamW
 
 # `normexp bench --packs`: the depth law's shape (64 wide, seq_len 32, batch 8) at 8 and 32 blocks,
@@ -112,18 +112,7 @@ class PackBench:
         members = self.build()
         pack = PackedGPT(members)
         opt = PackedAdamW(pack, [optimizer(m) for m in members], members)
-        cuda = self.device.type == "cuda"
-
-        def device_step(xs, ys):
-            pack.zero_grad(set_to_none=True)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cuda, cache_enabled=False):
-                losses = pack(xs, ys)
-            losses.sum().backward()
-            opt.collect_grads()
-            opt.apply()
-            return losses
-
-        return opt, device_step
+        return opt, lambda xs, ys: packed_device_step(pack, opt, xs, ys)
 
     def packed(self) -> float:
         opt, device_step = self.packed_adamw()

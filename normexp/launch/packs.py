@@ -51,18 +51,11 @@ def pack_key(cfg: DictConfig) -> str:
 
 
 def cannot_pack(cfg: DictConfig) -> str | None:
-    """Why this job cannot be a member of a pack (model/packed.py refuses it), in a few words; None if it can."""
-    from ..model.packed import UNPACKABLE_NORMS, UNPACKABLE_PLACEMENTS
+    """Why this job cannot be a member of a pack (model/packed.py's pack_refusal), in a few words; None if it can."""
+    from ..model.packed import pack_refusal
 
     name = lambda node: node.get("name") if hasattr(node, "get") else str(node)  # noqa: E731
-    placement, norm = name(cfg.placement), name(cfg.norm)
-    if placement in UNPACKABLE_PLACEMENTS:
-        return f"placement={placement}: {UNPACKABLE_PLACEMENTS[placement]}"
-    if norm in UNPACKABLE_NORMS:
-        return f"norm={norm}: {UNPACKABLE_NORMS[norm]}"
-    if cfg.get("compile"):
-        return "compile=true: a pack runs its own forward"
-    return None
+    return pack_refusal(name(cfg.placement), name(cfg.norm), bool(cfg.get("compile")))
 
 
 def member_memory_bytes(cfg: DictConfig) -> int:

@@ -44,20 +44,28 @@ UNPACKABLE_PLACEMENTS = {"ngpt": "nGPT renormalizes every matrix after each step
 UNPACKABLE_NORMS = {"batch": "BatchNorm's batch statistics and running buffers are per model, not per row"}
 
 
-def packable(model: GPT) -> str | None:
-    """Why this model cannot be one member of a pack, in a few words; None if it can."""
-    placement, norm = model.cfg.name_of("placement"), model.cfg.name_of("norm")
+def pack_refusal(placement: str, norm: str, compiled: bool) -> str | None:
+    """Why a run of this placement, norm and compile setting cannot be one member of a pack, in a
+    few words; None if it can. The one rule: the launcher asks it of a job's config, `packable`
+    of a built model."""
     if placement in UNPACKABLE_PLACEMENTS:
         return f"placement={placement}: {UNPACKABLE_PLACEMENTS[placement]}"
     if norm in UNPACKABLE_NORMS:
         return f"norm={norm}: {UNPACKABLE_NORMS[norm]}"
-    if model.compiled_blocks is not None:
+    if compiled:
         return "compile=true: the pack runs its own (eager) forward"
-    if any(b.cross is not None for b in model.blocks):
-        return "cross-attention (an encoder-decoder model)"
-    if model.logit_scale is not None:
-        return "a logit scale"
     return None
+
+
+def packable(model: GPT) -> str | None:
+    """Why this model cannot be one member of a pack (pack_refusal, and what only a built model
+    shows); None if it can."""
+    why = pack_refusal(model.cfg.name_of("placement"), model.cfg.name_of("norm"), model.compiled_blocks is not None)
+    if why is None and any(b.cross is not None for b in model.blocks):
+        return "cross-attention (an encoder-decoder model)"
+    if why is None and model.logit_scale is not None:
+        return "a logit scale"
+    return why
 
 
 class PackedLinear(nn.Module):

@@ -35,7 +35,7 @@ from ..model.packed import PackedGPT
 from ..runs.schema import Status
 from .config import TrainConfig
 from .flat_adamw import FlatAdamW
-from .pack_graph import GraphedPackStep, graph_step_fits
+from .pack_graph import GraphedPackStep, graph_step_fits, packed_device_step
 from .packed_adamw import PackedAdamW, RowAdamW
 from .loop import Diverged, Hooks, JobContext, Trainer, is_logging_step, set_up_objects_frozen
 from .signals import Interrupted, StopSignals
@@ -95,15 +95,7 @@ class Pack:
         return GraphedPackStep(self._device_step, torch.zeros(K, B, T, dtype=torch.long, device=self.device))
 
     def _device_step(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-        """Every member's plain step, device work only: forward, backward, clipping, the packed AdamW step."""
-        self.model.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.cuda.is_bf16_supported(), cache_enabled=False):
-            losses = self.model(xs, ys)
-        losses.sum().backward()
-        self.optimizer.collect_grads()
-        self.optimizer.clip_all()
-        self.optimizer.apply()
-        return losses
+        return packed_device_step(self.model, self.optimizer, xs, ys)
 
     def running(self) -> list[int]:
         return [i for i, t in enumerate(self.trainers) if self.summaries[i] is None and t.step < t.config.steps]

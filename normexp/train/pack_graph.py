@@ -36,6 +36,21 @@ def graph_step_fits(device: torch.device, packed_optimizer: bool, z_losses: list
     return None
 
 
+def packed_device_step(model, optimizer, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """Every member's plain step, device work only (what the graph records): the PackedGPT's
+    forward and backward under bf16 autocast on CUDA, clipping and the PackedAdamW step from the
+    values its `prepare` set. Returns the members' losses."""
+    model.zero_grad(set_to_none=True)
+    bf16 = xs.is_cuda and torch.cuda.is_bf16_supported()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):  # no cache: graph replays
+        losses = model(xs, ys)
+    losses.sum().backward()
+    optimizer.collect_grads()
+    optimizer.clip_all()
+    optimizer.apply()
+    return losses
+
+
 class GraphedPackStep:
     """`run(xs, ys)` takes one plain step of every member (see the module docstring) and returns
     the members' losses (a tensor the graph rewrites at each replay)."""

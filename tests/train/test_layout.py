@@ -4,6 +4,7 @@ leads with what a sweep varies and its outcome; the depth profile is drawn at a 
 import re
 
 import pytest
+from conftest import Recorder
 from tensorboard.plugins.custom_scalar import layout_pb2
 
 from normexp.runs import schema as names
@@ -144,17 +145,6 @@ def test_the_log10_ratio_is_the_log10_of_last_over_first():
     assert tags([0.0, 1.0])["stability/log10_grad_norm_last_over_first"] == math.inf   # the ratio's inf
     assert tags([1.0, 0.0])["stability/log10_grad_norm_last_over_first"] == -math.inf
     assert math.isnan(tags([1.0, math.nan])["stability/log10_grad_norm_last_over_first"])
-
-
-class Recorder:
-    """A SummaryWriter stand-in: keeps what write_hparams adds."""
-
-    def __init__(self):
-        self.file_writer = self
-        self.summaries = []
-
-    def add_summary(self, summary, step=None):
-        self.summaries.append(summary)
 
 
 def hparams_table(chosen, hparams=None):

@@ -3,7 +3,7 @@ variant settings only where the run has them, metrics with names), the depth-pro
 images at the expected steps, and the sweep-level custom-scalar charts."""
 
 import pytest
-from conftest import TINY, cli_environment, load_events, make_corpus, read_summary, run_cli
+from conftest import TINY, Recorder, cli_environment, load_events, make_corpus, read_summary, run_cli
 
 from normexp.runs.schema import HEAD_FAMILIES, HPARAM_METRICS, LAYER_FAMILIES
 from normexp.runs.schema import STATUSES
@@ -42,17 +42,6 @@ def runs(tmp_path_factory):
     run_cli([common[0], "-m", *common[1:], "log.profiles_every=20,0", f"hydra.sweep.dir={root / 'profiles'}",
              "hydra.sweep.subdir=${log.profiles_every}"], env)
     return root
-
-
-class Recorder:
-    """A SummaryWriter stand-in: keeps what write_hparams adds."""
-
-    def __init__(self):
-        self.file_writer = self
-        self.summaries = []
-
-    def add_summary(self, summary, step=None):
-        self.summaries.append(summary)
 
 
 def start_info(run_dir):
@@ -110,8 +99,6 @@ def test_validation_loss_starts_at_step_0_in_tensorboard_only(runs):
 
 
 def test_hparams_metrics_hold_the_final_numbers_and_the_status_code(runs):
-    import json
-
     run = runs / "sweep" / "pre"
     summary = read_summary(run)
     acc = load_events(run)
