@@ -280,7 +280,12 @@ class Progress:
                             desc=label or None)
         self.lines = mode in ("auto", "lines")
 
-    def update(self, step: int, fields: dict, line: bool):
+    def update(self, step: int, line: bool, loss: float | None, lr: float, tokens_per_second: float | None):
+        """The bar (or, on a logging step, a log line) after `step`: its loss, lr and tokens/s."""
+        fields = {} if loss is None else {"loss": f"{loss:.4f}"}
+        fields["lr"] = f"{lr:.2e}"
+        if tokens_per_second:
+            fields["tok/s"] = f"{tokens_per_second:,.0f}"
         if self.bar is not None:
             self.bar.update(step + 1 - self.bar.n)
             if fields:

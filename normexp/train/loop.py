@@ -1,19 +1,19 @@
 """The training loop: one run from a resolved config into one run folder.
 
-`train()` reads top to bottom: set up a `Trainer` (data, model, optimizer, instruments,
-resume, TensorBoard), then step until done, then finish. One step (`Trainer.train_step`),
-on one screen:
+`train()` reads top to bottom: build a `Trainer` (its `Run` part: data, model, optimizer,
+instruments, resume, the run's log), then step until done, then finish. One step
+(`Trainer.train_step`), on one screen:
 
     lr for this update → next batch → forward/backward (recorded by the instruments on a
     logging step) → the instruments before the update → divergence check → optional clipping
     → optimizer step → the instruments after it, and logging
 
 and after it (`Trainer.after_step`): throughput, evaluation, checkpoint, progress. A
-divergence raises `Diverged`, which ends the run with status "diverged". The loop's parts
-have names of their own: `is_logging_step` (the one logging-step rule), `SEED_STREAMS` (the
-random streams), `DivergenceGuard`, `ThroughputMeter`, `make_optimizer`.
-Checkpoints hold everything needed to continue bit-for-bit on CPU: model, optimizer, step,
-RNG states and the data sampler's generator.
+divergence raises `Diverged`, which ends the run with status "diverged". What the run leaves
+behind (summary.json, events, checkpoints, every status change) is its RunLog's (run_log.py);
+resuming is resume.py's. The loop's parts have names of their own: `is_logging_step` (the one
+logging-step rule), `SEED_STREAMS` (the random streams), `DivergenceGuard`, `ThroughputMeter`,
+`make_optimizer`, `build_parts`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from omegaconf import DictConfig
 
 from ..data.batches import get_batch, load_corpus
 from ..runs import checkpoint as ckpt
+from . import resume
 from . import distributed
 from .config import TrainConfig
 from .flat_adamw import FlatAdamW
@@ -43,7 +44,7 @@ from ..model import GPT
 from ..runs import schema
 from ..runs.record import read_record
 from ..runs.settings import result_settings
-from ..runs.summary import read_summary, summary_record
+from ..runs.summary import summary_record
 from .schedules import lr_multiplier
 from .run_log import RunLog
 from .threads import set_threads
@@ -97,7 +98,7 @@ def train(cfg: DictConfig | TrainConfig, run_dir: Path, stop: StopSignals | None
         return deferred_training(cfg, Path(run_dir), job or JobContext())
     config = cfg if isinstance(cfg, TrainConfig) else TrainConfig.from_composed(cfg)
     trainer = Trainer(config, Path(run_dir), hooks or Hooks(), job or JobContext())
-    with trainer.full_disk_named(), contextlib.ExitStack() as stack:
+    with trainer.log.full_disk_named(lambda: trainer.step), contextlib.ExitStack() as stack:
         stop = stop or stack.enter_context(StopSignals())
         stack.enter_context(set_up_objects_frozen())
         try:
@@ -201,12 +202,19 @@ class DivergenceGuard:
     logging steps and evaluations, as reading the loss waits for the GPU)."""
 
     def __init__(self, max_loss: float, every_step: bool, initial_loss: float | None = None):
-        self.max_loss, self.every_step = max_loss, every_step
+        self.max_loss, self.every_step, self.initial_loss = max_loss, every_step, initial_loss
         if initial_loss is not None:
             self.set_initial_loss(initial_loss)
 
     def set_initial_loss(self, loss: float) -> None:
         self.max_loss = max(self.max_loss, 2 * loss)
+
+    def check(self, step: int, loss: float, grad_finite: bool) -> str | None:
+        """`problem`, after step 0's finite loss has set the ceiling."""
+        if step == 0 and math.isfinite(loss):
+            self.initial_loss = loss
+            self.set_initial_loss(loss)
+        return self.problem(loss, grad_finite)
 
     def problem(self, loss: float, grad_finite: bool) -> str | None:
         """None if the step is healthy, else what is wrong with it."""
@@ -316,33 +324,64 @@ def make_optimizer(model: GPT, optim: OptimizerConfig) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, **kwargs, foreach=True)
 
 
-class Trainer:
-    """One run's state and its parts: set-up (`__init__`), `train_step`, `after_step`,
-    `save_checkpoint`, `finish`. `train()` drives them."""
+def run_environment(config: TrainConfig, job: JobContext) -> tuple[int, torch.device, bool]:
+    """Threads (set again for each job: joblib reuses its workers), the global seed, the device
+    (this rank's under torchrun), and whether this process writes the run folder (rank 0)."""
+    threads = set_threads(config.threads, job.launcher)
+    seed_everything(config.seed)
+    device = distributed.rank_device(select_device(config.device))
+    distributed.local_batch_size(config.batch_size)  # the global batch must split evenly over ranks
+    if config.schedule.warmup_shortened:
+        log.warning("%s", config.schedule.warmup_shortened)
+    return threads, device, distributed.is_main()
+
+
+def build_parts(config: TrainConfig, corpus, device: torch.device, autocast):
+    """A run's model (blocks compiled under compile=true), its optimizer, the DDP wrapper (the
+    model itself outside torchrun) and its instruments, reference batch set."""
+    model = build_model(config, corpus, device)
+    optimizer = make_optimizer(model, config.optim)
+    if config.compile:
+        model.compile_blocks()
+    instruments = Instruments(model, config.log.model_update, config.log.model_update_every,
+                              extra_signals=config.log.extra_signals)
+    instruments.set_reference_batch(reference_batch(corpus.val, config).to(device), autocast)
+    return model, optimizer, distributed.wrap(model, device), instruments
+
+
+class Run:
+    """One run's objects, built once (data, model, optimizer, instruments; resumed from its newest
+    checkpoint under resume=true) and its record: a checkpoint of them, its end. What it leaves
+    behind is written by its RunLog. `Trainer` steps it."""
 
     in_pack = False  # one member of a pack (train/pack.py)
 
     def __init__(self, config: TrainConfig, run_dir: Path, hooks: Hooks, job: JobContext | None = None):
         self.config, self.run_dir, self.hooks, self.job = config, run_dir, hooks, job or JobContext()
         self.settings = result_settings(config.composed)  # what this run computes; each checkpoint keeps it
-        threads = set_threads(config.threads, self.job.launcher)  # again each job: joblib reuses its workers
-        seed_everything(config.seed)
-        self.device = distributed.rank_device(select_device(config.device))
-        self.main = distributed.is_main()  # under torchrun only rank 0 writes into run_dir
-        distributed.local_batch_size(config.batch_size)  # the global batch must split evenly over ranks
+        threads, self.device, self.main = run_environment(config, self.job)
         self.autocast = autocast_for(self.device)
-        if config.schedule.warmup_shortened:
-            log.warning("%s", config.schedule.warmup_shortened)
         self.summary = summary_record(config.composed, device=str(self.device), threads=threads)
-        self.log = RunLog(config, run_dir, self.job, self.main, self.summary)  # summary.json, events, checkpoints, status
+        self.log = RunLog(config, run_dir, self.job, self.main, self.summary)
         self.corpus = load_data(config, run_dir)
         self.log.bytes_per_token = self.corpus.bytes_per_token
         self.summary.update(baseline_loss=self.corpus.baseline_loss)
-        self._build_model()
+        self.model, self.optimizer, self.ddp_model, self.instruments = build_parts(config, self.corpus, self.device,
+                                                                                   self.autocast)
+        built = self.model.settings()  # read from the modules: what was built, "auto" resolved
+        self.summary.update(parameters=self.model.num_parameters(), placement_settings=built["placement"],
+                            norm_settings=built["norm"])
+        self.data_gen = generator(config.seed, "data")
         self.step, self.best_val, self.last_train_loss = 0, math.inf, None
-        purge_step = self._resume()
+        state = resume.checkpoint_to_resume(run_dir, self.settings) if config.resume else None
+        if state is not None:
+            resume.restore(state, run_dir, self.model, self.optimizer, self.data_gen, self.instruments)
+            self.step, self.best_val = state["step"], state["best_val"]
+            self.summary.update(state["summary"])
+            self.last_train_loss = self.summary.get("final_train_loss")
+            log.info("resumed from step %d", self.step)
         self.start_step = self.step
-        self.log.start(purge_step, self.step)
+        self.log.start(self.step if state is not None else None, self.step)  # a resumed run's events restart here
         # a resumed run keeps the ceiling set at its step 0
         self.guard = DivergenceGuard(config.max_loss, every_step=config.divergence_checks_every_step(self.device.type),
                                      initial_loss=self.summary.get("initial_loss"))
@@ -350,206 +389,6 @@ class Trainer:
         self.model.train()
         if hooks.on_start:
             hooks.on_start()
-
-    def _build_model(self) -> None:
-        """Model (blocks compiled under compile=true), optimizer, DDP wrapper, instruments and the model update's reference batch."""
-        config = self.config
-        self.model = build_model(config, self.corpus, self.device)
-        settings = self.model.settings()  # read from the modules: what was built, "auto" resolved
-        self.summary.update(parameters=self.model.num_parameters(), placement_settings=settings["placement"],
-                            norm_settings=settings["norm"])
-        self.optimizer = make_optimizer(self.model, config.optim)
-        if config.compile:
-            self.model.compile_blocks()
-        self.ddp_model = distributed.wrap(self.model, self.device)  # DDP under torchrun; `model` itself otherwise
-        self.instruments = Instruments(self.model, config.log.model_update, config.log.model_update_every,
-                                       extra_signals=config.log.extra_signals)
-        self.data_gen = generator(config.seed, "data")
-        self.instruments.set_reference_batch(reference_batch(self.corpus.val, config).to(self.device), self.autocast)
-
-    def _resume(self) -> int | None:
-        """With resume=true, continue from the newest checkpoint; returns its step (TensorBoard's
-        purge_step: later events of the old file are dropped) or None for a fresh start."""
-        if not self.config.resume:
-            return None
-        # onto the CPU: the generators' states must be CPU byte tensors (on an H100, loaded onto
-        # the GPU, every resume failed: "RNG state must be a torch.ByteTensor"); load_state_dict
-        # moves the weights and the optimizer's moments to the model's device
-        state = ckpt.load_latest(self.run_dir, map_location="cpu")
-        saved = ckpt.list_checkpoints(self.run_dir)
-        if state is None and saved:  # there are checkpoints, but none loads (load_latest warned why)
-            raise ConfigError("resume", "true", f"none of the {len(saved)} checkpoints in {saved[0].parent} loads "
-                              "(damaged or not normexp's); move them away to train again from step 0, "
-                              "or train in a new folder")
-        if state is not None:  # a checkpoint of other settings (copied in) is refused, not loaded
-            name = f"step_{state['step']:08d}.pt"
-            ckpt.check_settings(state, self.settings, name, self.run_dir)
-            if repaired := ckpt.reconcile_optimizer_steps(state, name, self.run_dir):
-                log.warning("%s", repaired)
-        if state is None:
-            # the pre-flight refused a folder without a run, so this run stopped before its first checkpoint
-            log.warning("resume=true but %s holds no checkpoint yet (status %s): training starts again from step 0",
-                        self.run_dir, (read_summary(self.run_dir) or {}).get("status", Status.UNKNOWN))
-            return None
-        try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as e:  # a checkpoint of another model (copied in)
-            newest = saved[-1]
-            raise ConfigError("resume", "true", f"{newest} holds a model of another shape than this run's settings "
-                              f"({' '.join(str(e).split())[:160]}); remove it or train in a new folder") from None
-        self.data_gen.set_state(state["data_generator"])
-        ckpt.restore_rng(state["rng"])
-        # checkpoints written before the rename hold h₀ as "probe_h0"
-        self.instruments.load_state_dict(state.get("instruments", {"reference_h0": state.get("probe_h0")}))
-        self.step, self.best_val = state["step"], state["best_val"]
-        self.summary.update(state["summary"])
-        self.last_train_loss = self.summary.get("final_train_loss")
-        log.info("resumed from step %d", self.step)
-        return self.step
-
-    # ------------------------------------------------------------------ one step
-
-    def train_step(self) -> None:
-        """One optimizer update, in nanoGPT's order: forward and backward, clipping, optimizer step,
-        logging. On a logging step the instruments watch it (`watch_step`) and attach through one
-        call before the update and one after (StepWatch). Raises Diverged if the run must end here."""
-        lr = self.set_lr(self.step)
-        x, y = self.next_batch()
-        watch = self.watch_step()  # None on a plain step
-        loss = self.forward_backward(x, y, watch)
-        values = watch.before_update(loss, targets=y, z_loss=self.config.z_loss) if watch else None  # one sync
-        self.update(x, y, loss, lr, values, watch)
-
-    def update(self, x, y, loss: torch.Tensor, lr: float, values: dict | None = None, watch: StepWatch | None = None) -> None:
-        """The step after its backward (the gradients are in the parameters): divergence
-        check, optional clipping, optimizer step, the instruments after it. A pack's plain
-        step (train/pack.py) computes the backward of all its members at once, then calls this."""
-        self.check_health(x, y, loss, values)
-        if self.config.optim.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip, foreach=True)
-        self.optimizer.step()
-        self.model.after_optimizer_step()
-        self.step += 1
-        if watch:
-            self.log_step({**values, **watch.after_update(self.optimizer)}, lr, x)
-
-    def watch_step(self) -> StepWatch | None:
-        """The instruments on this step if it is a logging step (is_logging_step), measuring the
-        model update where Instruments.model_update_due says; None on a plain step."""
-        config, step = self.config, self.step
-        if not is_logging_step(step, config.log.log_every, config.steps):
-            return None
-        return StepWatch(self.instruments, self.autocast,
-                         measure_update=self.instruments.model_update_due(step, config.log.log_every, config.steps - 1))
-
-    def set_lr(self, step: int) -> float:
-        schedule = self.config.schedule
-        lr = self.config.optim.lr * lr_multiplier(step, schedule.steps, schedule.effective_warmup, schedule)
-        for group in self.optimizer.param_groups:
-            # each group keeps the placement's lr scale (depth_mup's); a checkpoint saved before
-            # groups had one resumes at scale 1, which is what it trained with
-            group["lr"] = lr * group.get("lr_scale", 1.0)
-        return lr
-
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every rank draws the same global batch and trains on its own rows of it."""
-        batch = get_batch(self.corpus.train, self.config.batch_size, self.config.seq_len, self.data_gen)
-        x, y = (distributed.my_rows(t) for t in batch)
-        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-
-    def forward_backward(self, x, y, watch: StepWatch | None = None) -> torch.Tensor:
-        """The loss, after its backward. A `watch` records the forward (the instruments' hooks,
-        eager under compile=true), with its reference rows riding along (StepWatch.with_reference_rows)."""
-        self.optimizer.zero_grad(set_to_none=True)
-        if watch is not None:
-            x, y = watch.with_reference_rows(x, y)
-        with self.autocast(), watch.recording() if watch else contextlib.nullcontext():
-            _, loss = self.ddp_model(x, y, z_loss=self.config.z_loss)
-        loss.backward()
-        return loss
-
-    def check_health(self, x, y, loss: torch.Tensor, values: dict | None) -> None:
-        """The divergence guard on this step's loss and (on a logging step) gradient; the
-        initial loss, at step 0, sets the guard's ceiling first. Raises Diverged. A plain step
-        is checked only where the guard checks every step (on CPU)."""
-        if values is None and not self.guard.every_step:
-            return
-        loss_value = values["loss"] if values else distributed.mean(loss.detach()).item()
-        grad_finite = math.isfinite(values["grad_norm_global"]) if values else True
-        if self.step == 0 and math.isfinite(loss_value):
-            self.summary["initial_loss"] = loss_value
-            self.guard.set_initial_loss(loss_value)
-        why = self.guard.problem(loss_value, grad_finite)
-        if why is not None:
-            self.log_divergence(x, y, values, why)
-            raise Diverged(self.step, why)
-        self.last_train_loss = loss_value
-
-    def log_divergence(self, x, y, values: dict | None, why: str) -> None:
-        """Every layer's scalars at the step that diverged (a plain step is redone with the
-        trace), written by the run's log."""
-        if values is None:
-            watch = StepWatch(self.instruments, self.autocast)
-            values = watch.scalars(self.forward_backward(x, y, watch))
-        self.log.log_divergence(values, why, self.step)
-
-    def log_step(self, values: dict, lr: float, x: torch.Tensor) -> None:
-        """A logging step's record, at the step just taken; drawing is kept out of tokens/s."""
-        drawing = self.log.log_step(values, lr, self.step - 1, lambda: block_outputs(self.model, x))
-        self.meter.exclude(drawing)
-
-    # ---------------------------------------------------------------- after a step
-
-    def after_step(self) -> None:
-        """Throughput, evaluation, checkpoint and progress after the step just taken; raises
-        Diverged if the validation loss is not finite."""
-        config, step = self.config, self.step
-        logged = is_logging_step(step - 1, config.log.log_every, config.steps)
-        self.meter.step_done()
-        if logged:  # throughput over the steps since the last logging step (the first window is warm-up)
-            tps = self.meter.window_rate(report=step - 1 > self.start_step)
-            if tps is not None:
-                self.log.writer.add_scalar(schema.TOKENS_PER_SECOND, tps, step - 1)
-        if step % config.log.eval_every == 0 or step == config.steps:
-            val = validation_loss(self.model, self.corpus.val, config, self.device, self.autocast)
-            self.summary["final_val_loss"] = val
-            self.summary[schema.LOSS_TRAJECTORY]["val"].append([step, val])
-            self.best_val = min(self.best_val, val)
-            self.log.log_val(val, step)
-            if not math.isfinite(val):
-                # where plain steps go unchecked (GPUs), the evaluation finds it first: the
-                # per-layer scalars at this step, as the guard logs them at the step it stops
-                why = f"validation loss {val}"
-                self.log_divergence(*self.next_batch(), None, why)
-                raise Diverged(step, why)
-        if config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
-            self.save_checkpoint()
-        fields = {} if self.last_train_loss is None else {"loss": f"{self.last_train_loss:.4f}"}
-        fields["lr"] = f"{self.optimizer.param_groups[0]['lr']:.2e}"
-        if self.meter.tokens_per_second:
-            fields["tok/s"] = f"{self.meter.tokens_per_second:,.0f}"
-        self.log.progress.update(step - 1, fields, line=logged)
-        if self.hooks.on_step:
-            self.hooks.on_step(step - 1)
-        # evaluation, checkpoint, progress and the hook above are not the step: the next one starts here
-        self.meter.restart()
-
-    def evaluate_initial(self) -> None:
-        """The validation loss of the initial model, logged at step 0 (TensorBoard only), so a
-        curve starts where training does. It reads the evaluation stream alone (not the data
-        generator, not the global RNG) and updates no model state, so the run trains exactly as
-        without it; summary.json's trajectory and best/final losses stay the trained model's
-        (the outcome rule reads its slope, which an untrained first point would steepen)."""
-        val = validation_loss(self.model, self.corpus.val, self.config, self.device, self.autocast)
-        self.log.log_val(val, 0)
-        self.meter.restart()  # the evaluation is not the first step's time
-
-    # ------------------------------------------------------------ saving, finishing
-
-    def full_disk_named(self):
-        """A write the disk refuses mid-run comes out naming its file (RunLog.full_disk_named)."""
-        return self.log.full_disk_named(lambda: self.step)
 
     def save_checkpoint(self) -> None:
         model = self.model.state_dict()
@@ -561,7 +400,6 @@ class Trainer:
             "instruments": self.instruments.state_dict()}, self.settings)
 
     def results(self) -> dict:
-        """What the run's log records at its end, from the training state."""
         return {"best_val": self.best_val, "last_train_loss": self.last_train_loss,
                 "tokens_per_second": self.meter.tokens_per_second}
 
@@ -570,12 +408,128 @@ class Trainer:
         self.log.interrupted(e, self.step, self.save_checkpoint, self.results())
 
     def finish(self, status: str, **extra) -> dict:
-        """The run's end: its record's final numbers and status (RunLog.finish)."""
         return self.log.finish(status, self.step, **self.results(), **extra)
 
-    # what tools and tests reach through the Trainer, owned by its log
+    # what tools and tests reach through the run, owned by its log
     writer = property(lambda self: self.log.writer)
     progress = property(lambda self: self.log.progress)
+
+
+class Trainer(Run):
+    """A run's step (`train_step`, on one screen) and what follows it (`after_step`:
+    throughput, evaluation, checkpoint, progress). `train()` drives a Trainer; a pack drives several."""
+
+    # ------------------------------------------------------------------ one step
+
+    def train_step(self) -> None:
+        """One optimizer update, in nanoGPT's order. On a logging step (is_logging_step) the
+        instruments watch it: one call before the update, one after. Raises Diverged if the run ends here."""
+        lr = self.set_lr(self.step)
+        x, y = self.next_batch()
+        config, step = self.config, self.step
+        watch = StepWatch(self.instruments, self.autocast, measure_update=self.instruments.model_update_due(
+            step, config.log.log_every, config.steps - 1)) if is_logging_step(step, config.log.log_every, config.steps) else None
+        loss = self.forward_backward(x, y, watch)
+        values = watch.before_update(loss, targets=y, z_loss=self.config.z_loss) if watch else None  # one sync
+        self.update(x, y, loss, lr, values, watch)
+
+    def update(self, x, y, loss: torch.Tensor, lr: float, values: dict | None = None, watch: StepWatch | None = None) -> None:
+        """The step after its backward: divergence check, clipping, optimizer step, the
+        instruments after it. A pack's plain step (train/pack.py) calls this after its backward."""
+        self.check_health(x, y, loss, values)
+        if self.config.optim.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip, foreach=True)
+        self.optimizer.step()
+        self.model.after_optimizer_step()
+        self.step += 1
+        if watch:
+            values = {**values, **watch.after_update(self.optimizer)}
+            drawing = self.log.log_step(values, lr, self.step - 1, lambda: block_outputs(self.model, x))
+            self.meter.exclude(drawing)  # drawing histograms is not training
+
+    def set_lr(self, step: int) -> float:
+        schedule = self.config.schedule
+        lr = self.config.optim.lr * lr_multiplier(step, schedule.steps, schedule.effective_warmup, schedule)
+        for group in self.optimizer.param_groups:  # each group keeps its placement's lr scale (Depth-μP's)
+            group["lr"] = lr * group.get("lr_scale", 1.0)
+        return lr
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every rank draws the same global batch and trains on its own rows of it."""
+        batch = get_batch(self.corpus.train, self.config.batch_size, self.config.seq_len, self.data_gen)
+        x, y = (distributed.my_rows(t) for t in batch)
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def forward_backward(self, x, y, watch: StepWatch | None = None) -> torch.Tensor:
+        """The loss, after its backward; a `watch` records the forward, its reference rows riding along."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if watch is not None:
+            x, y = watch.with_reference_rows(x, y)
+        with self.autocast(), watch.recording() if watch else contextlib.nullcontext():
+            _, loss = self.ddp_model(x, y, z_loss=self.config.z_loss)
+        loss.backward()
+        return loss
+
+    def check_health(self, x, y, loss: torch.Tensor, values: dict | None) -> None:
+        """The divergence guard on this step's loss and (logging step) gradient; step 0's loss sets
+        its ceiling first. Raises Diverged, after logging every layer's scalars at this step
+        (a plain step redone with the trace). Plain steps are checked only where the guard checks
+        every step (CPU)."""
+        if values is None and not self.guard.every_step:
+            return
+        loss_value = values["loss"] if values else distributed.mean(loss.detach()).item()
+        why = self.guard.check(self.step, loss_value, math.isfinite(values["grad_norm_global"]) if values else True)
+        if self.step == 0 and self.guard.initial_loss is not None:  # the outcome rule compares to it
+            self.summary["initial_loss"] = self.guard.initial_loss
+        if why is not None:
+            self.diverged(x, y, values, why, self.step)
+        self.last_train_loss = loss_value
+
+    def diverged(self, x, y, values: dict | None, why: str, step: int):
+        """Log every layer's scalars at the step that diverged, then raise Diverged."""
+        if values is None:
+            watch = StepWatch(self.instruments, self.autocast)
+            values = watch.scalars(self.forward_backward(x, y, watch))
+        self.log.log_divergence(values, why, step)
+        raise Diverged(step, why)
+
+    # ---------------------------------------------------------------- after a step
+
+    def after_step(self) -> None:
+        """Throughput, evaluation, checkpoint and progress after the step just taken."""
+        config, step = self.config, self.step
+        logged = is_logging_step(step - 1, config.log.log_every, config.steps)
+        self.meter.step_done()
+        if logged and (tps := self.meter.window_rate(report=step - 1 > self.start_step)) is not None:
+            self.log.writer.add_scalar(schema.TOKENS_PER_SECOND, tps, step - 1)  # the first window is warm-up
+        if step % config.log.eval_every == 0 or step == config.steps:
+            self.evaluate(step)
+        if config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
+            self.save_checkpoint()
+        self.log.progress.update(step - 1, logged, self.last_train_loss, self.optimizer.param_groups[0]["lr"],
+                                 self.meter.tokens_per_second)
+        if self.hooks.on_step:
+            self.hooks.on_step(step - 1)
+        self.meter.restart()  # evaluation, checkpoint, progress and the hook are not the next step's time
+
+    def evaluate(self, step: int) -> None:
+        """The validation loss at `step`, into the summary and TensorBoard. Not finite: Diverged
+        (where plain steps go unchecked, on GPUs, the evaluation finds it first)."""
+        val = validation_loss(self.model, self.corpus.val, self.config, self.device, self.autocast)
+        self.summary["final_val_loss"] = val
+        self.summary[schema.LOSS_TRAJECTORY]["val"].append([step, val])
+        self.best_val = min(self.best_val, val)
+        self.log.log_val(val, step)
+        if not math.isfinite(val):
+            self.diverged(*self.next_batch(), None, f"validation loss {val}", step)
+
+    def evaluate_initial(self) -> None:
+        """The initial model's validation loss at step 0 (TensorBoard only), so a curve starts where
+        training does. It reads the evaluation stream alone and changes no state; summary.json's
+        losses stay the trained model's (the outcome rule reads their slope)."""
+        self.log.log_val(validation_loss(self.model, self.corpus.val, self.config, self.device, self.autocast), 0)
+        self.meter.restart()
+
 
 
 @torch.no_grad()
