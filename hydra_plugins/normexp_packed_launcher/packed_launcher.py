@@ -65,6 +65,9 @@ class PackedLauncher(Launcher):
                 indices = indices[size:]
         log.info("normexp: %d jobs in %d pack%s (%s members)%s", len(configs), len(packs), "" if len(packs) == 1 else "s",
                  ", ".join(str(len(p)) for p in packs) or "no", f", {len(alone)} alone" if alone else "")
+        if packs and self._on_cpu(configs[packs[0][0]]):
+            log.info("normexp: on a CPU a pack trains no faster than its runs one after another (docs/speed.md#packs); "
+                     "hydra/launcher=joblib uses every core")
         returns: list[JobReturn | None] = [None] * len(configs)
         for pack in packs:
             self._run_pack([configs[i] for i in pack], pack, returns)
@@ -73,6 +76,12 @@ class PackedLauncher(Launcher):
                                  job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return returns
+
+    @staticmethod
+    def _on_cpu(config: DictConfig) -> bool:
+        from normexp.train.loop import select_device  # imports torch, as training does next
+
+        return select_device(str(config.device)).type == "cpu"
 
     def _set_up(self, config: DictConfig, index: int) -> tuple[JobReturn, tuple | None, list[str]]:
         """The job set up as a solo job would be, its training deferred: (its JobReturn, (cfg,

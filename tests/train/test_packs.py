@@ -278,6 +278,7 @@ def test_a_packed_sweep_runs_the_jobs_a_pack_cannot_take_alone_and_says_so(tmp_p
     alone = [line for line in proc.stderr.splitlines() if "runs alone" in line]
     assert len(alone) == 2 and all("it cannot be packed: placement=ngpt" in line for line in alone), proc.stderr
     assert "4 jobs in 1 pack (2 members), 2 alone" in proc.stderr
+    assert ("on a CPU a pack trains no faster" in proc.stderr) == (not torch.cuda.is_available()), proc.stderr
     statuses = [json.loads(p.read_text())["status"] for p in sorted(sweep.glob("*/summary.json"))]
     assert len(statuses) == 4 and all(s in ("completed", "stalled") for s in statuses)
 
