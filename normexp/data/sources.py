@@ -1,4 +1,4 @@
-"""Data sources and tokenizers: registries picked by name, like model/norms.py's NORMS.
+"""Data sources and tokenizers: registries picked by name, like model/norms/'s NORMS.
 
 A data source is one class in `SOURCES` and one yaml in configs/data/ whose `name:` is
 its key (a preset of a source, like tinystories of hub, is a yaml that extends the source's

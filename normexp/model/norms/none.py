@@ -1,0 +1,19 @@
+"""No normalization: the identity, the control (norm=none)."""
+
+from __future__ import annotations
+
+import torch.nn as nn
+
+from ...config.registry import register
+from .base import NORMS
+
+
+@register(NORMS, "none")
+class NoNorm(nn.Identity):
+    """No normalization: y = x, the control every norm is compared against."""
+
+    def __init__(self, d: int):
+        super().__init__()
+
+    def resolved(self) -> dict:
+        return {}
