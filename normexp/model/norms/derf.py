@@ -13,10 +13,11 @@ from .base import NORMS
 @register(NORMS, "derf")
 class DynamicErf(nn.Module):
     """Derf (Chen et al. 2025, "Stronger Normalization-Free Transformers", arXiv 2512.10938):
-    y = γ·erf(α·x + s) + β, a point-wise, DyT-like replacement for the norm: one learnable
-    scalar α (initialised to init_alpha, 0.5) and one learnable scalar shift s (from
-    init_shift, 0), as DyT's α is one scalar, and per-feature γ (from 1) and β (from 0).
-    No statistics over the token: each element is mapped on its own."""
+    y = γ·erf(α·x + s) + β, one learnable scalar α (from init_alpha, 0.5) and shift s (from
+    init_shift, 0), per-feature γ (from 1) and β (from 0).
+
+    A point-wise, DyT-like replacement for the norm (α one scalar, as DyT's): no statistics over
+    the token, each element is mapped on its own."""
 
     def __init__(self, d: int, *, init_alpha: float, init_shift: float):
         super().__init__()

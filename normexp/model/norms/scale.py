@@ -15,9 +15,10 @@ from .base import NORMS
 @register(NORMS, "scale")
 class ScaleNorm(nn.Module):
     """ScaleNorm (Nguyen & Salazar 2019, "Transformers without Tears"): y = g·x / max(‖x‖, ε),
-    ‖x‖ the L2 norm over the feature dim, with one learnable scalar g initialised to √d (so
-    the output's entries have unit RMS, as LayerNorm's do). Computed in float32 and cast back,
-    as RMSNorm is."""
+    ‖x‖ the L2 norm over the feature dim, one learnable scalar g initialised to √d (so the
+    output's entries have unit RMS, as LayerNorm's do).
+
+    Computed in float32 and cast back, as RMSNorm is."""
 
     def __init__(self, d: int, *, eps: float):
         super().__init__()
