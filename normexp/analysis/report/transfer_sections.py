@@ -1,4 +1,4 @@
-"""The report's transfer sections (issue 42): an lr grid crossed with depth (experiment=depth_transfer)
+"""The report's transfer sections: an lr grid crossed with depth (experiment=depth_transfer)
 or with width (experiment=width_proxies); the statistics are normexp/analysis/transfer.py's. Each
 section returns its report.md lines and writes its tables and figures (each with its .csv) beside."""
 
