@@ -111,6 +111,10 @@ class ForwardReading:
         """The population std of each of the trace's `name` tensors (one per block), as one vector."""
         return _std([t[self.rows] for t in self.trace[name]])
 
+    def each_block(self, name: str, measure) -> torch.Tensor:
+        """measure(tensor) of each of the trace's `name` tensors, stacked: one value per block."""
+        return torch.stack([measure(t[self.rows]) for t in self.trace[name]])
+
     def attention(self) -> dict[str, torch.Tensor]:
         """attention_signals of every block, computed once for all the signals that read them."""
         if self._attention is None:

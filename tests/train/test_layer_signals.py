@@ -17,7 +17,7 @@ class BlockMeanAbs(LayerSignal):
     about = "mean |x| of the stream leaving each block (a test's signal)"
 
     def compute(self, reading):
-        return torch.stack([t[reading.rows].abs().mean() for t in reading.trace["block"]])
+        return reading.each_block("block", lambda t: t.abs().mean())
 
 
 class GradNormSquared(LayerSignal):

@@ -7,15 +7,17 @@ measurements signals share (one multi-tensor std, one batched attention pass, th
 groups' norms), so that a signal's `compute` is a line and the step still costs one
 host–device sync:
 
-    FORWARD    after the recorded forward: `reading.std(name)`, `reading.attention()[key]`
+    FORWARD    after the recorded forward: `reading.std(name)`, `reading.attention()[key]`,
+               `reading.each_block(name, measure)` (any measure of each block's tensor)
     GRADIENTS  after backward: `reading.per_block` (‖grad‖ per block), `reading.per_tensor`, ...
     UPDATE     after the optimizer step: `reading.ratio` (‖Δθ‖/‖θ‖ per group), `reading.per_tensor`
     MOMENTS    after the step, with log.extra_signals: `reading.moment_norms(state_key)`
 
 The signal is logged as `<tag>/layer_XX` (per_head: `<tag>/layer_XX/head_YY`); TensorBoard's
 layout charts every registered signal, the depth-profile image draws those with a
-profile_title, and `normexp report` draws those in_report over depth. Torch-free: the report
-reads the descriptions without loading torch.
+profile_title, and `normexp report` draws those in_report over depth. Torch-free (a signal
+computes with its reading's and the tensors' own methods): the report reads the descriptions
+without loading torch.
 """
 
 from __future__ import annotations
