@@ -12,6 +12,8 @@ from .base import NORMS
 class NoNorm(nn.Identity):
     """No normalization: y = x, the control every norm is compared against."""
 
+    bounds_scale = False  # the stream's scale is left to grow: its losses are pinned as far as rounding allows
+
     def __init__(self, d: int):
         super().__init__()
 
