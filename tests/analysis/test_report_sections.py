@@ -39,5 +39,7 @@ def test_a_registered_section_that_applies_is_written_in_its_order(tmp_path, mon
 
 
 def test_the_shipped_sections_are_registered_in_the_report_order():
+    """The order report.md had before the registry (a new section may come anywhere among them)."""
+    shipped = ["boundary", "depth_law", "sensitivity", "depth", "depth_transfer", "width"]
     order = [s.name for s in sorted(report.SECTIONS.values(), key=lambda s: (s.order, s.name))]
-    assert order == ["boundary", "depth_law", "sensitivity", "depth", "depth_transfer", "width"]
+    assert [name for name in order if name in shipped] == shipped
