@@ -189,7 +189,7 @@ def test_shrunken_preset_sweep_runs_every_combination(sweeps, preset):
     grid = shrunk_grid(preset)
     runs = sweep_summaries(root / preset)
     expected = set(itertools.product(*grid.values()))
-    assert len(grid) >= 2 and len(expected) >= 4  # a grid, not a single run
+    assert len(grid) >= 2 and len(expected) >= 2  # a grid, not a single run
     assert len(runs) == len(expected) == math.prod(len(v) for v in grid.values())
     assert {tuple(swept_value(s, k) for k in grid) for s in runs} == expected
     for s in runs:
