@@ -265,11 +265,6 @@ class Search:
         return [(a, b) for a, b in zip(xs, xs[1:])
                 if self.point_class(a) == "stuck" and b / a > (self.lower_ratio or self.ratio)]
 
-    def next_point(self):
-        """The first of next_points, or None when the search is done."""
-        points = self.next_points()
-        return points[0] if points else None
-
     def verdict(self) -> str:
         """none / ≥ upper / the upper edge's bracket / failed, in words."""
         if self.error is not None:

@@ -1,4 +1,4 @@
-"""Data sources and tokenizers: registries picked by name, like model/norms.py's NORMS.
+"""Data sources and tokenizers: registries picked by name, like model/norms/'s NORMS.
 
 A data source is one class in `SOURCES` and one yaml in configs/data/ whose `name:` is
 its key (a preset of a source, like tinystories of hub, is a yaml that extends the source's
@@ -16,12 +16,12 @@ own: `defaults: [hub, _self_]`). The class holds everything about the source:
 
 A source with local files reads each of them ONCE: identity() hashes those bytes and load()
 decodes the same bytes, so a file replaced in between cannot put one text's tokens under the
-other's key (issue 38).
+other's key.
 
 A tokenizer is one class in `TOKENIZERS` and one yaml in configs/tokenizer/: `check()`,
 `vocab_size`, `encode(train pieces, val pieces, out_dir, progress)`, which writes out_dir/train.bin
 and val.bin a piece at a time and returns their dtype: memory is the text's bytes plus a piece,
-never a decoded copy of the whole text (issue 50).
+never a decoded copy of the whole text.
 
 Settings are read from the composed config: their defaults live in the yaml only
 (`with_defaults` fills a partial config, e.g. a dict given to data.batches.load_corpus, from it).

@@ -2,7 +2,7 @@
 swappable. It stands on torch and the config's checks alone (no Hydra, no run folder).
 
     config.py           ModelConfig: the shape, and which norm, placement and init
-    norms.py            NORMS: what normalizes (LayerNorm, RMSNorm, ...)
+    norms/              NORMS: what normalizes (LayerNorm, RMSNorm, ...), one module per norm
     placements/         PLACEMENTS: where the norm sits around each sublayer (Post-LN, Pre-LN, ...),
                         one module per placement, each with its helpers and its model-level policy
     inits.py            INITS: how the weights start (xavier, gpt2, small, torchscale)
@@ -11,8 +11,9 @@ swappable. It stands on torch and the config's checks alone (no Hydra, no run fo
     readouts.py         what an instrument may read, and the hooks that read it
     encoder_decoder.py  the encoder-decoder of `normexp probe --encoder-decoder`
 
-A new norm or init is one class in its registry's module and one yaml file in configs/<group>/;
-a new placement is one module in placements/ (found there, no list to edit) and one yaml file.
+A new norm is one module in norms/, a new placement one module in placements/ (each found
+there, no list to edit), a new init one class in inits.py; each with one yaml file in
+configs/<group>/.
 """
 
 from ..config.model_config import ModelConfig

@@ -5,7 +5,7 @@ placement decides for the whole model (the stream entering the blocks, the final
 scale, the optimizer's groups, a hook after each step) the GPT asks its policy, built once.
 
 One `ModelConfig` drives everything. A norm, a placement or an init is a small class picked
-by name from `NORMS` (norms.py), `PLACEMENTS` (placements/) or `INITS` (inits.py); its
+by name from `NORMS` (norms/), `PLACEMENTS` (placements/) or `INITS` (inits.py); its
 settings are its constructor's keyword-only parameters, their values those of its own config
 file (configs/norm/<name>.yaml, ...) where the config leaves them out (config/registry.py's
 `variant`, the one place that fills them):

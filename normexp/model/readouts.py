@@ -23,10 +23,6 @@ def _second(out):
     return out[1]
 
 
-def _first_input(inputs):
-    return inputs[0]
-
-
 @dataclass(frozen=True)
 class Readout:
     """A tensor an instrument may read: `pick` applied to `module`'s output (read="output")

@@ -1,5 +1,9 @@
 """Per-layer stability instruments: activation std, gradient norms, update size.
 
+Which per-layer values a step logs is the registry's (train/layer_signals/): each registered
+signal computes its value from the reading of its phase built here (`ForwardReading`, ...);
+the values of one group (the embedding, the final norm, the output) stay here.
+
 Everything is computed as device tensors and flattened into one vector, so a logged
 step costs a single host–device synchronisation (`.tolist()`), never one per layer.
 Nothing here runs on non-logging steps: the instruments attach to the model for one forward
@@ -17,11 +21,12 @@ from collections.abc import Iterator
 import torch
 
 from . import distributed
+from .layer_signals import FORWARD, GRADIENTS, LAYER_SIGNALS, MOMENTS, UPDATE, signals
 from ..model import GPT, IGNORE_TARGET, read_outputs
 from ..model.layers import softcap as model_softcap
 from ..runs.schema import (ACT_STD_FIRST, ACT_STD_LAST, ACT_STD_MAX, GRAD_NORM_FIRST, GRAD_NORM_LAST, GRAD_NORM_MAX,
-                           GRAD_NORM_LOG10_LAST_OVER_FIRST, GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, HEAD_FAMILIES,
-                           head_tag, layer_tag)
+                           GRAD_NORM_LOG10_LAST_OVER_FIRST, GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, head_tag,
+                           layer_tag)
 
 # batch rows whose attention the instruments recompute on a logging step: one sequence gives
 # heads·T(T+1)/2 logits (33k at the default shape), and each row costs ~5 ms a logging step
@@ -93,6 +98,60 @@ def attention_signals(qk: list[tuple[torch.Tensor, torch.Tensor]], softcap: floa
     return {"attn_logit_max": maxima, "attn_entropy": per_head.mean(1), "attn_entropy_head": per_head,
             "query_norm": torch.linalg.vector_norm(q, dim=-1).flatten(1).mean(1),
             "key_norm": torch.linalg.vector_norm(k, dim=-1).flatten(1).mean(1)}
+
+
+class ForwardReading:
+    """What FORWARD signals read: the recorded forward's trace, its first `rows` rows."""
+
+    def __init__(self, trace: dict, rows: slice, softcap: float | None, extra: bool):
+        self.trace, self.rows, self.softcap, self.extra = trace, rows, softcap, extra
+        self._attention = None
+
+    def std(self, name: str) -> torch.Tensor:
+        """The population std of each of the trace's `name` tensors (one per block), as one vector."""
+        return _std([t[self.rows] for t in self.trace[name]])
+
+    def each_block(self, name: str, measure) -> torch.Tensor:
+        """measure(tensor) of each of the trace's `name` tensors, stacked: one value per block."""
+        return torch.stack([measure(t[self.rows]) for t in self.trace[name]])
+
+    def attention(self) -> dict[str, torch.Tensor]:
+        """attention_signals of every block, computed once for all the signals that read them."""
+        if self._attention is None:
+            qk = [(q[self.rows], k[self.rows]) for q, k in zip(self.trace["queries"], self.trace["keys"])]
+            self._attention = attention_signals(qk, self.softcap, self.extra)
+        return self._attention
+
+
+class GroupReading:
+    """What GRADIENTS and UPDATE signals read: norms over the instruments' parameter groups
+    (`per_block`: the blocks' groups; `ratio`: ‖Δθ‖/‖θ‖ per group, after a step) and over each
+    tensor (`per_tensor`), with the instruments' indexes into them."""
+
+    def __init__(self, instruments: Instruments, per_group: torch.Tensor, per_tensor: torch.Tensor,
+                 ratio: torch.Tensor | None = None):
+        self.layers = instruments.layers
+        self.per_block, self.per_tensor, self.ratio = per_group[: self.layers], per_tensor, ratio
+        self.mlp_out_index, self.matrix_index = instruments.mlp_out_index, instruments.matrix_index
+        self.matrix_group, self.matrix_numel = instruments.matrix_group, instruments.matrix_numel
+
+
+class MomentReading:
+    """What MOMENTS signals read: the optimizer's per-parameter state after its step."""
+
+    def __init__(self, instruments: Instruments, optimizer: torch.optim.Optimizer):
+        self.instruments = instruments
+        self.states = [optimizer.state.get(p) or {} for p in instruments.params]
+
+    def moment_norms(self, key: str) -> torch.Tensor:
+        """Per block, the L2 norm of the state tensor `key` over the block's parameters (0 without state)."""
+        zero = self.instruments.params[0].new_zeros(())
+        return self.instruments._group_norms([st.get(key, zero) for st in self.states])[0][: self.instruments.layers]
+
+
+def computed(phase: str, reading, extra: bool) -> dict[str, torch.Tensor]:
+    """{tag: value} of every registered signal of `phase` (the extra ones only with `extra`)."""
+    return {s.tag: s.compute(reading) for s in signals(phase, extra)}
 
 
 class Instruments:
@@ -174,15 +233,9 @@ class Instruments:
         rows = slice(rows)  # slice(None): all rows
         logits = trace["logits"][0][rows].float()
         log_z = torch.logsumexp(logits, dim=-1)
-        out = {
-            "act_std": _std([t[rows] for t in trace["block"]]),
-            "attn_out_std": _std([t[rows] for t in trace["attn_out"]]),
-            "mlp_out_std": _std([t[rows] for t in trace["mlp_out"]]),
-            "embedding_std": trace["embed"][0][rows].float().std(correction=0),
-            **attention_signals([(q[rows], k[rows]) for q, k in zip(trace["queries"], trace["keys"])],
-                                self.model.cfg.attn_softcap, self.extra_signals),
-            "output_log_z": log_z.mean(),
-        }
+        reading = ForwardReading(trace, rows, self.model.cfg.attn_softcap, self.extra_signals)
+        out = {**computed(FORWARD, reading, self.extra_signals),
+               "embedding_std": trace["embed"][0][rows].float().std(correction=0), "output_log_z": log_z.mean()}
         if self.extra_signals:
             means = [log_z.pow(2).mean()]
             if z_loss and targets is not None:
@@ -198,8 +251,7 @@ class Instruments:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         per_group, per_tensor = self._group_norms(grads)
         out = {
-            "grad_norm": per_group[: self.layers],
-            "grad_norm_mlp_out": per_tensor[self.mlp_out_index],
+            **computed(GRADIENTS, GroupReading(self, per_group, per_tensor), self.extra_signals),
             "grad_norm_embedding": per_group[self.layers],
             "grad_norm_global": per_group.pow(2).sum().sqrt(),
         }
@@ -224,11 +276,7 @@ class Instruments:
         correction), after the step. Read from `optimizer.state[p]`, which torch.optim.AdamW
         and FlatAdamW (views into its flat buffers) both keep per parameter; a parameter
         without state yet counts 0. (Update-size and moment spikes come before loss spikes.)"""
-        zero = self.params[0].new_zeros(())
-        states = [optimizer.state.get(p) or {} for p in self.params]
-        m = self._group_norms([st.get("exp_avg", zero) for st in states])[0]
-        v = self._group_norms([st.get("exp_avg_sq", zero) for st in states])[0]
-        return {"adam_m_norm": m[: self.layers], "adam_v_norm": v[: self.layers]}
+        return computed(MOMENTS, MomentReading(self, optimizer), self.extra_signals)
 
     @torch.no_grad()
     def after_step(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, torch.Tensor]:
@@ -238,10 +286,8 @@ class Instruments:
         torch._foreach_sub_(self._before, self.params)  # in place: θ_before − θ_after = −Δθ, same norm
         per_group, per_tensor = self._group_norms(self._before)
         ratio = per_group / self._before_norms.clamp_min(1e-30)
-        matrix_sq = torch.zeros(self.layers, device=per_tensor.device).index_add_(
-            0, self.matrix_group, per_tensor[self.matrix_index].pow(2))
-        out = {"update_ratio": ratio[: self.layers], "update_ratio_embedding": ratio[self.layers],
-               "update_rms": (matrix_sq / self.matrix_numel).sqrt()}
+        out = {**computed(UPDATE, GroupReading(self, per_group, per_tensor, ratio), self.extra_signals),
+               "update_ratio_embedding": ratio[self.layers]}
         if self.has_final_norm:
             out["update_ratio_final_norm"] = ratio[self.layers + 1]
         if self.extra_signals and optimizer is not None:
@@ -385,7 +431,7 @@ def scalar_tags(values: dict[str, float | list[float]]) -> dict[str, float]:
     values their GROUP_TAGS, and the first/last/max over depth go under `stability/`."""
     tags: dict[str, float] = {}
     for key, v in values.items():
-        if key in HEAD_FAMILIES:  # rows of blocks, a value per head: <family>/layer_XX/head_YY
+        if key in LAYER_SIGNALS and LAYER_SIGNALS[key].per_head:  # rows of blocks: <family>/layer_XX/head_YY
             for i, row in enumerate(v):
                 for h, x in enumerate(row):
                     tags[head_tag(key, i, h)] = x

@@ -11,8 +11,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..runs import schema as n
-from ..runs.schema import HEAD_FAMILIES, HPARAM_METRICS, HPARAMS, LAYER_FAMILIES
+from ..runs.schema import HPARAM_METRICS, HPARAMS
 from .distributed import NullWriter
+from .layer_signals import signals
 
 log = logging.getLogger("normexp")
 
@@ -95,15 +96,15 @@ def custom_scalars_layout(layers: int):
 
     shown = charted_layers(layers)
     subset = "" if len(shown) == layers else f" (blocks {', '.join(map(str, shown))} of {layers})"
-    per_layer = {f"{family}: {f.about}{subset}":
-                 ["Multiline", [n.layer_tag_pattern(family) if not subset else
-                                "|".join("^" + re.escape(n.layer_tag(family, i)) + "$" for i in shown)]]
-                 for family, f in LAYER_FAMILIES.items()}
-    # per-head families: a line per head of the charted blocks
-    per_layer.update({f"{family}: {f.about}{subset}":
-                      ["Multiline", [n.head_tag_pattern(family) if not subset else
-                                     "|".join("^" + re.escape(n.layer_tag(family, i)) + r"/head_\d+$" for i in shown)]]
-                      for family, f in HEAD_FAMILIES.items()})
+    per_layer = {f"{s.tag}: {s.about}{subset}":
+                 ["Multiline", [n.layer_tag_pattern(s.tag) if not subset else
+                                "|".join("^" + re.escape(n.layer_tag(s.tag, i)) + "$" for i in shown)]]
+                 for s in signals(per_head=False)}
+    # per-head signals: a line per head of the charted blocks
+    per_layer.update({f"{s.tag}: {s.about}{subset}":
+                      ["Multiline", [n.head_tag_pattern(s.tag) if not subset else
+                                     "|".join("^" + re.escape(n.layer_tag(s.tag, i)) + r"/head_\d+$" for i in shown)]]
+                      for s in signals(per_head=True)})
     layout = {category: {title: [kind, [exactly(tag) for tag in tags]] for title, (kind, tags) in charts.items()}
               for category, charts in plain_charts().items()}
     layout["per layer"] = per_layer
@@ -193,7 +194,7 @@ DEPTH_FIGURE_DPI = 80
 
 
 def depth_profile_figure(values: dict, step: int):
-    """The families with a profile_title (runs/schema.py: act_std, grad_norm, update_ratio) against
+    """The signals with a profile_title (train/layer_signals/: act_std, grad_norm, update_ratio) against
     layer index at one logging step, from the values the instruments already read (no extra
     sync), side by side in one DEPTH_FIGURE_PIXELS image per logging step that the Images tab's
     step slider plays through training."""
@@ -202,7 +203,7 @@ def depth_profile_figure(values: dict, step: int):
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    panels = {key: f for key, f in LAYER_FAMILIES.items() if f.profile_title}
+    panels = {s.tag: s for s in signals(per_head=False) if s.profile_title}
     width, height = DEPTH_FIGURE_PIXELS
     fig = Figure(figsize=(width / DEPTH_FIGURE_DPI, height / DEPTH_FIGURE_DPI), dpi=DEPTH_FIGURE_DPI)
     for ax, (key, family) in zip(fig.subplots(1, len(panels)), panels.items()):

@@ -109,11 +109,6 @@ def release_early_signals() -> None:
     exit_if_early_signal()
 
 
-def early_signal() -> int:
-    """The signal that came before a StopSignals was installed (0 = none)."""
-    return _early_signum
-
-
 def exit_if_early_signal() -> None:
     """Exit 128+signum with one line if a signal came during start-up."""
     if _early_signum:

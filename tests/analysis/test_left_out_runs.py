@@ -7,6 +7,7 @@ The poisoned runs say "completed" beside a final loss of NaN or Infinity, or hol
 summary.json: before the fix the first two counted as learned (max stable lr, critical depth,
 the transfer edges), with no loss in any mean."""
 
+import dataclasses
 import json
 import math
 import statistics
@@ -230,7 +231,7 @@ def test_a_report_that_fails_midway_leaves_the_folder_as_it_was(tmp_path, monkey
     def broken(*_a, **_k):
         raise RuntimeError("a bug halfway")
 
-    monkeypatch.setattr(report, "depth_section", broken)
+    monkeypatch.setitem(report.SECTIONS, "depth", dataclasses.replace(report.SECTIONS["depth"], write=broken))
     with pytest.raises(RuntimeError, match="a bug halfway"):
         report.make_report(root, echo=lambda *_: None)
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before

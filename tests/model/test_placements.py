@@ -1,11 +1,9 @@
 """What every placement keeps, parametrized over the registry: its own test file
 (tests/model/placements/test_<name>.py, with SHAPE and SETTINGS worked out by hand), the settings
 a model reports equal to those SETTINGS, its own module in normexp/model/placements/, the
-standard model-level policy leaving the model as it is where a placement keeps it, the lists of
-placements in README.md, docs/model.md and configs/train.yaml naming exactly the registered
-ones, and the sublayer slots the placements share."""
+standard model-level policy leaving the model as it is where a placement keeps it, and the
+sublayer slots the placements share (the lists of placements in the docs: tests/test_registry_lists.py)."""
 
-import re
 from pathlib import Path
 
 import pytest
@@ -76,57 +74,6 @@ def test_the_policy_is_the_placements_own_and_holds_no_parameters(name):
     assert type(model.policy) is PLACEMENTS[name].model_policy and not isinstance(model.policy, nn.Module)
     tops = {key.split(".")[0] for key in model.state_dict()}
     assert tops <= {"tok_emb", "pos_emb", "blocks", "final_norm", "logit_scale"}, tops
-
-
-# ------------------------------------------------------------ the lists in the docs
-
-def readme_placements() -> list[str]:
-    """The names in README.md's options table, row `placement`."""
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `placement` |"))
-    return re.findall(r"`(\w+)`", row.split("|")[2])
-
-
-def model_md_placements() -> list[str]:
-    """The names in the first cell of each row of docs/model.md's placements table."""
-    text = (ROOT / "docs" / "model.md").read_text()
-    section = text.split("## Placements (`placement=`)", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
-    return [name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])]
-
-
-def train_yaml_placements() -> list[str]:
-    """The names in configs/train.yaml's comment on its `placement` default (up to `;`)."""
-    lines = (ROOT / "configs" / "train.yaml").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip().startswith("- placement:"))
-    comment = ""
-    for line in lines[start:]:
-        if line is not lines[start] and not line.strip().startswith("#"):
-            break
-        comment += " " + line.split("#", 1)[1]
-        if ";" in line:
-            break
-    return [name.strip() for name in comment.split(";")[0].split("|") if name.strip()]
-
-
-LISTS = {"README.md's options table (row `placement`)": readme_placements,
-         "docs/model.md's placements table": model_md_placements,
-         "configs/train.yaml's comment on `placement`": train_yaml_placements}
-
-
-@pytest.mark.parametrize("where", sorted(LISTS))
-def test_each_list_of_placements_in_the_docs_names_every_registered_one(where):
-    listed = LISTS[where]()
-    assert len(listed) == len(set(listed)), f"{where} names a placement twice"
-    missing, unknown = sorted(set(PLACEMENTS) - set(listed)), sorted(set(listed) - set(PLACEMENTS))
-    assert not missing, f"{where} lacks {', '.join(missing)}: add it there"
-    assert not unknown, f"{where} names {', '.join(unknown)}, which is no registered placement"
-
-
-def test_the_list_readers_read_the_lists():
-    """Each reader finds the names written there, in their order (so the test above can fail)."""
-    assert readme_placements()[:3] == ["pre", "post", "deepnorm"]
-    assert model_md_placements()[:5] == ["post", "pre", "deepnorm", "sandwich", "peri"]
-    assert train_yaml_placements()[:3] == ["post", "pre", "deepnorm"]
 
 
 # ------------------------------------------------------------ the slots placements share

@@ -8,6 +8,7 @@ from conftest import Recorder
 from tensorboard.plugins.custom_scalar import layout_pb2
 
 from normexp.runs import schema as names
+from normexp.train.layer_signals import HEAD_FAMILIES, LAYER_FAMILIES
 from normexp.train.logbook import LAYERS_PER_CHART, charted_layers, custom_scalars_layout
 
 
@@ -28,13 +29,13 @@ def test_sweep_charts_come_first_and_per_layer_charts_start_closed():
     cats = layout(6).category
     assert [c.title for c in cats] == ["across a sweep", "training", "stability", "per layer"]
     assert [c.closed for c in cats] == [False, False, False, True]
-    assert len(cats[-1].chart) == len(names.LAYER_FAMILIES) + len(names.HEAD_FAMILIES)
+    assert len(cats[-1].chart) == len(LAYER_FAMILIES) + len(HEAD_FAMILIES)
 
 
 def test_a_per_layer_chart_at_1000_blocks_draws_exactly_its_chosen_blocks():
-    every_tag = [names.layer_tag(family, i) for family in names.LAYER_FAMILIES for i in range(1000)]
+    every_tag = [names.layer_tag(family, i) for family in LAYER_FAMILIES for i in range(1000)]
     per_layer = layout(1000).category[-1]
-    for family, chart in zip(names.LAYER_FAMILIES, per_layer.chart):
+    for family, chart in zip(LAYER_FAMILIES, per_layer.chart):
         (pattern,) = chart.multiline.tag
         drawn = [t for t in every_tag if re.search(pattern, t)]
         assert drawn == [f"{family}/layer_{i:02d}" for i in (0, 143, 285, 428, 571, 714, 856, 999)]
@@ -43,7 +44,7 @@ def test_a_per_layer_chart_at_1000_blocks_draws_exactly_its_chosen_blocks():
 
 
 def test_a_per_head_chart_at_1000_blocks_draws_every_head_of_its_chosen_blocks_only():
-    family = next(iter(names.HEAD_FAMILIES))
+    family = next(iter(HEAD_FAMILIES))
     every_tag = [names.head_tag(family, i, h) for i in range(1000) for h in range(4)]
     chart = next(c for c in layout(1000).category[-1].chart if c.title.startswith(f"{family}:"))
     (pattern,) = chart.multiline.tag

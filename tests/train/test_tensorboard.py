@@ -5,7 +5,8 @@ images at the expected steps, and the sweep-level custom-scalar charts."""
 import pytest
 from conftest import TINY, Recorder, cli_environment, load_events, make_corpus, read_summary, run_cli
 
-from normexp.runs.schema import HEAD_FAMILIES, HPARAM_METRICS, LAYER_FAMILIES
+from normexp.runs.schema import HPARAM_METRICS
+from normexp.train.layer_signals import HEAD_FAMILIES, LAYER_FAMILIES
 from normexp.runs.schema import STATUSES
 from normexp.train.logbook import leading_keys, write_hparams
 
@@ -130,9 +131,9 @@ def test_sweep_charts_read_the_first_and_last_block(runs):
 
 
 def test_every_per_layer_family_is_described_and_charted(runs):
-    """A run logs <family>/layer_XX for exactly the families names.LAYER_FAMILIES describes, and
+    """A run logs <family>/layer_XX for exactly the signals train/layer_signals/ registers, and
     TensorBoard's custom-scalars layout has one "per layer" chart per family, titled with its
-    description: a family's name and description are written in normexp/runs/schema.py and nowhere else."""
+    description: a signal's tag and description are written in its class and nowhere else."""
     import re
 
     from tensorboard.plugins.custom_scalar import layout_pb2

@@ -16,13 +16,16 @@ before training has summary.json but no events; it is listed with its error.
     tables.py     which keys vary and their order, the rows, text / markdown / CSV rendering
     figures.py    the figures, each with its data beside it
     sections.py   the overview, the notes and a study's sections (sensitivity, depth, boundary, depth law)
-    transfer_sections.py   an lr grid crossed with depth or width: does the lr transfer? (issue 42)
+    transfer_sections.py   an lr grid crossed with depth or width: does the lr transfer?
+    registry.py   the analysis sections, each registered beside its function, asked in order
     this file     make_report: read the runs, write everything, print the tables
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import shutil
 import tempfile
 from pathlib import Path
@@ -32,14 +35,17 @@ from ...runs.schema import Status
 from ..boundary import PROGRESS_TABLE, TABLE, sweep_tables
 from .. import study, transfer
 from .figures import draw_figures
-from .sections import (boundary_section, depth_law_section, depth_section, overview_line, run_notes, screening_notes,
-                       sensitivity_section, swept)
+from .registry import SECTIONS, Folder, write_sections
+from .sections import overview_line, run_notes, screening_notes
 from .verdict import verdict_markdown, verdict_text
-from .transfer_sections import DEPTH_FILES, WIDTH_FILES, depth_transfer_section, width_section
 from .tables import (cell_rows, display_name, kept_apart_note, left_out_of_statistics, markdown_table, sets_the_unit,
                      sort_key, table_rows, text_table, varied_keys, without_empty_columns, write_csv)
 
-__all__ = ["ReportError", "make_report"]
+__all__ = ["SECTIONS", "ReportError", "make_report"]
+
+# every module here, so that each analysis section registers itself (registry.py)
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    importlib.import_module(f"{__name__}.{_module}")
 
 
 class ReportError(Exception):
@@ -64,33 +70,15 @@ def _check_paths(root: Path, out: Path | None) -> Path:
 
 
 def _analysis_sections(runs, keys, root: Path, out_dir: Path, echo) -> tuple[list[str], list[str], list[str]]:
-    """The report's sections after the settings table, by what the folder holds (a boundary
-    search, or an lr, depth or width grid): (markdown lines, files written, notes)."""
-    sections, extra, notes = [], [], []
+    """The report's sections after the settings table, each registered section that applies to
+    what the folder holds (registry.py): (markdown lines, files written, notes)."""
+    notes = []
     searched, in_progress = sweep_tables(find_files(root, TABLE), find_files(root, PROGRESS_TABLE))
     if in_progress:  # a search still running, or stopped before it finished: read what it had written so far
         notes.append("boundary search not finished (still running, or stopped: resume it with resume=true) in "
                      + ", ".join(relative_name(t.parent, root) for t in in_progress) + f": its {PROGRESS_TABLE} is read")
-    if searched:  # a boundary search: its points are no grid, so no LR sensitivity or depth table
-        sections += boundary_section(searched, out_dir, echo)
-        extra += ["boundary_search.png"]
-        law = depth_law_section(searched, out_dir, echo, runs)
-        if law:
-            sections += law
-            extra += ["depth_law_slopes.csv", "depth_law.png"]
     notes += [] if searched else transfer_skipped(runs, keys)
-    if swept(runs, keys, "lr") and not searched:
-        sections += sensitivity_section(runs, keys, out_dir)
-        extra += ["sensitivity.csv", "lr_sensitivity.png"]
-    if swept(runs, keys, "layers") and not searched:
-        sections += depth_section(runs, keys, out_dir)
-        extra += ["depth.csv", "depth_sweep.png"]
-    if transfer.is_grid(runs, keys, "layers") and not searched:
-        sections += depth_transfer_section(runs, keys, out_dir, echo)
-        extra += [n for n in DEPTH_FILES if (out_dir / n).exists()]
-    if transfer.is_grid(runs, keys, "d_model") and not searched:
-        sections += width_section(runs, keys, out_dir, echo)
-        extra += WIDTH_FILES
+    sections, extra = write_sections(Folder(runs, keys, root, searched), out_dir, echo)
     return sections, extra, notes
 
 

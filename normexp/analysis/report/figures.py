@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from ...runs.reading import Run
-from ...runs.schema import LAYER_FAMILIES, TRAIN_LOSS, VAL_LOSS, Status, layer_index, layer_tag_pattern
+from ...runs.schema import TRAIN_LOSS, VAL_LOSS, Status, layer_index, layer_tag_pattern
+from ...train.layer_signals import LAYER_SIGNALS, signals
 from .. import study
 from ..boundary import at_search_budget
 from .tables import display_name, ended_as, fmt_param, is_missing, sets_the_unit, sort_key
@@ -363,7 +364,7 @@ def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Pat
         ax.grid(alpha=0.3, which="both")
         legend_below(ax)
     unit = UNITS.get(family)
-    fig.suptitle(f"{family}/layer_XX: {LAYER_FAMILIES[family].about}" + (f", in {unit}" if unit == "nats" else ""),
+    fig.suptitle(f"{family}/layer_XX: {LAYER_SIGNALS[family].about}" + (f", in {unit}" if unit == "nats" else ""),
                  fontsize=10)
     save_figure(fig, path, _profile_rows(drawn, profiles, keys))
     return None
@@ -462,7 +463,7 @@ def draw_figures(runs: list[Run], keys: list[str], out_dir: Path) -> tuple[list,
         notes.append(note)
     else:
         figures.append((f"Final validation loss ({kind})", "final_val_loss.png"))
-    for family in (name for name, f in LAYER_FAMILIES.items() if f.in_report):
+    for family in (s.tag for s in signals(per_head=False) if s.in_report):
         note = plot_layer_profiles(runs, keys, family, out_dir / f"{family}_layers.png")
         if note:
             notes.append(note)

@@ -14,6 +14,7 @@ from ...runs.schema import Status
 from .. import depth_law, study
 from ..boundary import RESULT_COLUMNS, budget_check_rows, points_file
 from .figures import plot_boundary_search, plot_sweep, save_figure
+from .registry import register_section
 from .tables import display_name, ended_as, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
 
 
@@ -112,6 +113,11 @@ def sensitivity_section(runs: list[Run], keys: list[str], out_dir: Path) -> list
             markdown_table(head, rows), "", "![final validation loss vs lr](lr_sensitivity.png)", ""]
 
 
+register_section("sensitivity", order=30, applies=lambda f: not f.searched and swept(f.runs, f.keys, "lr"),
+                 write=lambda f, out_dir, echo: sensitivity_section(f.runs, f.keys, out_dir),
+                 files=("sensitivity.csv", "lr_sensitivity.png"))
+
+
 def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
     """depth.csv, depth.png and the report.md lines about them: the deepest stack that learns."""
     table = study.depth_table(runs, keys, sort_key)
@@ -137,6 +143,11 @@ def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
                   "measured. Data: `depth_model_update.csv`.", "",
                   "![early model update vs depth](depth_model_update.png)", ""]
     return lines
+
+
+register_section("depth", order=40, applies=lambda f: not f.searched and swept(f.runs, f.keys, "layers"),
+                 write=lambda f, out_dir, echo: depth_section(f.runs, f.keys, out_dir),
+                 files=("depth.csv", "depth_sweep.png"))
 
 
 def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
@@ -187,6 +198,11 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             f"![boundary of {key}](boundary_search.png)", ""]
 
 
+register_section("boundary", order=10, applies=lambda f: bool(f.searched),
+                 write=lambda f, out_dir, echo: boundary_section(f.searched, out_dir, echo),
+                 files=("boundary_search.png",))
+
+
 def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] | None = None) -> list[str]:
     """With lr searched at several depths (`layers` a setting key): the depth law (normexp/
     depth_law.py), depth_law.png (its points: depth_law.csv) and depth_law_slopes.csv (the slope table); [] otherwise.
@@ -226,6 +242,11 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
               if points is not None else []),
             markdown_table(head, rows), "",
             "![depth law](depth_law.png)", ""]
+
+
+register_section("depth_law", order=20, applies=lambda f: bool(f.searched),
+                 write=lambda f, out_dir, echo: depth_law_section(f.searched, out_dir, echo, f.runs),
+                 files=("depth_law_slopes.csv", "depth_law.png"))
 
 
 def _edge_cell(edge, why) -> str:

@@ -1,4 +1,4 @@
-"""The report's transfer sections (issue 42): an lr grid crossed with depth (experiment=depth_transfer)
+"""The report's transfer sections: an lr grid crossed with depth (experiment=depth_transfer)
 or with width (experiment=width_proxies); the statistics are normexp/analysis/transfer.py's. Each
 section returns its report.md lines and writes its tables and figures (each with its .csv) beside."""
 
@@ -12,6 +12,7 @@ import pandas as pd
 from ...runs.reading import Run
 from .. import depth_law, study, transfer
 from .figures import pyplot, save_figure
+from .registry import register_section
 from .tables import display_name, fmt_param, markdown_table, sort_key, text_table
 
 DEPTH_FILES = ["transfer_lrs.csv", "transfer.png", "transfer_edges.csv", "transfer_slopes.csv", "transfer_law.png",
@@ -147,6 +148,12 @@ def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo
             "![slopes against depth](transfer_law.png)", "", *lines_md]
 
 
+register_section("depth_transfer", order=50,
+                 applies=lambda f: not f.searched and transfer.is_grid(f.runs, f.keys, "layers"),
+                 write=lambda f, out_dir, echo: depth_transfer_section(f.runs, f.keys, out_dir, echo),
+                 files=tuple(DEPTH_FILES))
+
+
 def width_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list[str]:
     """width.csv (per variant and width: LR sensitivity, diverged lrs, the instability signals at
     the highest lr that did not diverge), width_sensitivity.png (Wortsman et al.'s Fig. 1) and
@@ -240,3 +247,8 @@ def _plot_signals(signals: pd.DataFrame, lines: list[str], path: Path) -> None:
     fig.suptitle("Wortsman et al.'s instability signals at the last logged step against lr: mean over seeds, "
                  "95 % t-interval (red x: some seed diverged; its values are from before)", fontsize=9)
     save_figure(fig, path, keyed.drop(columns="_line").rename(columns=display_name))
+
+
+register_section("width", order=60, applies=lambda f: not f.searched and transfer.is_grid(f.runs, f.keys, "d_model"),
+                 write=lambda f, out_dir, echo: width_section(f.runs, f.keys, out_dir, echo),
+                 files=tuple(WIDTH_FILES))

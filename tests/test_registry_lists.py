@@ -1,0 +1,63 @@
+"""The lists of options in README.md, docs/model.md and configs/train.yaml are what the registries
+hold (scripts/registry_lists.py writes them): stale lists fail here with the command that mends
+them, and the writer itself keeps a list's order, drops what is gone and adds what is new."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@pytest.fixture
+def lists(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    import registry_lists
+
+    yield registry_lists
+    sys.modules.pop("registry_lists", None)
+
+
+def test_the_lists_in_the_docs_are_what_the_registries_hold(lists):
+    stale = [str(path.relative_to(lists.ROOT)) for path, text in lists.rewritten().items() if path.read_text() != text]
+    assert not stale, f"stale lists of options in {', '.join(stale)}: run `python scripts/registry_lists.py`"
+
+
+def test_a_readme_row_keeps_its_order_drops_the_gone_and_adds_the_new(lists):
+    row = "| `norm` | `layer` (default), `gone`, `rms`, `batch` | the normalization type |"
+    assert lists.readme_row(row, ["batch", "dyt", "layer", "rms", "abc"], "layer") == (
+        "| `norm` | `layer` (default), `rms`, `batch`, `abc`, `dyt` | the normalization type |")
+
+
+def test_a_train_yaml_comment_is_rewrapped_with_its_tail_kept(lists):
+    text = ("defaults:\n  - placement: pre   # post | pre | gone |\n"
+            "                    # mix; settings: placement.alpha=2, ...\n  - init: xavier\n")
+    out = lists.train_yaml(text, {"placement": ["mix", "post", "pre", "new"]})
+    assert out == ("defaults:\n  - placement: pre   # post | pre | mix | new; settings: placement.alpha=2, ...\n"
+                   "  - init: xavier\n")
+
+
+def test_a_new_placement_gets_a_row_from_its_docstring_and_a_gone_one_leaves(lists):
+    class Fresh:
+        """Fresh-LN (Someone 2030): x ← x + F(x) | y.
+
+        Details that stay in the code."""
+
+        needs_final_norm = False
+
+    rows = ["| `post` | x ← Norm(x + F(x)) | no | Vaswani et al. 2017 |",
+            "| `sandwich` / `gone` | x ← x + Norm_out(F(Norm_in(x))) | yes | Ding et al. 2021 |",
+            "| `old` | x | yes | nobody |"]
+    assert lists.placement_rows(rows, {"post": object, "sandwich": object, "fresh": Fresh}) == [
+        rows[0], "| `sandwich` | x ← x + Norm_out(F(Norm_in(x))) | yes | Ding et al. 2021 |",
+        "| `fresh` | Fresh-LN (Someone 2030): x ← x + F(x) \\| y. | no | (in the formula's cell) |"]
+
+
+def test_the_norms_table_has_a_row_per_registered_norm(lists):
+    from normexp.model import NORMS
+
+    section = lists.norms_section(NORMS, "layer")
+    rows = [line for line in section if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == sorted(NORMS)
+    assert "| `rms` | RMSNorm (Zhang & Sennrich 2019): y = γ·x·rsqrt(mean(x²)+ε). | `norm.eps=1e-05` |" in rows
