@@ -6,9 +6,8 @@
     config keys           EXECUTION_SETTINGS: how to run, not what is computed
 
 Training writes with these names, train/logbook.py lays them out in TensorBoard, runs/reading.py
-and analysis/report/ read them back. A new per-layer instrument is its name and description in
-`LAYER_FAMILIES` plus the code that computes it (instruments.py); the TensorBoard layout,
-`runs.scalars` and (with in_report) the report's depth-profile figure follow from here.
+and analysis/report/ read them back. Per-layer signals (`<tag>/layer_XX`) are registered classes
+in train/layer_signals/.
 """
 
 from __future__ import annotations
@@ -55,39 +54,6 @@ GROUP_TAGS = {
     "output_z_loss": "output/z_loss",
     "grad_norm_global": TRAIN_GRAD_NORM,
     "cross_entropy": TRAIN_CROSS_ENTROPY,
-}
-
-
-class Family(NamedTuple):
-    about: str                 # one line: what each layer's value is
-    in_report: bool = False    # `normexp report` draws it over depth (step 0 and the end)
-    profile_title: str = ""    # a panel of the depth-profile image under this title ("": none)
-    log_scale: bool = True     # spans decades: plotted on a log axis
-
-
-# Per-layer families: the instruments' per-layer values, logged as <family>/layer_XX
-LAYER_FAMILIES = {
-    "act_std": Family("residual stream std leaving each block", in_report=True, profile_title="activation std",
-                      log_scale=False),
-    "attn_out_std": Family("attention output std (before the residual)"),
-    "mlp_out_std": Family("MLP output std (before the residual)"),
-    "grad_norm": Family("gradient norm of each block's parameters", in_report=True, profile_title="gradient norm"),
-    "grad_norm_mlp_out": Family("gradient norm of each block's second MLP matrix (Xiong et al. Fig. 3)"),
-    "update_ratio": Family("‖Δθ‖/‖θ‖ of each block per step", profile_title="update ‖Δθ‖/‖θ‖"),
-    # the warning signals that precede instability
-    "update_rms": Family("RMS of the optimizer's update of each block's matrices", in_report=True),
-    "attn_logit_max": Family("largest attention logit |q·k|/√d_head, soft-capped when attn_softcap is set "
-                             "(first rows of the batch)", in_report=True),
-    "attn_entropy": Family("mean attention entropy over heads and queries (first rows of the batch)", in_report=True),
-    "query_norm": Family("mean ‖q‖ over heads and positions, as the dot product sees it (first rows of the batch)"),
-    "key_norm": Family("mean ‖k‖ over heads and positions, as the dot product sees it (first rows of the batch)"),
-    "adam_m_norm": Family("‖m‖ of AdamW's first moment over the block's parameters, after the step"),
-    "adam_v_norm": Family("‖v‖ of AdamW's second moment over the block's parameters, after the step"),
-}
-
-# Per-(block, head) families: logged as <family>/layer_XX/head_YY (head_tag)
-HEAD_FAMILIES = {
-    "attn_entropy_head": Family("attention entropy of each head, mean over queries (first rows of the batch)"),
 }
 
 
