@@ -12,7 +12,7 @@ import pandas as pd
 from ...runs.reading import Run
 from ...runs.schema import Status
 from .. import depth_law, study
-from ..boundary import RESULT_COLUMNS, budget_check_rows, points_file
+from ..boundary import FAILURE_RULE, RESULT_COLUMNS, budget_check_rows, points_file, row_edge_class
 from .figures import plot_boundary_search, plot_sweep, save_figure
 from .tables import display_name, ended_as, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
 
@@ -154,7 +154,7 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     head = [*setting_cols, "last stable", "first unstable", "ratio", "points", "runs", "monotone", "seeds"]
     two_edges = "upper_edge" in table.columns  # boundary.csv from before the outcome classes has one edge
     if two_edges:
-        head += ["upper edge (why)", "lower edge: too slow .. learns"]
+        head += ["upper edge (why)", "upper edge: failure rule", "lower edge: too slow .. learns"]
     gaps = "upper_gap_why" in table.columns  # boundary.csv from before issue 39 names no gap reasons
     checked = gaps and table["upper_budget"].fillna("").astype(str).str.len().any()
     if gaps:
@@ -164,7 +164,7 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     rows = [[*(fmt_param(r[c]) for c in setting_cols), _or_word(r["last_stable"], "none"),
              _or_word(r["first_unstable"], "none (upper bound held)"), _or_word(r["ratio"], "-", "{:.2f}"),
              str(r["points_probed"]), str(r["runs_used"]), str(r["monotone"]), str(r["seeds"]),
-             *([_edge_cell(r["upper_edge"], r["upper_why"]),
+             *([_edge_cell(r["upper_edge"], r["upper_why"]), row_edge_class(r) or "no edge",
                 _lower_cell(r["highest_too_slow"], r["lowest_learning"], r["lower_why"])] if two_edges else []),
              *([_gap_cell(r)] if gaps else []),
              *([_text(r["upper_budget"]) or "-", _text(r["lower_budget"]) or "-"] if checked else [])]
@@ -183,7 +183,8 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             "search failed). Budget check (hydra.sweeper.budget_check=N): each edge's first failing point rerun "
             "with every seed at N× the steps; an edge whose failures learn there is too slow for the budget, "
             "not a stability limit (the reruns: boundary_points.csv's steps_factor; per seed, beside its outcome in the "
-            "search: `budget_check.csv`). Data: `boundary.csv`, `boundary_points.csv` (every probed point and seed).", "", markdown_table(head, rows), "",
+            "search: `budget_check.csv`). " + FAILURE_RULE + " Data: `boundary.csv`, `boundary_points.csv` (every "
+            "probed point and seed).", "", markdown_table(head, rows), "",
             f"![boundary of {key}](boundary_search.png)", ""]
 
 
@@ -205,11 +206,14 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
     head, rows = depth_law.table_rows(results, line_cols)
     pd.DataFrame([dict(zip(head, r)) for r in rows]).to_csv(out_dir / "depth_law_slopes.csv", index=False)
     depth_law.draw(results, line_cols, out_dir / "depth_law.png", save_figure)
-    echo("\ndepth law (max stable lr vs depth, log-log fit; 95 % bootstrap over the brackets and depths):\n"
+    echo("\ndepth law (max lr that learns within the budget vs depth, log-log fit; 95 % bootstrap over the brackets "
+         "and depths; the failure rule's classes and the max stable lr at the right):\n"
          + text_table(head, rows))
-    return ["## Depth law", "", "The largest stable lr at each depth (the bracket last stable .. first unstable, "
+    return ["## Depth law", "", FAILURE_RULE, "",
+            "The max lr that learns within the budget at each depth (the bracket last stable .. first failing, "
             "kept only where the search found an upper edge above the learning window: a seed collapsed or "
-            "diverged, or never learned above an lr that learned) against depth, log-log; slope of the "
+            "diverged, or never learned above an lr that learned; its class by the failure rule is in the columns "
+            "at the right, and only the edges classed *stability limit* are limits) against depth, log-log; slope of the "
             "least-squares line through the brackets' geometric middles, its 95 % interval a percentile bootstrap "
             "over the brackets (each limit drawn log-uniformly inside its bracket) and the depths (resampled), 2,000 "
             "resamples; the limit at the shallowest depth and the line's value at 1,000 blocks. Depths without a "
@@ -222,7 +226,11 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
                "The optimal lr: per depth the vertex of a parabola in log lr through the lowest mean final loss "
                "(a run's loss clipped at its initial loss) and its neighbours, 95 % parametric bootstrap over "
                "seeds; ≤/≥: the best mean at the lowest/highest lr tried; its slope: least squares over the placed "
-               "optima, t-interval. Coverage of each interval: docs/results/methods.", ""]
+               "optima, t-interval. Coverage of each interval: docs/results/methods. The failure rule's columns: "
+               "the class of each depth's upper edge, how many of the bracketed edges are stability limits, the max "
+               "stable lr per depth (≥: no seed collapsed or diverged at any lr probed) and its slope, the same "
+               "likelihood fit with a learned run passing, a collapsed or diverged one failing (its budget-check "
+               "rerun too) and a stalled one left out.", ""]
               if points is not None else []),
             markdown_table(head, rows), "",
             "![depth law](depth_law.png)", ""]

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ...runs.reading import Run
 from .. import depth_law, study, transfer
+from ..boundary import FAILURE_RULE, bracket_words
 from .figures import pyplot, save_figure
 from .tables import display_name, fmt_param, markdown_table, sort_key, text_table
 
@@ -66,12 +67,20 @@ def plot_curves_per_size(table: pd.DataFrame, lines: list[str], size_key: str, x
 
 
 def _bracket(row: dict) -> str:
+    """The max lr that learns within the budget, with the failure rule's class of its edge."""
     low, high, edge = row["last_stable"], row["first_unstable"], row["upper_edge"]
     if edge == "nothing learned":
         return "none (nothing learned)"
     if edge == "upper bound":
         return f"≥ {low:.3g} (top of the grid)"
-    return f"{low:.3g} .. {high:.3g} ({edge})"
+    return f"{low:.3g} .. {high:.3g} ({row.get('edge_class') or edge})"
+
+
+def _stable(row: dict) -> str:
+    """The max stable lr by the failure rule (boundary.stable_bracket over the grid's lrs)."""
+    high = row.get("stable_high")
+    return bracket_words(row.get("stable_low"), None if high is None or high != high else high,
+                         "≥ {:.3g} (no collapse in the grid)")
 
 
 def _optimum(o: dict | None) -> str:
@@ -103,16 +112,18 @@ def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo
         optima = dict(r["optima"])
         for e in r["rows"]:
             o = optima.get(int(e["layers"]))
-            rows.append([*(fmt_param(v) for v in r["line"]), str(e["layers"]), _optimum(o), _bracket(e),
+            rows.append([*(fmt_param(v) for v in r["line"]), str(e["layers"]), _optimum(o), _bracket(e), _stable(e),
                          str(e["lrs"]), str(e["seeds"])])
             records.append({**dict(zip(shown, r["line"])), "layers": e["layers"],
                             "optimal_lr": o["lr"] if o else math.nan, "optimal_lr_low": o["low"] if o else math.nan,
                             "optimal_lr_high": o["high"] if o else math.nan, "optimal_kind": o["kind"] if o else "",
                             "best_grid_lr": o["best_grid_lr"] if o else math.nan, "last_stable": e["last_stable"],
-                            "first_failing": e["first_unstable"], "upper_edge": e["upper_edge"], "lrs": e["lrs"],
-                            "seeds": e["seeds"]})
+                            "first_failing": e["first_unstable"], "upper_edge": e["upper_edge"],
+                            "edge_class": e.get("edge_class", ""), "stable_low": e.get("stable_low", math.nan),
+                            "stable_high": e.get("stable_high", math.nan), "lrs": e["lrs"], "seeds": e["seeds"]})
     pd.DataFrame(records).to_csv(out_dir / "transfer_lrs.csv", index=False)
-    head = [*shown, "depth", "optimal lr [95 %]", "max stable lr (last stable .. first failing)", "lrs", "seeds"]
+    head = [*shown, "depth", "optimal lr [95 %]", "max lr that learns within the budget (last .. first failing: class)",
+            "max stable lr (failure rule)", "lrs", "seeds"]
     slope_head, slope_rows = depth_law.table_rows(results, shown)
     pd.DataFrame([dict(zip(slope_head, row)) for row in slope_rows]).to_csv(out_dir / "transfer_slopes.csv",
                                                                             index=False)
@@ -133,9 +144,10 @@ def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo
     return ["## Does the lr transfer across depth?", "",
             "Per line and depth: the optimal lr (the vertex of the parabola in log lr through the lowest mean "
             "final loss and its neighbours, a run's loss clipped at its initial loss; 95 % parametric bootstrap "
-            "over seeds; ≤/≥: the best mean at the grid's edge) and the max stable lr (the largest grid lr at "
-            "which every seed learned .. the next grid lr; its upper edge: unstable = some seed collapsed or "
-            "diverged there, stalled = they only did not learn, top of the grid = learned throughout). "
+            "over seeds; ≤/≥: the best mean at the grid's edge), the max lr that learns within the budget (the "
+            "largest grid lr at which every seed learned .. the next grid lr, with the failure rule's class of "
+            "that edge; top of the grid = learned throughout) and the max stable lr by the failure rule. "
+            + FAILURE_RULE + " A grid has no budget check: its stalls are not checked. "
             "Data: `transfer_lrs.csv`, `transfer_edges.csv` (as boundary.csv); the curves' cells: `transfer.csv`.", "",
             markdown_table(head, rows), "",
             "![loss against lr per depth](transfer.png)", "",
