@@ -163,10 +163,10 @@ def rule_edges(rows: list[dict], points=None) -> dict:
     (layers; class: the upper edge's edge_class, None without one; learns: the max lr that learns
     within the budget, (last stable, first failing), NaN ends where there is none; stable: the max
     stable lr, (low, high) with high None where no seed collapsed or diverged, None without `points`),
-    and "lik_stable", the likelihood fit of the max stable lr (`stability_points`; None without points
-    or without an outcome column)."""
+    and "lik_stable", the likelihood fit (`likelihood_fit`, the search's budget) over the depths whose
+    upper edge is a stability limit only (None without points)."""
     edges = []
-    has_outcomes = points is not None and len(points) and "outcome" in points.columns
+    has_outcomes = points is not None and len(points) > 0 and "outcome" in points.columns
     for row in rows:
         stable = None
         if has_outcomes:
@@ -176,31 +176,20 @@ def rule_edges(rows: list[dict], points=None) -> dict:
         edges.append({"layers": int(row["layers"]), "class": row_edge_class(row),
                       "learns": (low or math.nan, high if low and high else math.nan), "stable": stable})
     lik_stable = None
-    if has_outcomes:
-        lows, highs, z, _ = upper_side(stability_points(points))
-        fitted = sorted({round(math.exp(v)) for v in z})
-        lik_stable = likelihood_fit(lows, highs, z, at_depths=fitted[:1])
+    limits = [e["layers"] for e in edges if e["class"] is not None and is_stability_limit(e["class"])]
+    if points is not None and len(points):
+        # only the depths whose edge is a stability limit: elsewhere the searches bracket when runs
+        # learn, and their few points above that edge do not place a collapse
+        searched = at_search_budget(points)
+        lows, highs, z, _ = upper_side(searched[searched["layers"].astype(int).isin(limits)])
+        lik_stable = likelihood_fit(lows, highs, z, at_depths=limits[:1])
     return {"edges": edges, "lik_stable": lik_stable}
-
-
-def stability_points(points) -> pd.DataFrame:
-    """The runs of the search's budget (layers, lr, seed, learned) for a fit of the max stable lr by
-    the failure rule: a run that learned passes, one that collapsed or diverged fails (so does one
-    whose budget-check rerun, the same lr and seed at N× the steps, collapsed or diverged), and a
-    run that only stalled (slow, stuck) is left out: it says nothing about stability either way."""
-    unstable = {(int(d), float(lr), s) for d, lr, s, o in zip(points["layers"], points["lr"], points["seed"],
-                                                               points["outcome"].astype(str)) if outcomes.is_unstable(o)}
-    runs = at_search_budget(points)
-    fails = np.array([(int(d), float(lr), s) in unstable for d, lr, s in zip(runs["layers"], runs["lr"], runs["seed"])],
-                     bool)
-    learned = (runs["outcome"].astype(str) == outcomes.LEARNED).to_numpy() & ~fails
-    return runs[learned | fails].assign(learned=np.where(learned[learned | fails], "yes", "no"))
 
 
 def rule_cells(r: dict) -> list[str]:
     """The slope table's failure-rule cells: the class of each depth's upper edge, how many of the
-    bracketed edges are stability limits, the max stable lr per depth, and the slope of the
-    likelihood fit of the max stable lr."""
+    bracketed edges are stability limits, the max stable lr per depth, and the likelihood slope over
+    the depths whose edge is a stability limit (the slope of a stability limit proper)."""
     edges = r.get("edges") or []
     classes = "; ".join(f"{e['layers']}: {e['class'] or 'no edge'}" for e in edges) or "-"
     stable = "; ".join(f"{e['layers']}: " + (bracket_words(*e["stable"], "≥ {:.3g} (no collapse probed)")
@@ -214,8 +203,7 @@ def rule_cells(r: dict) -> list[str]:
 
 
 RULE_HEAD = ["upper edge per depth (failure rule)", "stability limits among the bracketed edges",
-             "max stable lr per depth (failure rule)",
-             "max stable lr slope, likelihood (learned vs collapsed/diverged, stalls left out) [95 %]"]
+             "max stable lr per depth (failure rule)", "slope, likelihood, stability limits only [95 %]"]
 
 
 def _edge_words(row: dict) -> str:

@@ -228,9 +228,8 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
                "seeds; ≤/≥: the best mean at the lowest/highest lr tried; its slope: least squares over the placed "
                "optima, t-interval. Coverage of each interval: docs/results/methods. The failure rule's columns: "
                "the class of each depth's upper edge, how many of the bracketed edges are stability limits, the max "
-               "stable lr per depth (≥: no seed collapsed or diverged at any lr probed) and its slope, the same "
-               "likelihood fit with a learned run passing, a collapsed or diverged one failing (its budget-check "
-               "rerun too) and a stalled one left out.", ""]
+               "stable lr per depth (≥: no seed collapsed or diverged at any lr probed) and the likelihood slope "
+               "over the depths whose edge is a stability limit only.", ""]
               if points is not None else []),
             markdown_table(head, rows), "",
             "![depth law](depth_law.png)", ""]
