@@ -118,3 +118,27 @@ def test_the_depth_law_section_prints_the_rule_and_both_quantities(tmp_path):
     assert slopes.loc[("post", "torchscale"), "stability limits among the bracketed edges"] == "4 of 4"
     assert slopes.loc[("deepnorm", "torchscale"), "stability limits among the bracketed edges"] == "0 of 4"
     assert "8: speed edge (learns at ×2)" in slopes.loc[("post", "xavier"), "upper edge per depth (failure rule)"]
+
+
+def test_a_refresh_reproduces_the_committed_columns_or_writes_nothing(tmp_path):
+    """refresh_depth_law recomputes a committed study from its CSVs; with one committed slope
+    altered by 0.02 (two units of its last digit) it refuses and leaves the file as it was."""
+    import shutil
+
+    from normexp.analysis.report.sections import refresh_depth_law
+    from normexp.analysis.report.tables import _close
+
+    assert _close("-1.16 [-1.36, -0.97]", "-1.17 [-1.36, -0.96]") and not _close("-1.16", "-1.18")
+    assert _close("4e-05", "4.9e-05") and not _close("4e-05 [1.4e-05, 0.00011]", "5.2e-05 [1.4e-05, 0.00011]")
+    assert not _close("2: 0.0021", "4: 0.0021")
+    folder = tmp_path / "issue39_800"
+    shutil.copytree(LAW_800, folder)
+    refresh_depth_law(folder, echo=lambda *_: None)
+    fresh = pd.read_csv(folder / "depth_law_slopes.csv")
+    assert "upper edge per depth (failure rule)" in fresh.columns
+    slopes = folder / "depth_law_slopes.csv"
+    altered = slopes.read_text(encoding="utf-8").replace("-1.16 [-1.36, -0.97]", "-1.18 [-1.36, -0.97]")
+    slopes.write_text(altered, encoding="utf-8")
+    with pytest.raises(ValueError, match="slope, likelihood"):
+        refresh_depth_law(folder, echo=lambda *_: None)
+    assert slopes.read_text(encoding="utf-8") == altered

@@ -14,7 +14,8 @@ from ...runs.schema import Status
 from .. import depth_law, study
 from ..boundary import FAILURE_RULE, RESULT_COLUMNS, budget_check_rows, points_file, row_edge_class
 from .figures import plot_boundary_search, plot_sweep, save_figure
-from .tables import display_name, ended_as, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
+from .tables import (display_name, ended_as, fmt, fmt_param, left_out_cell, markdown_table, same_columns, sort_key,
+                     text_table)
 
 
 def overview_line(runs: list[Run], keys: list[str], root: Path | str) -> str:
@@ -264,3 +265,39 @@ def _lower_cell(slow, start, why) -> str:
 
 def _or_word(value, word: str, pattern: str = "{:g}") -> str:
     return word if value is None or value != value else pattern.format(value)
+
+
+def refresh_depth_law(folder: Path, echo=print) -> list[Path]:
+    """The depth-law table and figure of a committed study folder rewritten from its CSVs alone
+    (each search's boundary.csv and boundary_points.csv, and the report's runs.csv for the final
+    losses), for when its run folders are gone: depth_law_slopes.csv, depth_law.png (its points:
+    depth_law.csv). runs.csv holds no initial loss, so a diverged run enters at its last loss where
+    the report clipped it at ℓ₀: every column the folder's depth_law_slopes.csv already has must
+    come out as it is, to one unit of its last printed digit (tables.same_columns), or nothing is written."""
+    folder = Path(folder)
+    tables = sorted(folder.glob("*/boundary.csv"))
+    if not tables or not (folder / "runs.csv").is_file():
+        raise ValueError(f"{folder}: needs */boundary.csv and runs.csv (a study folder that `normexp report` wrote)")
+    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
+    line_cols = [c for c in table.columns if c not in RESULT_COLUMNS and c != "layers"]
+    points = pd.concat([pd.read_csv(points_file(t)) for t in tables], ignore_index=True)
+    if "steps_factor" not in points.columns:  # a search from before the budget check
+        points["steps_factor"] = 1
+    runs = pd.read_csv(folder / "runs.csv")
+    key = [*line_cols, "layers", "lr", "seed"]
+    steps = runs["steps"] if "steps" in runs.columns else pd.Series(1, index=runs.index)
+    runs = runs.assign(steps_factor=(steps / steps.groupby([runs[k] for k in key]).transform("min")).round().astype(int))
+    points = points.merge(runs[[*key, "steps_factor", "final_val_loss"]], on=[*key, "steps_factor"], how="left")
+    results = depth_law.laws(table, line_cols, points.rename(columns={"final_val_loss": "loss"}))
+    head, rows = depth_law.table_rows(results, line_cols)
+    old_path, new_path = folder / "depth_law_slopes.csv", folder / ".depth_law_slopes.new.csv"
+    pd.DataFrame(rows, columns=head).to_csv(new_path, index=False)
+    try:
+        same_columns(old_path, new_path)
+    except ValueError:
+        new_path.unlink()
+        raise
+    new_path.replace(old_path)
+    depth_law.draw(results, line_cols, folder / "depth_law.png", save_figure)
+    echo(text_table(head, rows))
+    return [old_path, folder / "depth_law.png", folder / "depth_law.csv"]

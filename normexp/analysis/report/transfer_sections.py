@@ -13,7 +13,7 @@ from ...runs.reading import Run
 from .. import depth_law, study, transfer
 from ..boundary import FAILURE_RULE, bracket_words
 from .figures import pyplot, save_figure
-from .tables import display_name, fmt_param, markdown_table, sort_key, text_table
+from .tables import display_name, fmt_param, markdown_table, same_columns, sort_key, text_table
 
 DEPTH_FILES = ["transfer_lrs.csv", "transfer.png", "transfer_edges.csv", "transfer_slopes.csv", "transfer_law.png",
                "transfer_update_rms.png"]
@@ -93,18 +93,9 @@ def _optimum(o: dict | None) -> str:
     return o["kind"]
 
 
-def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list[str]:
-    """transfer.png (the classic figure, its cells in transfer.csv), transfer_lrs.csv (per line and
-    depth: optimal lr and max stable lr), transfer_edges.csv, transfer_slopes.csv and
-    transfer_law.png (depth_law's slope table and figure), transfer_update_rms.png (per-block
-    update RMS at the end)."""
-    lines, edges, results = transfer.depth_laws(runs, keys)
-    cells = study.cell_table(runs, [*lines, "layers", "lr"], sort_key)
-    for k in lines:
-        cells[k] = cells[k].map(transfer.line_value)
-    plot_curves_per_size(cells, lines, "layers", "lr", "mean", out_dir / "transfer.png", "final validation loss",
-                         "Loss against lr, one curve per depth: mean final validation loss over seeds, 95 % "
-                         "t-interval (diverged = initial loss; red x: some seed diverged)")
+def write_transfer_tables(lines: list[str], edges: pd.DataFrame, results: list[dict], out_dir: Path):
+    """transfer_edges.csv, transfer_lrs.csv, transfer_slopes.csv and transfer_law.png from the edges
+    table and depth_law.laws' results; returns (head, rows) of the per-depth table and of the slopes."""
     edges.rename(columns=display_name).to_csv(out_dir / "transfer_edges.csv", index=False)
     shown = [display_name(k) for k in lines]
     rows, records = [], []
@@ -128,6 +119,62 @@ def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo
     pd.DataFrame([dict(zip(slope_head, row)) for row in slope_rows]).to_csv(out_dir / "transfer_slopes.csv",
                                                                             index=False)
     depth_law.draw(results, shown, out_dir / "transfer_law.png", save_figure)
+    return head, rows, slope_head, slope_rows
+
+
+RULE_FILE = "transfer_rule.csv"
+
+
+def refresh_depth_transfer(folder: Path, lines: list[str]) -> list[Path]:
+    """A committed depth-transfer study's transfer_edges.csv and transfer_lrs.csv, transfer_law.png
+    and RULE_FILE (the slope table's failure-rule columns) rewritten from its runs.csv alone (the run
+    folders are not committed), `lines` its line keys as runs.csv names them. transfer_slopes.csv is
+    left as the report wrote it: its likelihood point estimates sit on flat optima that move in their
+    last digits with the order the optimizer sees the data. runs.csv holds no initial loss: a
+    diverged run would enter at its last loss, not ℓ₀, so every column the folder's tables already
+    have must come out as it is, to one unit of its last printed digit (tables.same_columns), or
+    nothing is written."""
+    folder = Path(folder)
+    runs = pd.read_csv(folder / "runs.csv", dtype={k: str for k in lines})
+    runs = runs[runs["left_out"].isna()] if "left_out" in runs.columns else runs
+    points = pd.DataFrame({**{k: runs[k].fillna(transfer.MISSING) for k in lines}, "layers": runs["layers"].astype(int),
+                           "lr": runs["lr"].astype(float), "seed": runs["seed"], "outcome": runs["outcome"],
+                           "learned": ["yes" if s == "completed" else "no" for s in runs["status"]],
+                           "loss": runs["final_val_loss"].astype(float)})
+    points = points.sort_values([*lines, "layers", "lr", "seed"], kind="stable", ignore_index=True)  # as grid_points
+    edges = transfer.edges(points, lines)
+    results = depth_law.laws(edges, lines, points)
+    staged = folder / ".refresh"
+    staged.mkdir(exist_ok=True)
+    names = ["transfer_edges.csv", "transfer_lrs.csv", RULE_FILE, "transfer_law.png", "transfer_law.csv"]
+    try:
+        _, _, slope_head, slope_rows = write_transfer_tables(lines, edges, results, staged)
+        rule = [display_name(k) for k in lines] + depth_law.RULE_HEAD
+        pd.DataFrame(slope_rows, columns=slope_head)[rule].to_csv(staged / RULE_FILE, index=False)
+        for name in names[:2]:
+            same_columns(folder / name, staged / name)
+        for name in names:
+            (staged / name).replace(folder / name)
+    finally:
+        for f in staged.iterdir():
+            f.unlink()
+        staged.rmdir()
+    return [folder / n for n in names]
+
+
+def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list[str]:
+    """transfer.png (the classic figure, its cells in transfer.csv), transfer_lrs.csv (per line and
+    depth: optimal lr and max stable lr), transfer_edges.csv, transfer_slopes.csv and
+    transfer_law.png (depth_law's slope table and figure), transfer_update_rms.png (per-block
+    update RMS at the end)."""
+    lines, edges, results = transfer.depth_laws(runs, keys)
+    cells = study.cell_table(runs, [*lines, "layers", "lr"], sort_key)
+    for k in lines:
+        cells[k] = cells[k].map(transfer.line_value)
+    plot_curves_per_size(cells, lines, "layers", "lr", "mean", out_dir / "transfer.png", "final validation loss",
+                         "Loss against lr, one curve per depth: mean final validation loss over seeds, 95 % "
+                         "t-interval (diverged = initial loss; red x: some seed diverged)")
+    head, rows, slope_head, slope_rows = write_transfer_tables(lines, edges, results, out_dir)
     profiles = transfer.update_rms_profiles(runs, keys)
     lines_md = []
     if len(profiles):
