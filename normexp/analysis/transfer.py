@@ -218,6 +218,7 @@ def width_table(runs: list[Run], keys: list[str], sort_key) -> pd.DataFrame:
                      "lr_sensitivity": s.get("lr_sensitivity", math.nan),
                      "lr_sensitivity_low": s.get("lr_sensitivity_low", math.nan),
                      "lr_sensitivity_high": s.get("lr_sensitivity_high", math.nan),
+                     **{k: s.get(k, math.nan) for k in study.CALM_COLUMNS},
                      "max_stable_lr": s.get("max_stable_lr", math.nan),
                      "diverged_lrs": " ".join(f"{lr:g}" for lr in diverged),
                      "highest_calm_lr": top, "n": len(signals),

@@ -162,6 +162,30 @@ def refresh_depth_transfer(folder: Path, lines: list[str]) -> list[Path]:
     return [folder / n for n in names]
 
 
+CALM_FILE = "width_calm.csv"
+
+
+def refresh_width(folder: Path, lines: list[str]) -> Path:
+    """CALM_FILE beside a committed width study, from its runs.csv alone: per line (`lines`, as
+    runs.csv names them) and width, the LR sensitivity over the lrs at which no seed diverged
+    (study.calm_sensitivity; runs.csv's final losses, which at those lrs are the report's, ℓ₀ never
+    entering), the lrs used and the lrs left out."""
+    folder = Path(folder)
+    runs = pd.read_csv(folder / "runs.csv", dtype={k: str for k in lines})
+    runs = runs[runs["left_out"].isna()] if "left_out" in runs.columns else runs
+    rows = []
+    for key, at in runs.groupby([*lines, "d_model"], sort=True):
+        by_lr = sorted(at.groupby("lr"), key=lambda kv: float(kv[0]))
+        by_seed = [dict(zip(g["seed"], g["final_val_loss"].astype(float))) for _, g in by_lr]
+        diverged = [(g["status"] == "diverged").any() for _, g in by_lr]
+        point, low, high, used = study.calm_sensitivity(by_seed, diverged)
+        rows.append({**dict(zip([*lines, "d_model"], key)), "lr_sensitivity_calm": point,
+                     "lr_sensitivity_calm_low": low, "lr_sensitivity_calm_high": high, "n_lrs_calm": used,
+                     "lrs_left_out": " ".join(f"{float(lr):g}" for (lr, _), d in zip(by_lr, diverged) if d)})
+    pd.DataFrame(rows).to_csv(folder / CALM_FILE, index=False)
+    return folder / CALM_FILE
+
+
 def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list[str]:
     """transfer.png (the classic figure, its cells in transfer.csv), transfer_lrs.csv (per line and
     depth: optimal lr and max stable lr), transfer_edges.csv, transfer_slopes.csv and
@@ -224,17 +248,20 @@ def width_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list
         return pattern.format(v) + (f" [{pattern.format(lo)}, {pattern.format(hi)}]" if math.isfinite(lo) else "")
 
     shown = [display_name(k) for k in lines]
-    head = [*shown, "width", "heads", "LR sensitivity [95 %]", "max stable lr", "diverged at lr",
+    head = [*shown, "width", "heads", "LR sensitivity [95 %]", "LR sensitivity without the diverged lrs [95 %]",
+            "max stable lr", "diverged at lr",
             "highest lr not diverged", "largest attention logit there [95 %]", "output log Z there [95 %]", "n"]
     rows = [[*(fmt_param(r[k]) for k in lines), fmt_param(r["d_model"]), fmt_param(r["heads"]),
              interval(r, "lr_sensitivity", "{:.4f}"),
+             interval(r, "lr_sensitivity_calm", "{:.4f}") + f" ({fmt_param(r['n_lrs_calm'])} lrs)",
              "none" if _missing(r["max_stable_lr"]) else fmt_param(r["max_stable_lr"]), r["diverged_lrs"] or "none",
              "-" if _missing(r["highest_calm_lr"]) else f"{r['highest_calm_lr']:g}",
              interval(r, "attn_logit_max"), interval(r, "log_z"), str(r["n"])] for r in table.to_dict("records")]
     echo("\nwidth (LR sensitivity and instability signals per width):\n" + text_table(head, rows))
     return ["## LR sensitivity and instability signals against width", "",
-            "Per variant and width: the LR sensitivity (as in the section above, t-interval over seeds), the lrs at "
-            "which some seed diverged, and at the highest lr at which none did the largest attention logit "
+            "Per variant and width: the LR sensitivity (as in the section above, t-interval over seeds), the same over "
+            "the lrs at which no seed diverged (a diverged run counts at its initial loss, which can carry most of "
+            "the full measure), the lrs at which some seed diverged, and at the highest lr at which none did the largest attention logit "
             "(attn_logit_max, the maximum over blocks at the last logged step) and the output log Z (output/log_z "
             "at the last logged step), mean over seeds with a 95 % t-interval: the two instability signals of "
             "Wortsman et al. 2023 (attention-logit growth, removed by qk-layernorm; output-logit divergence, "
