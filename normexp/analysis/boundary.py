@@ -134,9 +134,16 @@ def bracket_words(low, high, at_least: str = "≥ {:.3g}") -> str:
 
 def _outcome_list(counts) -> list[str]:
     """["collapsed", "learned", "learned"] from boundary.csv's words "collapsed 1, learned 2"."""
-    words = [] if counts is None or counts != counts else str(counts).split(", ")
-    return [o for w in words if len(w.rsplit(" ", 1)) == 2 and w.rsplit(" ", 1)[1].isdigit()
-            for o in [w.rsplit(" ", 1)[0]] * int(w.rsplit(" ", 1)[1])]
+    out = []
+    for word in _text(counts).split(", "):
+        name, _, n = word.rpartition(" ")
+        out += [name] * int(n) if name and n.isdigit() else []
+    return out
+
+
+def _text(value) -> str:
+    """A CSV cell as text: "" for a missing one (None, NaN)."""
+    return "" if value is None or value != value else str(value)
 
 
 def row_edge_class(row: dict) -> str | None:
@@ -146,8 +153,7 @@ def row_edge_class(row: dict) -> str | None:
     low, high = row.get("last_stable"), row.get("first_unstable")
     if low is None or high is None or low != low or high != high or str(row.get("upper_edge")) == "failed":
         return None
-    budget = "" if row.get("upper_budget") is None or row.get("upper_budget") != row.get("upper_budget") \
-        else str(row.get("upper_budget"))
+    budget = _text(row.get("upper_budget"))  # "learns at ×4 steps at 0.03 (learned 3): …", "fails at ×2 …"
     factor = int(budget.split("×", 1)[1].split(" ", 1)[0]) if "×" in budget else 0
     checked = _outcome_list(budget.rsplit("(", 1)[1].split(")", 1)[0]) if "(" in budget else []
     search = _outcome_list(row.get("upper_why"))
