@@ -71,6 +71,97 @@ HIGH_FAILURES = ("unstable", "stuck")          # point classes of a failure abov
 TOO_SLOW_FOR_THE_BUDGET = "too slow for the budget"
 
 
+# ---------------------------------------------------------------- the failure rule
+#
+# One rule, fixed before the runs, for every table that names an edge. A run that does not
+# learn either lost what it had learned or blew up (collapsed, diverged: unstable), or never got
+# going (slow, stuck): only the first is a stability failure. A stall can be the budget's (the
+# runs learn at a few times the steps) or something else; only the budget check tells.
+
+STABILITY_LIMIT = "stability limit"     # some seed collapsed or diverged at the edge's failing lr
+SPEED_EDGE = "speed edge"               # its seeds only stalled, and every seed learned at ×N steps
+STALL_NOT_CHECKED = "stall, not checked"  # its seeds only stalled, and no budget check ran there
+STALL_AT_N = "stall at ×N too"          # its seeds only stalled, and still did not all learn at ×N
+EDGE_CLASSES = (STABILITY_LIMIT, SPEED_EDGE, STALL_NOT_CHECKED, STALL_AT_N)
+FAILURE_RULE = (
+    "The failure rule (fixed before the runs; normexp/analysis/boundary.py, `edge_class`): an upper edge's "
+    "first failing lr is a *stability limit* when some seed collapsed or diverged there (at the search's "
+    "budget or in the budget check), a *speed edge* when its seeds were only slow or stuck and every seed "
+    "learned at ×N the steps (the budget check, N = 2 or 4); a stall with no budget check is *not checked*, "
+    "one that still fails at ×N without a collapse is *a stall at ×N too*: neither is a stability limit. "
+    "Two quantities per depth, never one under the other's name: the *max lr that learns within the "
+    "budget* (the largest lr at which every seed learned .. the first failing lr above it, whatever its "
+    "class) and the *max stable lr* (the largest lr probed below the smallest lr at which some seed "
+    "collapsed or diverged .. that lr; ≥ the largest lr probed where no seed did).")
+
+
+def edge_class(search_outcomes, budget_outcomes=(), factor: int = 0) -> str:
+    """The failure rule's class of one failing lr (see FAILURE_RULE): `search_outcomes` are its
+    seeds' outcomes at the search's budget, `budget_outcomes` at `factor`× the steps (the budget
+    check; empty where it did not run)."""
+    search_outcomes, budget_outcomes = list(search_outcomes), list(budget_outcomes)
+    if any(outcomes.is_unstable(o) for o in [*search_outcomes, *budget_outcomes]):
+        return STABILITY_LIMIT
+    if not budget_outcomes:
+        return STALL_NOT_CHECKED
+    if all(o == LEARNED for o in budget_outcomes):
+        return f"{SPEED_EDGE} (learns at ×{factor})"
+    return STALL_AT_N.replace("N", str(factor))
+
+
+def is_stability_limit(edge: str) -> bool:
+    """Whether an edge_class word is a stability limit (the other classes carry ×N in their words)."""
+    return edge == STABILITY_LIMIT
+
+
+def stable_bracket(by_lr: dict) -> tuple:
+    """The max stable lr by the failure rule from {lr: [every seed's outcome there, at any budget]}:
+    (the largest lr below the smallest one where some seed collapsed or diverged, that lr), or
+    (the largest lr probed, None) where none did: the limit is at least that lr."""
+    unstable = sorted(lr for lr, seen in by_lr.items() if any(outcomes.is_unstable(o) for o in seen))
+    if not unstable:
+        return (max(by_lr) if by_lr else None), None
+    below = [lr for lr in by_lr if lr < unstable[0]]
+    return (max(below) if below else None), unstable[0]
+
+
+def bracket_words(low, high, at_least: str = "≥ {:.3g}") -> str:
+    """"0.04 .. 0.0462", "≥ 0.3" (no failure above) or "< 3e-4" (failing from the lowest lr probed)."""
+    if low is None or low != low:
+        return "-" if high is None or high != high else f"< {high:.3g}"
+    return at_least.format(low) if high is None or high != high else f"{low:.3g} .. {high:.3g}"
+
+
+def _outcome_list(counts) -> list[str]:
+    """["collapsed", "learned", "learned"] from boundary.csv's words "collapsed 1, learned 2"."""
+    out = []
+    for word in _text(counts).split(", "):
+        name, _, n = word.rpartition(" ")
+        out += [name] * int(n) if name and n.isdigit() else []
+    return out
+
+
+def _text(value) -> str:
+    """A CSV cell as text: "" for a missing one (None, NaN)."""
+    return "" if value is None or value != value else str(value)
+
+
+def row_edge_class(row: dict) -> str | None:
+    """edge_class of a boundary.csv row's upper edge (its first failing lr), read from the row's
+    own words (upper_why: the seeds there; upper_budget: the budget check); None where the row has
+    no upper edge above a learning lr (nothing learned, no window, upper bound, failed)."""
+    low, high = row.get("last_stable"), row.get("first_unstable")
+    if low is None or high is None or low != low or high != high or str(row.get("upper_edge")) == "failed":
+        return None
+    budget = _text(row.get("upper_budget"))  # "learns at ×4 steps at 0.03 (learned 3): …", "fails at ×2 …"
+    factor = int(budget.split("×", 1)[1].split(" ", 1)[0]) if "×" in budget else 0
+    checked = _outcome_list(budget.rsplit("(", 1)[1].split(")", 1)[0]) if "(" in budget else []
+    search = _outcome_list(row.get("upper_why"))
+    if str(row.get("upper_edge")) == "unstable" and not any(map(outcomes.is_unstable, search)):
+        search.append(outcomes.COLLAPSED)   # a row from before upper_why: its edge said unstable
+    return edge_class(search, checked, factor)
+
+
 def budget_check_rows(points, setting_cols: list[str], key: str) -> list[dict]:
     """The budget check per seed, one row per rerun point and seed (boundary_points rows): the
     setting, the value, the seed's outcome in the search (steps ×1; "-" where that seed was not
@@ -438,8 +529,13 @@ class Search:
 
 def _counts(seeds: dict) -> str:
     """Seeds' outcomes in words: "never_learned 2, collapsed 1"."""
+    return counts_words(seeds.values())
+
+
+def counts_words(seen) -> str:
+    """Outcomes in words, counted: "collapsed 1, learned 2" (boundary.csv's upper_why)."""
     counts: dict = {}
-    for o in seeds.values():
+    for o in seen:
         counts[o] = counts.get(o, 0) + 1
     return ", ".join(f"{o} {n}" for o, n in sorted(counts.items()))
 

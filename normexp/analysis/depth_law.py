@@ -37,7 +37,9 @@ from scipy.special import ndtr
 
 from . import study
 
-from .boundary import TOO_SLOW_FOR_THE_BUDGET, at_search_budget
+from .boundary import (TOO_SLOW_FOR_THE_BUDGET, at_search_budget, bracket_words, is_stability_limit, row_edge_class,
+                       stable_bracket)
+from ..runs import outcomes
 
 FIT_EDGES = ("unstable", "stalled")       # upper edges that are a limit
 AT_LEAST = ("upper bound",)               # the search learned up to its bound: limit ≥ last stable
@@ -148,12 +150,60 @@ def laws(table, line_cols: list[str], points=None) -> list[dict]:
                 opt_slope = optimum_slope([d for d, o in optima if o["kind"] == "optimum"],
                                           [o["lr"] for d, o in optima if o["kind"] == "optimum"])
         out.append({"line": key, "rows": rows, **law, "lik": lik, "lik_left_out": left, "optima": optima,
-                    "opt_slope": opt_slope,
+                    "opt_slope": opt_slope, **rule_edges(rows, _line_points(points, line_cols, key)),
                     "shallowest": shallow and (int(shallow["layers"]), float(shallow["last_stable"]),
                                                float(shallow["first_unstable"])),
                     "not_limits": [(int(r["layers"]), depth_kind(r), _edge_words(r)) for r in rows
                                    if depth_kind(r) != "limit"]})
     return out
+
+
+def rule_edges(rows: list[dict], points=None) -> dict:
+    """The failure rule's reading of one line (boundary.FAILURE_RULE): "edges", one dict per depth
+    (layers; class: the upper edge's edge_class, None without one; learns: the max lr that learns
+    within the budget, (last stable, first failing), NaN ends where there is none; stable: the max
+    stable lr, (low, high) with high None where no seed collapsed or diverged, None without `points`),
+    and "lik_stable", the likelihood fit (`likelihood_fit`, the search's budget) over the depths whose
+    upper edge is a stability limit only (None without points)."""
+    edges = []
+    has_outcomes = points is not None and len(points) > 0 and "outcome" in points.columns
+    for row in rows:
+        stable = None
+        if has_outcomes:
+            at = points[points["layers"].astype(int) == int(row["layers"])]
+            stable = stable_bracket({float(lr): list(g["outcome"].astype(str)) for lr, g in at.groupby("lr")})
+        low, high = _num(row.get("last_stable")), _num(row.get("first_unstable"))
+        edges.append({"layers": int(row["layers"]), "class": row_edge_class(row),
+                      "learns": (low or math.nan, high if low and high else math.nan), "stable": stable})
+    lik_stable = None
+    limits = [e["layers"] for e in edges if e["class"] is not None and is_stability_limit(e["class"])]
+    if points is not None and len(points):
+        # only the depths whose edge is a stability limit: elsewhere the searches bracket when runs
+        # learn, and their few points above that edge do not place a collapse
+        searched = at_search_budget(points)
+        lows, highs, z, _ = upper_side(searched[searched["layers"].astype(int).isin(limits)])
+        lik_stable = likelihood_fit(lows, highs, z, at_depths=limits[:1])
+    return {"edges": edges, "lik_stable": lik_stable}
+
+
+def rule_cells(r: dict) -> list[str]:
+    """The slope table's failure-rule cells: the class of each depth's upper edge, how many of the
+    bracketed edges are stability limits, the max stable lr per depth, and the likelihood slope over
+    the depths whose edge is a stability limit (the slope of a stability limit proper)."""
+    edges = r.get("edges") or []
+    classes = "; ".join(f"{e['layers']}: {e['class'] or 'no edge'}" for e in edges) or "-"
+    stable = "; ".join(f"{e['layers']}: " + (bracket_words(*e["stable"], "≥ {:.3g} (no collapse probed)")
+                                             if e["stable"] else "-") for e in edges) or "-"
+    classed = [e["class"] for e in edges if e["class"] is not None]
+    limits = f"{sum(map(is_stability_limit, classed))} of {len(classed)}"
+    lik = r.get("lik_stable")
+    slope = (_interval(lik["slope"], lik["slope_low"], lik["slope_high"], "{:.2f}") + f" ({lik['depths']} depths)"
+             if lik and math.isfinite(lik["slope"]) else "-")
+    return [classes, limits, stable, slope]
+
+
+RULE_HEAD = ["upper edge per depth (failure rule)", "stability limits among the bracketed edges",
+             "max stable lr per depth (failure rule)", "slope, likelihood, stability limits only [95 %]"]
 
 
 def _edge_words(row: dict) -> str:
@@ -185,6 +235,9 @@ def table_rows(results: list[dict], line_cols: list[str]) -> tuple[list[str], li
                  "optimal lr per depth [95 %]", "optimal lr slope [95 %]"]
         for r, row in zip(results, rows):
             row += likelihood_cells(r) + optimum_cells(r)
+    head += RULE_HEAD
+    for r, row in zip(results, rows):
+        row += rule_cells(r)
     return head, rows
 
 
@@ -225,6 +278,30 @@ def optimum_cells(r: dict) -> list[str]:
 
     per_depth = "; ".join(one(d, o) for d, o in r["optima"]) or "-"
     return [per_depth, _interval(*r["opt_slope"], "{:.2f}")]
+
+
+def _draw_rule(ax, r: dict, color, k: int, line_cols: list[str], data: list) -> None:
+    """The failure rule on the depth-law panel: each bracketed edge's point filled where it is a
+    stability limit and hollow where not, and the max stable lr per depth as a diamond (its bracket
+    as an error bar; an arrow up where no seed collapsed or diverged up to the largest lr probed)."""
+    for e in r.get("edges") or []:
+        low, high = e["learns"]
+        if e["class"] is not None and math.isfinite(low) and math.isfinite(high):
+            ax.plot(e["layers"] * (1 + 0.03 * k), math.sqrt(low * high), "o", ms=7, color=color,
+                    mfc=color if is_stability_limit(e["class"]) else "white", zorder=3)
+        if not e["stable"] or e["stable"][0] is None:
+            continue
+        s_low, s_high = e["stable"]
+        x = e["layers"] * (1.08 + 0.03 * k)
+        if s_high is None:
+            ax.plot(x, s_low, "d", color=color, mfc="none", ms=6)
+            ax.annotate("", (x, s_low * 1.6), (x, s_low), arrowprops={"arrowstyle": "->", "color": color, "lw": 0.8})
+        else:
+            mid = math.sqrt(s_low * s_high)
+            ax.errorbar([x], [mid], yerr=[[mid - s_low], [s_high - mid]], fmt="d", color=color, mfc="none", ms=6,
+                        capsize=2)
+        data.append({**dict(zip(line_cols, r["line"])), "layers": e["layers"], "kind": "max stable lr (failure rule)",
+                     "last_stable": s_low, "first_unstable": s_high, "upper_edge": e["class"]})
 
 
 def _draw_optima(ax, r: dict, color, label: str, line_cols: list[str], data: list) -> None:
@@ -279,6 +356,7 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
             ax.plot([d0, d1], [v0, v1], "-", color=color, lw=1.6, alpha=0.6)
             data.append({**dict(zip(line_cols, r["line"])), "layers": d0, "kind": "likelihood limit", "lr": v0})
             data.append({**dict(zip(line_cols, r["line"])), "layers": d1, "kind": "likelihood limit", "lr": v1})
+        _draw_rule(ax, r, color, k, line_cols, data)
         if with_optima:
             _draw_optima(axes[0, 1], r, color, label, line_cols, data)
         for row in r["rows"]:
@@ -290,17 +368,17 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
                         scaley=False)  # at the axis, in axes units: no lr to scale the log axis by
             data.append({**dict(zip(line_cols, r["line"])), "layers": row["layers"], "kind": kind,
                          "last_stable": row["last_stable"], "first_unstable": row["first_unstable"],
-                         "upper_edge": row.get("upper_edge")})
+                         "upper_edge": row.get("upper_edge"), "edge_class": row_edge_class(row)})
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("depth (blocks)")
-    ax.set_ylabel("max stable lr (bracket: last stable .. first unstable)")
+    ax.set_ylabel("max lr that learns within the budget (o, bracket)\nmax stable lr by the failure rule (◇)")
     ax.grid(alpha=0.3, which="both")
     if ax.get_legend_handles_labels()[0]:  # no labelled line where no depth has a limit
         ax.legend(fontsize=7)
-    ax.set_title("Depth law: dashed = bootstrap fit, solid = likelihood fit (50 % limit), to 1,000 blocks;\n"
-                 "▲ at least (upper bound learned); ✕ on the axis = no limit (nothing learned, or no window)",
-                 fontsize=8)
+    ax.set_title("Depth law: dashed = bootstrap fit, solid = likelihood fit (50 % limit), to 1,000 blocks; ▲ at least "
+                 "(upper bound learned);\n✕ on the axis = no limit (nothing learned, or no window); o filled: a stability "
+                 "limit, hollow: a speed edge or unchecked stall; ◇ max stable lr (↑: no collapse probed)", fontsize=7)
     if with_optima:
         axes[0, 1].set_xscale("log")
         axes[0, 1].set_yscale("log")

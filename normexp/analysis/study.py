@@ -24,7 +24,9 @@ mean ± t₀.₉₇₅,ₙ₋₁ · s_d/√n (a seed is one draw of the whole lr
 bootstrap has only 10 distinct resamples and no small-sample correction, and its intervals
 were 2–3× too narrow; it is still written beside, lr_sensitivity_boot_low/high: resample the
 seeds within each lr cell, 2,000 resamples, a fixed RNG seed). It holds η* fixed at the
-best mean; its coverage is measured by scripts/coverage.py (docs/results/methods/). max_stable_lr is the
+best mean; its coverage is measured by scripts/coverage.py (docs/results/methods/). Beside it,
+lr_sensitivity_calm (`calm_sensitivity`): the same over the lrs at which no seed diverged, so that
+a diverged run's ℓ₀ does not carry it. max_stable_lr is the
 largest lr at which every seed learned (status completed: finished at least stall_margin
 below the unigram baseline). With layers swept, the deepest stack at which every seed
 learned is the setting's critical depth.
@@ -255,6 +257,17 @@ def bootstrap_sensitivity(grid: list[np.ndarray], samples: int = BOOTSTRAP_SAMPL
     return float(low), float(high)
 
 
+def calm_sensitivity(by_seed: list[dict], diverged: list[bool]) -> tuple[float, float, float, int]:
+    """(point, low, high, lr cells used): the LR sensitivity over the lrs at which no seed diverged
+    (`diverged`, one flag per entry of `by_seed`), with seed_sensitivity's t-interval. Beside the
+    full measure, where a diverged run counts at ℓ₀ and a few diverged lrs can carry most of the
+    value, this one asks how flat the loss is over the lrs that trained."""
+    calm = [g for g, d in zip(by_seed, diverged) if not d]
+    if len(calm) < 2:
+        return math.nan, math.nan, math.nan, len(calm)
+    return (*seed_sensitivity(calm), len(calm))
+
+
 def largest_learning(members_by_x: dict) -> float | None:
     """The largest x whose runs all learned: every seed that finished (one run per seed, see
     `screen`) completed below the baseline, and at least one did."""
@@ -284,14 +297,22 @@ def sensitivity_table(runs: list[Run], keys: list[str], sort_key):
         grid = [np.asarray(list(g.values()), dtype=float) for g in by_seed]
         point, (boot_low, boot_high) = (sensitivity_of(grid), bootstrap_sensitivity(grid)) if grid else (math.nan, (math.nan,) * 2)
         _, low, high = seed_sensitivity(by_seed)
+        with_runs = [lr for lr in sorted(by_lr) if _clipped_by_seed(by_lr[lr])]
+        calm = calm_sensitivity(by_seed, [any(r.status == Status.DIVERGED for r in screen(by_lr[lr]).kept)
+                                          for lr in with_runs])
         n_out, why = _left_out_over(by_lr.values())
         rows.append({**dict(zip(setting_keys, values)), "lr_sensitivity": point, "lr_sensitivity_low": low,
                      "lr_sensitivity_high": high, "lr_sensitivity_boot_low": boot_low,
                      "lr_sensitivity_boot_high": boot_high, "max_stable_lr": largest_learning(by_lr),
                      "n_seeds": min(map(len, by_seed)) if by_seed else 0,
-                     "n_lrs": len(grid), "n_left_out": n_out, "left_out": why})
+                     "n_lrs": len(grid), "n_left_out": n_out, "left_out": why,
+                     **dict(zip(CALM_COLUMNS, calm))})
     return pd.DataFrame(rows, columns=[*setting_keys, "lr_sensitivity", "lr_sensitivity_low", "lr_sensitivity_high",
-                                       "lr_sensitivity_boot_low", "lr_sensitivity_boot_high", "max_stable_lr", "n_seeds", "n_lrs", "n_left_out", "left_out"])
+                                       "lr_sensitivity_boot_low", "lr_sensitivity_boot_high", "max_stable_lr", "n_seeds",
+                                       "n_lrs", "n_left_out", "left_out", *CALM_COLUMNS])
+
+
+CALM_COLUMNS = ("lr_sensitivity_calm", "lr_sensitivity_calm_low", "lr_sensitivity_calm_high", "n_lrs_calm")
 
 
 def early_model_update(r: Run) -> tuple[int, float] | None:

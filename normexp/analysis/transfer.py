@@ -8,12 +8,18 @@ qk_norm × z_loss); seeds are replicates (study.screen decides which runs enter)
 Depth. Per line and depth, from the runs' outcomes (runs/outcomes.py) and clipped final losses
 (min(ℓ, ℓ₀), a diverged run counted as ℓ₀, as in the LR sensitivity):
 
-    max stable lr    the bracket [last stable, first failing]: the largest grid lr at which every
+    max lr that learns within the budget
+                     the bracket [last stable, first failing]: the largest grid lr at which every
                      seed learned, and the next grid lr above it (where some seed did not). Its
                      upper edge is "unstable" when a seed there collapsed or diverged, "stalled" when
                      they only failed to learn, "upper bound" when the top of the grid learned,
                      "nothing learned" when no lr did: the boundary sweeper's words (boundary.py),
-                     so the rows read like boundary.csv.
+                     so the rows read like boundary.csv; edge_class is the failure rule's word for
+                     it (boundary.FAILURE_RULE: a grid has no budget check, so a stall is "not
+                     checked", never a stability limit).
+    max stable lr    by the failure rule: [stable_low, stable_high], the grid lr below the smallest
+                     one at which some seed collapsed or diverged, and that lr (stable_high NaN:
+                     none did, the limit is at least stable_low).
     optimal lr       depth_law.optimum: the vertex of the parabola in log lr through the lowest
                      mean loss and its neighbours, 95 % parametric bootstrap over seeds.
 
@@ -38,7 +44,7 @@ import pandas as pd
 from ..runs import outcomes
 from ..runs.reading import Run
 from ..runs.schema import GROUP_TAGS, Status, layer_index, layer_tag_pattern
-from . import depth_law, study
+from . import boundary, depth_law, study
 
 MIN_LRS, MIN_SIZES = 3, 2   # a transfer grid: at least this many lrs, and sizes (depths or widths)
 MISSING = "-"               # a line key a setting does not have (depth_mup's exponent beside Pre-LN)
@@ -111,9 +117,13 @@ def edges(points: pd.DataFrame, lines: list[str]) -> pd.DataFrame:
             edge = "upper bound"
         else:
             edge = "unstable" if by_lr[first]["outcome"].map(outcomes.is_unstable).any() else "stalled"
+        failing = list(by_lr[first]["outcome"].astype(str)) if above else []
+        stable_low, stable_high = boundary.stable_bracket({lr: list(g["outcome"].astype(str)) for lr, g in by_lr.items()})
         rows.append({**dict(zip(lines, key[:-1])), "layers": int(key[-1]), "key": "lr", "last_stable": last,
-                     "first_unstable": first, "upper_edge": edge, "lrs": len(by_lr),
-                     "seeds": int(at.groupby("lr")["seed"].nunique().min())})
+                     "first_unstable": first, "upper_edge": edge, "upper_why": boundary.counts_words(failing),
+                     "edge_class": boundary.edge_class(failing) if above else "",
+                     "stable_low": stable_low, "stable_high": math.nan if stable_high is None else stable_high,
+                     "lrs": len(by_lr), "seeds": int(at.groupby("lr")["seed"].nunique().min())})
     return pd.DataFrame(rows)
 
 
@@ -208,6 +218,7 @@ def width_table(runs: list[Run], keys: list[str], sort_key) -> pd.DataFrame:
                      "lr_sensitivity": s.get("lr_sensitivity", math.nan),
                      "lr_sensitivity_low": s.get("lr_sensitivity_low", math.nan),
                      "lr_sensitivity_high": s.get("lr_sensitivity_high", math.nan),
+                     **{k: s.get(k, math.nan) for k in study.CALM_COLUMNS},
                      "max_stable_lr": s.get("max_stable_lr", math.nan),
                      "diverged_lrs": " ".join(f"{lr:g}" for lr in diverged),
                      "highest_calm_lr": top, "n": len(signals),

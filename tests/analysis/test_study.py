@@ -233,6 +233,40 @@ def test_max_stable_lr_needs_every_seed_and_diverged_counts_as_initial_loss():
     assert one["n"] == 1 and math.isnan(one["low"]) and math.isnan(one["high"])  # n=1: no interval
 
 
+def test_lr_sensitivity_without_the_diverged_lrs_by_hand():
+    """The lr where a seed diverged leaves the calm measure whole (every seed there), even where
+    another seed at it did not diverge. By hand, lrs 1e-3 and 1e-2: seed 0 2.0, 3.0; seed 1 2.2, 3.4;
+    best mean at 1e-3; d_0 = 2.5 − 2.0 = 0.5, d_1 = 2.8 − 2.2 = 0.6: 0.55 ± t₀.₉₇₅,₁ · 0.0707/√2."""
+    from normexp.analysis import study
+    from normexp.analysis.report.tables import sort_key
+
+    runs = [fake_run("pre", lr, seed, status, final) for lr, seed, status, final in [
+        (1e-3, 0, "completed", 2.0), (1e-3, 1, "completed", 2.2),
+        (1e-2, 0, "completed", 3.0), (1e-2, 1, "stalled", 3.4),
+        (1e-1, 0, "diverged", None), (1e-1, 1, "stalled", 3.3)]]
+    row = study.sensitivity_table(runs, ["placement.name", "lr"], sort_key).iloc[0]
+    half = 12.706204736174698 * math.sqrt(0.005) / math.sqrt(2)
+    assert row["lr_sensitivity_calm"] == pytest.approx(0.55)
+    assert (row["lr_sensitivity_calm_low"], row["lr_sensitivity_calm_high"]) == pytest.approx((0.55 - half, 0.55 + half))
+    assert row["n_lrs_calm"] == 2 and row["n_lrs"] == 3
+    assert row["lr_sensitivity"] > row["lr_sensitivity_calm"]   # the full one counts seed 0 at ℓ₀ = 5.5
+    assert math.isnan(study.calm_sensitivity([{0: 2.0}, {0: 3.0}], [False, True])[0])  # one calm lr: no measure
+
+
+def test_the_width_calm_table_recomputes_from_runs_csv(tmp_path):
+    """refresh_width on a runs.csv written by hand: the same numbers as sensitivity_table on the runs."""
+    from normexp.analysis.report.transfer_sections import refresh_width
+
+    lines = ["run,qk_norm,z_loss,lr,d_model,seed,status,final_val_loss,left_out"]
+    grid = [(1e-3, 0, "completed", 2.0), (1e-3, 1, "completed", 2.2), (1e-2, 0, "completed", 3.0),
+            (1e-2, 1, "stalled", 3.4), (1e-1, 0, "diverged", 9.0), (1e-1, 1, "stalled", 3.3)]
+    lines += [f"{i},False,0,{lr},64,{seed},{status},{loss}," for i, (lr, seed, status, loss) in enumerate(grid)]
+    (tmp_path / "runs.csv").write_text("\n".join(lines) + "\n")
+    row = read_csv(refresh_width(tmp_path, ["qk_norm", "z_loss"]))[0]
+    assert float(row["lr_sensitivity_calm"]) == pytest.approx(0.55)
+    assert row["n_lrs_calm"] == "2" and row["lrs_left_out"] == "0.1"
+
+
 def test_lr_sensitivity_clips_a_run_that_ended_above_its_initial_loss():
     """min(ℓ(η), ℓ₀): a run that ends worse than it started counts as ℓ₀ (5.5), not as 6.0.
     By hand: cell means 2.1 and (5.5 + 5.0)/2 = 5.25, best 2.1, sensitivity (0 + 3.15)/2."""

@@ -12,10 +12,11 @@ import pandas as pd
 from ...runs.reading import Run
 from ...runs.schema import Status
 from .. import depth_law, study
-from ..boundary import RESULT_COLUMNS, budget_check_rows, points_file
+from ..boundary import FAILURE_RULE, RESULT_COLUMNS, budget_check_rows, points_file, row_edge_class
 from .figures import plot_boundary_search, plot_sweep, save_figure
 from .registry import register_section
-from .tables import display_name, ended_as, fmt, fmt_param, left_out_cell, markdown_table, sort_key, text_table
+from .tables import (display_name, ended_as, fmt, fmt_param, left_out_cell, markdown_table, same_columns, sort_key,
+                     text_table)
 
 
 def overview_line(runs: list[Run], keys: list[str], root: Path | str) -> str:
@@ -165,7 +166,7 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     head = [*setting_cols, "last stable", "first unstable", "ratio", "points", "runs", "monotone", "seeds"]
     two_edges = "upper_edge" in table.columns  # boundary.csv from before the outcome classes has one edge
     if two_edges:
-        head += ["upper edge (why)", "lower edge: too slow .. learns"]
+        head += ["upper edge (why)", "upper edge: failure rule", "lower edge: too slow .. learns"]
     gaps = "upper_gap_why" in table.columns  # boundary.csv from before issue 39 names no gap reasons
     checked = gaps and table["upper_budget"].fillna("").astype(str).str.len().any()
     if gaps:
@@ -175,7 +176,7 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     rows = [[*(fmt_param(r[c]) for c in setting_cols), _or_word(r["last_stable"], "none"),
              _or_word(r["first_unstable"], "none (upper bound held)"), _or_word(r["ratio"], "-", "{:.2f}"),
              str(r["points_probed"]), str(r["runs_used"]), str(r["monotone"]), str(r["seeds"]),
-             *([_edge_cell(r["upper_edge"], r["upper_why"]),
+             *([_edge_cell(r["upper_edge"], r["upper_why"]), row_edge_class(r) or "no edge",
                 _lower_cell(r["highest_too_slow"], r["lowest_learning"], r["lower_why"])] if two_edges else []),
              *([_gap_cell(r)] if gaps else []),
              *([_text(r["upper_budget"]) or "-", _text(r["lower_budget"]) or "-"] if checked else [])]
@@ -194,7 +195,8 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             "search failed). Budget check (hydra.sweeper.budget_check=N): each edge's first failing point rerun "
             "with every seed at N× the steps; an edge whose failures learn there is too slow for the budget, "
             "not a stability limit (the reruns: boundary_points.csv's steps_factor; per seed, beside its outcome in the "
-            "search: `budget_check.csv`). Data: `boundary.csv`, `boundary_points.csv` (every probed point and seed).", "", markdown_table(head, rows), "",
+            "search: `budget_check.csv`). " + FAILURE_RULE + " Data: `boundary.csv`, `boundary_points.csv` (every "
+            "probed point and seed).", "", markdown_table(head, rows), "",
             f"![boundary of {key}](boundary_search.png)", ""]
 
 
@@ -221,11 +223,14 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
     head, rows = depth_law.table_rows(results, line_cols)
     pd.DataFrame([dict(zip(head, r)) for r in rows]).to_csv(out_dir / "depth_law_slopes.csv", index=False)
     depth_law.draw(results, line_cols, out_dir / "depth_law.png", save_figure)
-    echo("\ndepth law (max stable lr vs depth, log-log fit; 95 % bootstrap over the brackets and depths):\n"
+    echo("\ndepth law (max lr that learns within the budget vs depth, log-log fit; 95 % bootstrap over the brackets "
+         "and depths; the failure rule's classes and the max stable lr at the right):\n"
          + text_table(head, rows))
-    return ["## Depth law", "", "The largest stable lr at each depth (the bracket last stable .. first unstable, "
+    return ["## Depth law", "", FAILURE_RULE, "",
+            "The max lr that learns within the budget at each depth (the bracket last stable .. first failing, "
             "kept only where the search found an upper edge above the learning window: a seed collapsed or "
-            "diverged, or never learned above an lr that learned) against depth, log-log; slope of the "
+            "diverged, or never learned above an lr that learned; its class by the failure rule is in the columns "
+            "at the right, and only the edges classed *stability limit* are limits) against depth, log-log; slope of the "
             "least-squares line through the brackets' geometric middles, its 95 % interval a percentile bootstrap "
             "over the brackets (each limit drawn log-uniformly inside its bracket) and the depths (resampled), 2,000 "
             "resamples; the limit at the shallowest depth and the line's value at 1,000 blocks. Depths without a "
@@ -238,7 +243,10 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
                "The optimal lr: per depth the vertex of a parabola in log lr through the lowest mean final loss "
                "(a run's loss clipped at its initial loss) and its neighbours, 95 % parametric bootstrap over "
                "seeds; ≤/≥: the best mean at the lowest/highest lr tried; its slope: least squares over the placed "
-               "optima, t-interval. Coverage of each interval: docs/results/methods.", ""]
+               "optima, t-interval. Coverage of each interval: docs/results/methods. The failure rule's columns: "
+               "the class of each depth's upper edge, how many of the bracketed edges are stability limits, the max "
+               "stable lr per depth (≥: no seed collapsed or diverged at any lr probed) and the likelihood slope "
+               "over the depths whose edge is a stability limit only.", ""]
               if points is not None else []),
             markdown_table(head, rows), "",
             "![depth law](depth_law.png)", ""]
@@ -278,3 +286,39 @@ def _lower_cell(slow, start, why) -> str:
 
 def _or_word(value, word: str, pattern: str = "{:g}") -> str:
     return word if value is None or value != value else pattern.format(value)
+
+
+def refresh_depth_law(folder: Path, echo=print) -> list[Path]:
+    """The depth-law table and figure of a committed study folder rewritten from its CSVs alone
+    (each search's boundary.csv and boundary_points.csv, and the report's runs.csv for the final
+    losses), for when its run folders are gone: depth_law_slopes.csv, depth_law.png (its points:
+    depth_law.csv). runs.csv holds no initial loss, so a diverged run enters at its last loss where
+    the report clipped it at ℓ₀: every column the folder's depth_law_slopes.csv already has must
+    come out as it is, to one unit of its last printed digit (tables.same_columns), or nothing is written."""
+    folder = Path(folder)
+    tables = sorted(folder.glob("*/boundary.csv"))
+    if not tables or not (folder / "runs.csv").is_file():
+        raise ValueError(f"{folder}: needs */boundary.csv and runs.csv (a study folder that `normexp report` wrote)")
+    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
+    line_cols = [c for c in table.columns if c not in RESULT_COLUMNS and c != "layers"]
+    points = pd.concat([pd.read_csv(points_file(t)) for t in tables], ignore_index=True)
+    if "steps_factor" not in points.columns:  # a search from before the budget check
+        points["steps_factor"] = 1
+    runs = pd.read_csv(folder / "runs.csv")
+    key = [*line_cols, "layers", "lr", "seed"]
+    steps = runs["steps"] if "steps" in runs.columns else pd.Series(1, index=runs.index)
+    runs = runs.assign(steps_factor=(steps / steps.groupby([runs[k] for k in key]).transform("min")).round().astype(int))
+    points = points.merge(runs[[*key, "steps_factor", "final_val_loss"]], on=[*key, "steps_factor"], how="left")
+    results = depth_law.laws(table, line_cols, points.rename(columns={"final_val_loss": "loss"}))
+    head, rows = depth_law.table_rows(results, line_cols)
+    old_path, new_path = folder / "depth_law_slopes.csv", folder / ".depth_law_slopes.new.csv"
+    pd.DataFrame(rows, columns=head).to_csv(new_path, index=False)
+    try:
+        same_columns(old_path, new_path)
+    except ValueError:
+        new_path.unlink()
+        raise
+    new_path.replace(old_path)
+    depth_law.draw(results, line_cols, folder / "depth_law.png", save_figure)
+    echo(text_table(head, rows))
+    return [old_path, folder / "depth_law.png", folder / "depth_law.csv"]

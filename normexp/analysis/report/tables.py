@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
+
+import pandas as pd
 
 from ...config.compose import config_groups
 from ...config.keys import override_key
@@ -238,3 +241,30 @@ def write_csv(path: Path, runs: list[Run], keys: list[str], left_out: dict) -> N
             m = {**r.metrics(), "status": r.status, "outcome": outcome_of(r)}
             w.writerow([r.index, r.rel, *(r.config.get(k) for k in keys),
                         *("" if m.get(c) is None else m.get(c) for c in CSV_FIELDS), left_out.get(r.index, "")])
+
+
+NUMBER = re.compile(r"[−-]?\d+(?:\.(\d+))?(?:e([+−-]?\d+))?")
+
+
+def _close(old: str, new: str) -> bool:
+    """Whether two printed cells say the same: the same words, and each number of `new` within one
+    unit of the last digit `old` prints (an optimizer's last digits differ between library versions)."""
+    a, b = list(NUMBER.finditer(old)), list(NUMBER.finditer(new))
+    if NUMBER.sub("#", old) != NUMBER.sub("#", new) or len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        unit = 10.0 ** -len(x.group(1) or "") * 10.0 ** int((x.group(2) or "0").replace("−", "-"))
+        if abs(float(x.group(0).replace("−", "-")) - float(y.group(0).replace("−", "-"))) > 1.001 * unit:
+            return False
+    return True
+
+
+def same_columns(old: Path, new: Path) -> None:
+    """ValueError naming the first column of `old` (a committed CSV) whose cells `new` (the same
+    table recomputed) does not reproduce (`_close`); nothing when `old` does not exist."""
+    if not old.is_file():
+        return
+    a, b = (pd.read_csv(f, dtype=str, keep_default_na=False) for f in (old, new))
+    for c in a.columns:
+        if c not in b.columns or len(a) != len(b) or not all(map(_close, a[c], b[c])):
+            raise ValueError(f"{old}: column {c!r} does not come out as committed; nothing written")

@@ -11,9 +11,10 @@ import pandas as pd
 
 from ...runs.reading import Run
 from .. import depth_law, study, transfer
+from ..boundary import FAILURE_RULE, bracket_words
 from .figures import pyplot, save_figure
 from .registry import register_section
-from .tables import display_name, fmt_param, markdown_table, sort_key, text_table
+from .tables import display_name, fmt_param, markdown_table, same_columns, sort_key, text_table
 
 DEPTH_FILES = ["transfer_lrs.csv", "transfer.png", "transfer_edges.csv", "transfer_slopes.csv", "transfer_law.png",
                "transfer_update_rms.png"]
@@ -67,12 +68,20 @@ def plot_curves_per_size(table: pd.DataFrame, lines: list[str], size_key: str, x
 
 
 def _bracket(row: dict) -> str:
+    """The max lr that learns within the budget, with the failure rule's class of its edge."""
     low, high, edge = row["last_stable"], row["first_unstable"], row["upper_edge"]
     if edge == "nothing learned":
         return "none (nothing learned)"
     if edge == "upper bound":
         return f"≥ {low:.3g} (top of the grid)"
-    return f"{low:.3g} .. {high:.3g} ({edge})"
+    return f"{low:.3g} .. {high:.3g} ({row.get('edge_class') or edge})"
+
+
+def _stable(row: dict) -> str:
+    """The max stable lr by the failure rule (boundary.stable_bracket over the grid's lrs)."""
+    high = row.get("stable_high")
+    return bracket_words(row.get("stable_low"), None if high is None or high != high else high,
+                         "≥ {:.3g} (no collapse in the grid)")
 
 
 def _optimum(o: dict | None) -> str:
@@ -83,6 +92,99 @@ def _optimum(o: dict | None) -> str:
     if o["kind"] in ("≤", "≥"):
         return f"{o['kind']} {o['best_grid_lr']:.3g} (grid edge)"
     return o["kind"]
+
+
+def write_transfer_tables(lines: list[str], edges: pd.DataFrame, results: list[dict], out_dir: Path):
+    """transfer_edges.csv, transfer_lrs.csv, transfer_slopes.csv and transfer_law.png from the edges
+    table and depth_law.laws' results; returns (head, rows) of the per-depth table and of the slopes."""
+    edges.rename(columns=display_name).to_csv(out_dir / "transfer_edges.csv", index=False)
+    shown = [display_name(k) for k in lines]
+    rows, records = [], []
+    for r in results:
+        optima = dict(r["optima"])
+        for e in r["rows"]:
+            o = optima.get(int(e["layers"]))
+            rows.append([*(fmt_param(v) for v in r["line"]), str(e["layers"]), _optimum(o), _bracket(e), _stable(e),
+                         str(e["lrs"]), str(e["seeds"])])
+            records.append({**dict(zip(shown, r["line"])), "layers": e["layers"],
+                            "optimal_lr": o["lr"] if o else math.nan, "optimal_lr_low": o["low"] if o else math.nan,
+                            "optimal_lr_high": o["high"] if o else math.nan, "optimal_kind": o["kind"] if o else "",
+                            "best_grid_lr": o["best_grid_lr"] if o else math.nan, "last_stable": e["last_stable"],
+                            "first_failing": e["first_unstable"], "upper_edge": e["upper_edge"],
+                            "edge_class": e.get("edge_class", ""), "stable_low": e.get("stable_low", math.nan),
+                            "stable_high": e.get("stable_high", math.nan), "lrs": e["lrs"], "seeds": e["seeds"]})
+    pd.DataFrame(records).to_csv(out_dir / "transfer_lrs.csv", index=False)
+    head = [*shown, "depth", "optimal lr [95 %]", "max lr that learns within the budget (last .. first failing: class)",
+            "max stable lr (failure rule)", "lrs", "seeds"]
+    slope_head, slope_rows = depth_law.table_rows(results, shown)
+    pd.DataFrame([dict(zip(slope_head, row)) for row in slope_rows]).to_csv(out_dir / "transfer_slopes.csv",
+                                                                            index=False)
+    depth_law.draw(results, shown, out_dir / "transfer_law.png", save_figure)
+    return head, rows, slope_head, slope_rows
+
+
+RULE_FILE = "transfer_rule.csv"
+
+
+def refresh_depth_transfer(folder: Path, lines: list[str]) -> list[Path]:
+    """A committed depth-transfer study's transfer_edges.csv and transfer_lrs.csv, transfer_law.png
+    and RULE_FILE (the slope table's failure-rule columns) rewritten from its runs.csv alone (the run
+    folders are not committed), `lines` its line keys as runs.csv names them. transfer_slopes.csv is
+    left as the report wrote it: its likelihood point estimates sit on flat optima that move in their
+    last digits with the order the optimizer sees the data. runs.csv holds no initial loss: a
+    diverged run would enter at its last loss, not ℓ₀, so every column the folder's tables already
+    have must come out as it is, to one unit of its last printed digit (tables.same_columns), or
+    nothing is written."""
+    folder = Path(folder)
+    runs = pd.read_csv(folder / "runs.csv", dtype={k: str for k in lines})
+    runs = runs[runs["left_out"].isna()] if "left_out" in runs.columns else runs
+    points = pd.DataFrame({**{k: runs[k].fillna(transfer.MISSING) for k in lines}, "layers": runs["layers"].astype(int),
+                           "lr": runs["lr"].astype(float), "seed": runs["seed"], "outcome": runs["outcome"],
+                           "learned": ["yes" if s == "completed" else "no" for s in runs["status"]],
+                           "loss": runs["final_val_loss"].astype(float)})
+    points = points.sort_values([*lines, "layers", "lr", "seed"], kind="stable", ignore_index=True)  # as grid_points
+    edges = transfer.edges(points, lines)
+    results = depth_law.laws(edges, lines, points)
+    staged = folder / ".refresh"
+    staged.mkdir(exist_ok=True)
+    names = ["transfer_edges.csv", "transfer_lrs.csv", RULE_FILE, "transfer_law.png", "transfer_law.csv"]
+    try:
+        _, _, slope_head, slope_rows = write_transfer_tables(lines, edges, results, staged)
+        rule = [display_name(k) for k in lines] + depth_law.RULE_HEAD
+        pd.DataFrame(slope_rows, columns=slope_head)[rule].to_csv(staged / RULE_FILE, index=False)
+        for name in names[:2]:
+            same_columns(folder / name, staged / name)
+        for name in names:
+            (staged / name).replace(folder / name)
+    finally:
+        for f in staged.iterdir():
+            f.unlink()
+        staged.rmdir()
+    return [folder / n for n in names]
+
+
+CALM_FILE = "width_calm.csv"
+
+
+def refresh_width(folder: Path, lines: list[str]) -> Path:
+    """CALM_FILE beside a committed width study, from its runs.csv alone: per line (`lines`, as
+    runs.csv names them) and width, the LR sensitivity over the lrs at which no seed diverged
+    (study.calm_sensitivity; runs.csv's final losses, which at those lrs are the report's, ℓ₀ never
+    entering), the lrs used and the lrs left out."""
+    folder = Path(folder)
+    runs = pd.read_csv(folder / "runs.csv", dtype={k: str for k in lines})
+    runs = runs[runs["left_out"].isna()] if "left_out" in runs.columns else runs
+    rows = []
+    for key, at in runs.groupby([*lines, "d_model"], sort=True):
+        by_lr = sorted(at.groupby("lr"), key=lambda kv: float(kv[0]))
+        by_seed = [dict(zip(g["seed"], g["final_val_loss"].astype(float))) for _, g in by_lr]
+        diverged = [(g["status"] == "diverged").any() for _, g in by_lr]
+        point, low, high, used = study.calm_sensitivity(by_seed, diverged)
+        rows.append({**dict(zip([*lines, "d_model"], key)), "lr_sensitivity_calm": point,
+                     "lr_sensitivity_calm_low": low, "lr_sensitivity_calm_high": high, "n_lrs_calm": used,
+                     "lrs_left_out": " ".join(f"{float(lr):g}" for (lr, _), d in zip(by_lr, diverged) if d)})
+    pd.DataFrame(rows).to_csv(folder / CALM_FILE, index=False)
+    return folder / CALM_FILE
 
 
 def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list[str]:
@@ -97,27 +199,7 @@ def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo
     plot_curves_per_size(cells, lines, "layers", "lr", "mean", out_dir / "transfer.png", "final validation loss",
                          "Loss against lr, one curve per depth: mean final validation loss over seeds, 95 % "
                          "t-interval (diverged = initial loss; red x: some seed diverged)")
-    edges.rename(columns=display_name).to_csv(out_dir / "transfer_edges.csv", index=False)
-    shown = [display_name(k) for k in lines]
-    rows, records = [], []
-    for r in results:
-        optima = dict(r["optima"])
-        for e in r["rows"]:
-            o = optima.get(int(e["layers"]))
-            rows.append([*(fmt_param(v) for v in r["line"]), str(e["layers"]), _optimum(o), _bracket(e),
-                         str(e["lrs"]), str(e["seeds"])])
-            records.append({**dict(zip(shown, r["line"])), "layers": e["layers"],
-                            "optimal_lr": o["lr"] if o else math.nan, "optimal_lr_low": o["low"] if o else math.nan,
-                            "optimal_lr_high": o["high"] if o else math.nan, "optimal_kind": o["kind"] if o else "",
-                            "best_grid_lr": o["best_grid_lr"] if o else math.nan, "last_stable": e["last_stable"],
-                            "first_failing": e["first_unstable"], "upper_edge": e["upper_edge"], "lrs": e["lrs"],
-                            "seeds": e["seeds"]})
-    pd.DataFrame(records).to_csv(out_dir / "transfer_lrs.csv", index=False)
-    head = [*shown, "depth", "optimal lr [95 %]", "max stable lr (last stable .. first failing)", "lrs", "seeds"]
-    slope_head, slope_rows = depth_law.table_rows(results, shown)
-    pd.DataFrame([dict(zip(slope_head, row)) for row in slope_rows]).to_csv(out_dir / "transfer_slopes.csv",
-                                                                            index=False)
-    depth_law.draw(results, shown, out_dir / "transfer_law.png", save_figure)
+    head, rows, slope_head, slope_rows = write_transfer_tables(lines, edges, results, out_dir)
     profiles = transfer.update_rms_profiles(runs, keys)
     lines_md = []
     if len(profiles):
@@ -134,9 +216,10 @@ def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo
     return ["## Does the lr transfer across depth?", "",
             "Per line and depth: the optimal lr (the vertex of the parabola in log lr through the lowest mean "
             "final loss and its neighbours, a run's loss clipped at its initial loss; 95 % parametric bootstrap "
-            "over seeds; ≤/≥: the best mean at the grid's edge) and the max stable lr (the largest grid lr at "
-            "which every seed learned .. the next grid lr; its upper edge: unstable = some seed collapsed or "
-            "diverged there, stalled = they only did not learn, top of the grid = learned throughout). "
+            "over seeds; ≤/≥: the best mean at the grid's edge), the max lr that learns within the budget (the "
+            "largest grid lr at which every seed learned .. the next grid lr, with the failure rule's class of "
+            "that edge; top of the grid = learned throughout) and the max stable lr by the failure rule. "
+            + FAILURE_RULE + " A grid has no budget check: its stalls are not checked. "
             "Data: `transfer_lrs.csv`, `transfer_edges.csv` (as boundary.csv); the curves' cells: `transfer.csv`.", "",
             markdown_table(head, rows), "",
             "![loss against lr per depth](transfer.png)", "",
@@ -172,17 +255,20 @@ def width_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list
         return pattern.format(v) + (f" [{pattern.format(lo)}, {pattern.format(hi)}]" if math.isfinite(lo) else "")
 
     shown = [display_name(k) for k in lines]
-    head = [*shown, "width", "heads", "LR sensitivity [95 %]", "max stable lr", "diverged at lr",
+    head = [*shown, "width", "heads", "LR sensitivity [95 %]", "LR sensitivity without the diverged lrs [95 %]",
+            "max stable lr", "diverged at lr",
             "highest lr not diverged", "largest attention logit there [95 %]", "output log Z there [95 %]", "n"]
     rows = [[*(fmt_param(r[k]) for k in lines), fmt_param(r["d_model"]), fmt_param(r["heads"]),
              interval(r, "lr_sensitivity", "{:.4f}"),
+             interval(r, "lr_sensitivity_calm", "{:.4f}") + f" ({fmt_param(r['n_lrs_calm'])} lrs)",
              "none" if _missing(r["max_stable_lr"]) else fmt_param(r["max_stable_lr"]), r["diverged_lrs"] or "none",
              "-" if _missing(r["highest_calm_lr"]) else f"{r['highest_calm_lr']:g}",
              interval(r, "attn_logit_max"), interval(r, "log_z"), str(r["n"])] for r in table.to_dict("records")]
     echo("\nwidth (LR sensitivity and instability signals per width):\n" + text_table(head, rows))
     return ["## LR sensitivity and instability signals against width", "",
-            "Per variant and width: the LR sensitivity (as in the section above, t-interval over seeds), the lrs at "
-            "which some seed diverged, and at the highest lr at which none did the largest attention logit "
+            "Per variant and width: the LR sensitivity (as in the section above, t-interval over seeds), the same over "
+            "the lrs at which no seed diverged (a diverged run counts at its initial loss, which can carry most of "
+            "the full measure), the lrs at which some seed diverged, and at the highest lr at which none did the largest attention logit "
             "(attn_logit_max, the maximum over blocks at the last logged step) and the output log Z (output/log_z "
             "at the last logged step), mean over seeds with a 95 % t-interval: the two instability signals of "
             "Wortsman et al. 2023 (attention-logit growth, removed by qk-layernorm; output-logit divergence, "
