@@ -318,26 +318,52 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
 #
 # The bootstrap above uses one number per depth (a bracket where *every* seed learned) and drops
 # the censored depths. The fit below uses every run of the upper side, seeds as data. Each seed
-# at each depth has its own limit: log lr*_kL ~ Normal(μ(L), σ²), μ(L) = c + s·(log L − log L₀),
-# so μ(L) is the limit at which half the seeds learn (PROB = 50 %), σ the seeds' scatter, s the
-# slope d log lr*/d log L. A seed's runs tell an interval for its limit (interval-censored
-# regression): above the largest lr where it learned, at or below the smallest lr above that
-# where it failed; no failure above: at least that lr (right-censored, "≥ bound"); no learned
-# run: below the smallest lr of the upper side (left-censored). One term per seed and depth,
-# not per run: a seed's runs at several lrs are one limit seen several times, and counting them
-# as independent draws made the intervals too narrow (docs/results/methods). The upper side of
-# a depth: its runs from the smallest lr where some seed learned upwards (below it runs are too
+# k at depth L has its own limit, log lr*_kL = μ(L) + δ_L + σ·ε_kL: μ(L) = c + s·(log L − log L₀)
+# is the law (the limit at which half the seeds learn at a depth on the law), δ_L ~ N(0, τ²) a
+# depth's own offset from it (depths scatter about a power law: τ, the depth scatter), σ the
+# seeds' scatter within a depth, s the slope d log lr*/d log L. A seed's runs tell an interval
+# for its limit (interval-censored regression): above the largest lr where it learned, at or
+# below the smallest lr above that where it failed; no failure above: at least that lr
+# (right-censored, "≥ bound"); no learned run: below the smallest lr of the upper side
+# (left-censored). One term per seed and depth, not per run: a seed's runs at several lrs are
+# one limit seen several times. A depth's seeds share δ_L, so its likelihood is the product of
+# its seeds' interval probabilities integrated over δ_L (Gauss–Legendre, LEGENDRE_NODES nodes on
+# the part of the line where both the integrand and N(0, τ²) have mass). The upper side of a
+# depth: its runs from the smallest lr where some seed learned upwards (below it runs are too
 # slow, the window's other edge); a depth where no seed learned tells neither edge and is left
-# out (listed). Maximum likelihood (scipy.optimize, L-BFGS-B) with σ kept in [W_MIN, W_MAX]
-# (a sample whose brackets all nest has σ → 0). 95 % intervals: profile likelihood (the
-# parameter fixed, the others refitted; the interval is where twice the log-likelihood drop
-# stays under χ²₁(0.95) = 3.84); an edge the profile does not reach within PROFILE_SPAN is
-# open (±inf).
+# out (listed). Maximum likelihood (scipy.optimize, L-BFGS-B), σ kept in [W_MIN, W_MAX], τ in
+# [0, TAU_MAX]; τ̂ = 0 (the depths sit on the law as closely as their seeds allow) is the fit
+# without the depth term.
+#
+# 95 % intervals: profile likelihood (the parameter fixed, the others refitted), the interval
+# where twice the log-likelihood drop stays under a threshold; an edge the profile does not reach
+# within PROFILE_SPAN is open (±inf). With J depths the law has J − 2 degrees of freedom for the
+# depth scatter, and the threshold is the one that is exact when τ dominates (a normal linear
+# regression with unknown variance: the drop is J·log(1 + t²/(J − 2)), t ~ t_{J−2}):
+# J·log(1 + t²_{J−2, 0.975}/(J − 2)) — 15.3 at 3 depths, 9.3 at 4, 6.4 at 6, → χ²₁(0.95) = 3.84 as
+# J grows. Where τ = 0 it is conservative (the interval ~×2 wider than it needs at 3 depths, ×1.3
+# at 6); the χ²₁ threshold there under-covered once depths scatter (docs/results/methods). Two
+# depths leave no degree of freedom: the slope then has no interval (±inf). `scatter=False` is the
+# fit without the depth term and with the χ²₁ threshold: the seeds-only interval, kept for
+# comparison.
 
 PROB = 0.5                      # the limit is the lr at which half the seeds learn
 W_MIN, W_MAX = 0.02, 5.0        # σ, the seeds' scatter in log lr
+TAU_MAX = 3.0                   # τ, the depths' scatter about the law, in log lr
+TAU_ZERO = 1e-6                 # τ below this is no depth term (the integral is the point δ = 0)
 PROFILE_SPAN = 12.0             # how far (in slope units, or log lr) a profile edge is looked for
 CHI2_95 = 3.841458820694124     # scipy.stats.chi2.ppf(0.95, 1)
+LEGENDRE_NODES = 32
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(LEGENDRE_NODES)
+
+
+def drop_threshold(depths: int) -> float:
+    """Twice the log-likelihood drop a 95 % profile interval allows with `depths` depths and a
+    depth scatter term (see the section's comment); inf below 3 depths."""
+    if depths < 3:
+        return math.inf
+    df = depths - 2
+    return depths * math.log1p(stats.t.ppf(0.975, df) ** 2 / df)
 
 
 def upper_side(points) -> tuple[list, list, list, list[int]]:
@@ -364,33 +390,73 @@ def upper_side(points) -> tuple[list, list, list, list[int]]:
     return lows, highs, z, dropped
 
 
-def _nll(theta, a, b, z, z0):
-    c, s, log_w = theta
-    mu, w = c + s * (z - z0), math.exp(log_w)
-    ha, hb = (a - mu) / w, (b - mu) / w
-    p = np.where(ha > 0, ndtr(-ha) - ndtr(-hb), ndtr(hb) - ndtr(ha))  # the tail it sits in, for precision
-    return -float(np.sum(np.log(np.maximum(p, 1e-300))))
+class _Seeds:
+    """The seed intervals grouped by depth: a (J, K) array of lows and of highs (a depth with
+    fewer seeds padded with (-inf, inf), probability 1), the depths' log depth, and per depth
+    the span where its seeds' intervals put the depth's centre (see `_centre_span`)."""
+
+    def __init__(self, a, b, z):
+        depths = sorted(set(z.tolist()))
+        width = max(int(np.sum(z == d)) for d in depths)
+        self.a = np.full((len(depths), width), -np.inf)
+        self.b = np.full((len(depths), width), np.inf)
+        for j, d in enumerate(depths):
+            mine = z == d
+            self.a[j, :mine.sum()], self.b[j, :mine.sum()] = a[mine], b[mine]
+        self.z = np.asarray(depths)
+        self.top_low, self.bottom_high = self.a.max(axis=1), self.b.min(axis=1)
 
 
-def _minimize(a, b, z, z0, fixed: dict | None = None, starts=None) -> tuple[float, np.ndarray]:
-    """(minimal negative log-likelihood, θ = (c, s, log σ)) with the parameters in `fixed`
+def _interval_log_p(a, b, centre, w):
+    """log P(a < centre + w·ε ≤ b), elementwise, in the tail it sits in for precision."""
+    ha, hb = (a - centre) / w, (b - centre) / w
+    p = np.where(ha > 0, ndtr(-ha) - ndtr(-hb), ndtr(hb) - ndtr(ha))
+    return np.log(np.maximum(p, 1e-300))
+
+
+def _nll(theta, seeds: _Seeds, z0):
+    """The negative log-likelihood at θ = (c, s, log σ, τ)."""
+    c, s, log_w, tau = theta
+    mu, w = c + s * (seeds.z - z0), math.exp(log_w)
+    if tau < TAU_ZERO:
+        return -float(np.sum(_interval_log_p(seeds.a, seeds.b, mu[:, None], w)))
+    # the depth's centre μ + δ has mass where its seeds' intervals meet (±6σ) and within ±8τ of μ
+    lo = np.minimum(seeds.top_low, seeds.bottom_high) - 6 * w
+    hi = np.maximum(seeds.top_low, seeds.bottom_high) + 6 * w
+    lo, hi = np.maximum(lo, mu - 8 * tau), np.minimum(hi, mu + 8 * tau)
+    hi = np.maximum(hi, lo + 1e-9)
+    centre = lo[:, None] + (hi - lo)[:, None] * (_GL_X + 1) / 2                        # (J, nodes)
+    log_seeds = _interval_log_p(seeds.a[:, None, :], seeds.b[:, None, :], centre[:, :, None], w).sum(axis=2)
+    log_prior = -0.5 * ((centre - mu[:, None]) / tau) ** 2 - math.log(tau * math.sqrt(2 * math.pi))
+    log_weight = np.log(_GL_W)[None] + np.log((hi - lo) / 2)[:, None]
+    terms = log_seeds + log_prior + log_weight
+    top = terms.max(axis=1)
+    return -float(np.sum(top + np.log(np.exp(terms - top[:, None]).sum(axis=1))))
+
+
+def _minimize(seeds: _Seeds, z0, fixed: dict | None = None, starts=None) -> tuple[float, np.ndarray]:
+    """(minimal negative log-likelihood, θ = (c, s, log σ, τ)) with the parameters in `fixed`
     ({index: value}) held; from each start in `starts` (θ's), the best kept."""
     fixed = fixed or {}
-    free = [i for i in range(3) if i not in fixed]
-    bounds = [(None, None), (None, None), (math.log(W_MIN), math.log(W_MAX))]
-    finite = np.concatenate([a[np.isfinite(a)], b[np.isfinite(b)]])
-    starts = starts if starts is not None else [np.array([float(np.median(finite)), s0, math.log(0.3)])
+    free = [i for i in range(4) if i not in fixed]
+    bounds = [(None, None), (None, None), (math.log(W_MIN), math.log(W_MAX)), (0.0, TAU_MAX)]
+    finite = np.concatenate([seeds.a[np.isfinite(seeds.a)], seeds.b[np.isfinite(seeds.b)]])
+    starts = starts if starts is not None else [np.array([float(np.median(finite)), s0, math.log(0.3), 0.1])
                                                 for s0 in (0.0, -1.0)]
     best = (math.inf, None)
     for start in starts:
         start = np.array(start, float)
         for i, v in fixed.items():
             start[i] = v
+        if not free:
+            value = _nll(start, seeds, z0)
+            best = min(best, (value, start), key=lambda t: t[0])
+            continue
 
         def f(free_values):
             theta = start.copy()
             theta[free] = free_values
-            return _nll(theta, a, b, z, z0)
+            return _nll(theta, seeds, z0)
 
         r = minimize(f, start[free], method="L-BFGS-B", bounds=[bounds[i] for i in free])
         if r.fun < best[0]:
@@ -400,10 +466,15 @@ def _minimize(a, b, z, z0, fixed: dict | None = None, starts=None) -> tuple[floa
     return best
 
 
-def _profile_interval(a, b, z, z0, index: int, nll_min: float, theta: np.ndarray) -> tuple[float, float]:
-    """The 95 % profile-likelihood interval of parameter `index` (see the section's comment)."""
+def _profile_interval(seeds: _Seeds, z0, index: int, nll_min: float, theta: np.ndarray, threshold: float,
+                      fixed: dict | None = None) -> tuple[float, float]:
+    """The 95 % profile-likelihood interval of parameter `index`: where twice the drop stays
+    under `threshold` (see the section's comment); `fixed` parameters held throughout."""
+    if not math.isfinite(threshold):
+        return -math.inf, math.inf
+
     def excess(v):
-        return 2 * (_minimize(a, b, z, z0, {index: v}, starts=[theta])[0] - nll_min) - CHI2_95
+        return 2 * (_minimize(seeds, z0, {**(fixed or {}), index: v}, starts=[theta])[0] - nll_min) - threshold
 
     edges = []
     for sign in (-1, 1):
@@ -420,28 +491,49 @@ def _profile_interval(a, b, z, z0, index: int, nll_min: float, theta: np.ndarray
     return edges[0], edges[1]
 
 
-def likelihood_fit(lows, highs, z, at_depths=(), intervals: bool = True) -> dict:
+def likelihood_fit(lows, highs, z, at_depths=(), intervals: bool = True, scatter: bool = True) -> dict:
     """The interval-censored fit of one line (see the section's comment): slope, its profile
-    interval, the seeds' scatter σ ("width"), the seed-limits and depths used, and per depth in
-    `at_depths` (blocks) the 50 % limit exp(μ(L)) with its profile interval, {L: (limit, low,
-    high)}. NaN with fewer than two depths or no finite bracket end (nothing to place)."""
+    interval, the seeds' scatter σ ("width"), the depths' scatter τ ("depth_scatter"), the
+    seed-limits and depths used, and per depth in `at_depths` (blocks) the law's 50 % limit
+    exp(μ(L)) with its profile interval, {L: (limit, low, high)}. `scatter=False`: without the
+    depth term (τ = 0), χ²₁ intervals. NaN with fewer than two depths or no finite bracket end."""
     a, b, z = (np.asarray(v, float) for v in (lows, highs, z))
     out = {"runs": len(a), "depths": len(set(z.tolist())), "slope": math.nan, "slope_low": math.nan,
-           "slope_high": math.nan, "width": math.nan, "limits": {}}
+           "slope_high": math.nan, "width": math.nan, "depth_scatter": math.nan, "limits": {}}
     if out["depths"] < 2 or not np.isfinite(b).any() or not np.isfinite(a).any():
         return out
-    z0 = float(np.mean(z))
-    nll, theta = _minimize(a, b, z, z0)
-    out.update(slope=float(theta[1]), width=float(math.exp(theta[2])))
+    seeds, z0 = _Seeds(a, b, z), float(np.mean(z))
+    fixed = {} if scatter else {3: 0.0}
+    threshold = drop_threshold(out["depths"]) if scatter else CHI2_95
+    nll, theta = _minimize(seeds, z0, fixed)
+    out.update(slope=float(theta[1]), width=float(math.exp(theta[2])), depth_scatter=float(theta[3]))
     if intervals:
-        out["slope_low"], out["slope_high"] = _profile_interval(a, b, z, z0, 1, nll, theta)
+        out["slope_low"], out["slope_high"] = _profile_interval(seeds, z0, 1, nll, theta, threshold, fixed)
     for depth in at_depths:
         zd = math.log(depth)
-        shifted = theta + np.array([theta[1] * (zd - z0), 0, 0])   # the same fit, its intercept at depth L
-        low, high = _profile_interval(a, b, z, zd, 0, nll, shifted) if intervals else (math.nan,) * 2
+        shifted = theta + np.array([theta[1] * (zd - z0), 0, 0, 0])   # the same fit, its intercept at depth L
+        low, high = (_profile_interval(seeds, zd, 0, nll, shifted, threshold, fixed) if intervals
+                     else (math.nan,) * 2)
         out["limits"][depth] = (math.exp(shifted[0]), math.exp(low), math.exp(high))
     return out
 
+
+def slope_inside(lows, highs, z, slope: float, scatter: bool = True) -> bool | None:
+    """Whether `slope` lies inside likelihood_fit's 95 % slope interval, by the test the interval
+    inverts (twice the profile drop at `slope` under the threshold), without searching the
+    interval's edges: one profile fit instead of a dozen. None where the fit gives no slope."""
+    a, b, z = (np.asarray(v, float) for v in (lows, highs, z))
+    depths = len(set(z.tolist()))
+    if depths < 2 or not np.isfinite(b).any() or not np.isfinite(a).any():
+        return None
+    seeds, z0 = _Seeds(a, b, z), float(np.mean(z))
+    fixed = {} if scatter else {3: 0.0}
+    nll, theta = _minimize(seeds, z0, fixed)
+    threshold = drop_threshold(depths) if scatter else CHI2_95
+    if not math.isfinite(threshold):
+        return True
+    drop = _minimize(seeds, z0, {**fixed, 1: slope}, starts=[theta])[0] - nll
+    return bool(2 * drop <= threshold)
 
 # ------------------------------------------------------------ the optimal lr (lowest mean loss)
 #
