@@ -116,7 +116,7 @@ def depth_law_condition(c: dict, n: int, widths_of: int) -> list[dict]:
     hits = {True: 0, False: 0}
     fitted = {True: 0, False: 0}
     widths = {True: [], False: []}
-    disagree = 0
+    disagree = {True: 0, False: 0}
     for i in range(n):
         lows, highs, z, _ = depth_law.upper_side(simulate_study(rng, c["design"], c["depths"], c["sigma"], c["tau"]))
         for scatter in (True, False):
@@ -128,12 +128,12 @@ def depth_law_condition(c: dict, n: int, widths_of: int) -> list[dict]:
             if i < widths_of:
                 f = depth_law.likelihood_fit(lows, highs, z, scatter=scatter)
                 widths[scatter].append(f["slope_high"] - f["slope_low"])
-                disagree += inside != (f["slope_low"] <= SLOPE <= f["slope_high"])
+                disagree[scatter] += inside != (f["slope_low"] <= SLOPE <= f["slope_high"])
     design = {"search": f"search to ×{SEARCH_RATIO:g}", "grid": f"×{GRID_RATIO:g} grid"}[c["design"]]
     where = {"condition": c["condition"], "depths": "-".join(map(str, c["depths"])), "sigma": c["sigma"],
              "tau": c["tau"], "design": design, "true_slope": SLOPE}
     return [{**where, **row("slope", method, hits[scatter], fitted[scatter], n, widths[scatter]),
-             "width_studies": len(widths[scatter]), "test_and_interval_disagree": disagree}
+             "width_studies": len(widths[scatter]), "test_and_interval_disagree": disagree[scatter]}
             for scatter, method in ((True, "likelihood with depth scatter (report)"),
                                     (False, "likelihood, seeds only (before)"))]
 

@@ -355,14 +355,16 @@ PROFILE_SPAN = 12.0             # how far (in slope units, or log lr) a profile 
 CHI2_95 = 3.841458820694124     # scipy.stats.chi2.ppf(0.95, 1)
 LEGENDRE_NODES = 32
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(LEGENDRE_NODES)
+ZOOM_NODES, ZOOMS = 6, 3        # a depth's integrand on fewer nodes than this is integrated again, closer
 
 
-def drop_threshold(depths: int) -> float:
-    """Twice the log-likelihood drop a 95 % profile interval allows with `depths` depths and a
-    depth scatter term (see the section's comment); inf below 3 depths."""
-    if depths < 3:
+def drop_threshold(depths: int, coefficients: int = 2) -> float:
+    """Twice the log-likelihood drop a 95 % profile interval allows with `depths` depths (over
+    all lines fitted together) and a depth scatter term, the lines' laws having `coefficients`
+    intercepts and slopes in all (see the section's comment); inf with no degree of freedom left."""
+    df = depths - coefficients
+    if df < 1:
         return math.inf
-    df = depths - 2
     return depths * math.log1p(stats.t.ppf(0.975, df) ** 2 / df)
 
 
@@ -414,6 +416,15 @@ def _interval_log_p(a, b, centre, w):
     return np.log(np.maximum(p, 1e-300))
 
 
+def _centre_terms(seeds: _Seeds, rows, mu, w, tau, lo, hi):
+    """Per depth in `rows`: the Gauss–Legendre nodes on [lo, hi] for the depth's centre and the
+    log of each node's term (its seeds' interval probabilities × N(μ, τ²) × the node's weight)."""
+    centre = lo[:, None] + (hi - lo)[:, None] * (_GL_X + 1) / 2                        # (rows, nodes)
+    log_seeds = _interval_log_p(seeds.a[rows, None, :], seeds.b[rows, None, :], centre[:, :, None], w).sum(axis=2)
+    log_prior = -0.5 * ((centre - mu[rows, None]) / tau) ** 2 - math.log(tau * math.sqrt(2 * math.pi))
+    return centre, log_seeds + log_prior + np.log(_GL_W)[None] + np.log((hi - lo) / 2)[:, None]
+
+
 def _nll(theta, seeds: _Seeds, z0):
     """The negative log-likelihood at θ = (c, s, log σ, τ)."""
     c, s, log_w, tau = theta
@@ -425,11 +436,23 @@ def _nll(theta, seeds: _Seeds, z0):
     hi = np.maximum(seeds.top_low, seeds.bottom_high) + 6 * w
     lo, hi = np.maximum(lo, mu - 8 * tau), np.minimum(hi, mu + 8 * tau)
     hi = np.maximum(hi, lo + 1e-9)
-    centre = lo[:, None] + (hi - lo)[:, None] * (_GL_X + 1) / 2                        # (J, nodes)
-    log_seeds = _interval_log_p(seeds.a[:, None, :], seeds.b[:, None, :], centre[:, :, None], w).sum(axis=2)
-    log_prior = -0.5 * ((centre - mu[:, None]) / tau) ** 2 - math.log(tau * math.sqrt(2 * math.pi))
-    log_weight = np.log(_GL_W)[None] + np.log((hi - lo) / 2)[:, None]
-    terms = log_seeds + log_prior + log_weight
+    rows = np.arange(len(mu))
+    centre, terms = _centre_terms(seeds, rows, mu, w, tau, lo, hi)
+    for _ in range(ZOOMS):
+        # The integrand is log-concave in the centre: where it is worth more than e^-40 of its peak
+        # is one run of nodes. Fewer than ZOOM_NODES nodes there (many seeds: a narrow peak): the
+        # nodes are laid again over that run and one node beyond each end.
+        near = (terms - np.log(_GL_W)[None]) > (terms - np.log(_GL_W)[None]).max(axis=1, keepdims=True) - 40
+        narrow = near.sum(axis=1) < ZOOM_NODES
+        if not narrow.any():
+            break
+        first = np.maximum(near.argmax(axis=1) - 1, 0)[narrow]
+        last = np.minimum(LEGENDRE_NODES - near[:, ::-1].argmax(axis=1), LEGENDRE_NODES - 1)[narrow]
+        picked = rows[narrow]
+        new_lo = np.where(first == 0, lo[picked], centre[narrow, first])
+        new_hi = np.where(last == LEGENDRE_NODES - 1, hi[picked], centre[narrow, last])
+        lo[picked], hi[picked] = new_lo, new_hi
+        centre[narrow], terms[narrow] = _centre_terms(seeds, picked, mu, w, tau, new_lo, new_hi)
     top = terms.max(axis=1)
     return -float(np.sum(top + np.log(np.exp(terms - top[:, None]).sum(axis=1))))
 
@@ -437,26 +460,31 @@ def _nll(theta, seeds: _Seeds, z0):
 def _minimize(seeds: _Seeds, z0, fixed: dict | None = None, starts=None) -> tuple[float, np.ndarray]:
     """(minimal negative log-likelihood, θ = (c, s, log σ, τ)) with the parameters in `fixed`
     ({index: value}) held; from each start in `starts` (θ's), the best kept."""
-    fixed = fixed or {}
-    free = [i for i in range(4) if i not in fixed]
-    bounds = [(None, None), (None, None), (math.log(W_MIN), math.log(W_MAX)), (0.0, TAU_MAX)]
     finite = np.concatenate([seeds.a[np.isfinite(seeds.a)], seeds.b[np.isfinite(seeds.b)]])
     starts = starts if starts is not None else [np.array([float(np.median(finite)), s0, math.log(0.3), 0.1])
                                                 for s0 in (0.0, -1.0)]
+    bounds = [(None, None), (None, None), (math.log(W_MIN), math.log(W_MAX)), (0.0, TAU_MAX)]
+    return _least(lambda theta: _nll(theta, seeds, z0), bounds, fixed or {}, starts)
+
+
+def _least(objective, bounds: list, fixed: dict, starts) -> tuple[float, np.ndarray]:
+    """(the least value of `objective` found, its argument) from each start (L-BFGS-B within
+    `bounds`), the parameters in `fixed` ({index: value}) held."""
+    free = [i for i in range(len(bounds)) if i not in fixed]
     best = (math.inf, None)
     for start in starts:
         start = np.array(start, float)
         for i, v in fixed.items():
             start[i] = v
         if not free:
-            value = _nll(start, seeds, z0)
+            value = objective(start)
             best = min(best, (value, start), key=lambda t: t[0])
             continue
 
         def f(free_values):
             theta = start.copy()
             theta[free] = free_values
-            return _nll(theta, seeds, z0)
+            return objective(theta)
 
         r = minimize(f, start[free], method="L-BFGS-B", bounds=[bounds[i] for i in free])
         if r.fun < best[0]:
@@ -466,15 +494,15 @@ def _minimize(seeds: _Seeds, z0, fixed: dict | None = None, starts=None) -> tupl
     return best
 
 
-def _profile_interval(seeds: _Seeds, z0, index: int, nll_min: float, theta: np.ndarray, threshold: float,
-                      fixed: dict | None = None) -> tuple[float, float]:
+def _profile_interval(refit, index: int, nll_min: float, theta: np.ndarray, threshold: float) -> tuple[float, float]:
     """The 95 % profile-likelihood interval of parameter `index`: where twice the drop stays
-    under `threshold` (see the section's comment); `fixed` parameters held throughout."""
+    under `threshold` (see the section's comment). refit(fixed, starts) -> (least negative
+    log-likelihood, θ) with the parameters in `fixed` held."""
     if not math.isfinite(threshold):
         return -math.inf, math.inf
 
     def excess(v):
-        return 2 * (_minimize(seeds, z0, {**(fixed or {}), index: v}, starts=[theta])[0] - nll_min) - threshold
+        return 2 * (refit({index: v}, [theta])[0] - nll_min) - threshold
 
     edges = []
     for sign in (-1, 1):
@@ -508,12 +536,13 @@ def likelihood_fit(lows, highs, z, at_depths=(), intervals: bool = True, scatter
     nll, theta = _minimize(seeds, z0, fixed)
     out.update(slope=float(theta[1]), width=float(math.exp(theta[2])), depth_scatter=float(theta[3]))
     if intervals:
-        out["slope_low"], out["slope_high"] = _profile_interval(seeds, z0, 1, nll, theta, threshold, fixed)
+        out["slope_low"], out["slope_high"] = _profile_interval(
+            lambda held, starts: _minimize(seeds, z0, {**fixed, **held}, starts), 1, nll, theta, threshold)
     for depth in at_depths:
         zd = math.log(depth)
         shifted = theta + np.array([theta[1] * (zd - z0), 0, 0, 0])   # the same fit, its intercept at depth L
-        low, high = (_profile_interval(seeds, zd, 0, nll, shifted, threshold, fixed) if intervals
-                     else (math.nan,) * 2)
+        low, high = (_profile_interval(lambda held, starts: _minimize(seeds, zd, {**fixed, **held}, starts),
+                                       0, nll, shifted, threshold) if intervals else (math.nan,) * 2)
         out["limits"][depth] = (math.exp(shifted[0]), math.exp(low), math.exp(high))
     return out
 
@@ -534,6 +563,37 @@ def slope_inside(lows, highs, z, slope: float, scatter: bool = True) -> bool | N
         return True
     drop = _minimize(seeds, z0, {**fixed, 1: slope}, starts=[theta])[0] - nll
     return bool(2 * drop <= threshold)
+
+
+def slope_difference(line_a, line_b, scatter: bool = True) -> dict:
+    """Line b's slope minus line a's, each line (lows, highs, log depths) as upper_side gives
+    them: one fit of both lines, each with its own law and seeds' scatter σ, one depth scatter τ
+    for both (`scatter=False`: none, χ²₁), the difference profiled with the threshold of
+    J = both lines' depths and 4 coefficients (see the section's comment). {"difference", "low",
+    "high", "depths" (a's, b's), "depth_scatter"}; NaN where a line has no slope."""
+    out = {"difference": math.nan, "low": math.nan, "high": math.nan, "depth_scatter": math.nan,
+           "depths": tuple(len(set(np.asarray(line[2], float).tolist())) for line in (line_a, line_b))}
+    if any(not math.isfinite(likelihood_fit(*line, intervals=False, scatter=False)["slope"])
+           for line in (line_a, line_b)):
+        return out
+    seeds = [_Seeds(*(np.asarray(v, float) for v in line)) for line in (line_a, line_b)]
+    z0 = [float(np.mean(np.asarray(line[2], float))) for line in (line_a, line_b)]
+
+    def nll(phi):   # φ = (c_a, s_a, log σ_a, c_b, s_b − s_a, log σ_b, τ)
+        return (_nll((phi[0], phi[1], phi[2], phi[6]), seeds[0], z0[0])
+                + _nll((phi[3], phi[1] + phi[4], phi[5], phi[6]), seeds[1], z0[1]))
+
+    w_bounds = (math.log(W_MIN), math.log(W_MAX))
+    bounds = [(None, None), (None, None), w_bounds, (None, None), (None, None), w_bounds, (0.0, TAU_MAX)]
+    fixed = {} if scatter else {6: 0.0}
+    ta, tb = (_minimize(one, z, {3: 0.0})[1] for one, z in zip(seeds, z0))   # each line alone, no τ
+    start = [np.array([ta[0], ta[1], ta[2], tb[0], tb[1] - ta[1], tb[2], tau]) for tau in (0.0, 0.1)]
+    least, phi = _least(nll, bounds, fixed, start)
+    threshold = drop_threshold(sum(out["depths"]), 4) if scatter else CHI2_95
+    out.update(difference=float(phi[4]), depth_scatter=float(phi[6]))
+    out["low"], out["high"] = _profile_interval(lambda held, starts: _least(nll, bounds, {**fixed, **held}, starts),
+                                                4, least, phi, threshold)
+    return out
 
 # ------------------------------------------------------------ the optimal lr (lowest mean loss)
 #
