@@ -17,7 +17,8 @@ seed (SEED + its number), so --conditions reruns a subset to the same numbers an
 its rows of the CSV. Per condition: the interval with the depth scatter term (the report's) and
 without it (seeds only, χ²₁), the truth inside or not by depth_law.slope_inside (the test the
 interval inverts); the full interval's median width from the first --widths studies, with the
-count of studies where the test and the interval disagree (0 expected).
+count of studies where the test and the interval disagree (0 expected); the seeds-only interval
+on the first --compare studies only (its cost).
 
 --part others (coverage.csv): the optimal lr, means and LR sensitivity. The optimal lr: final
 loss(η) = 2.6 + k·(log η − x*(L))² (k = 0.1; above the optimum k·asym) + N(0, 0.08²) per run,
@@ -35,7 +36,9 @@ figure each (coverage.png, depth_law_coverage.png), printed with the wall time.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import math
+import tempfile
 import time
 from pathlib import Path
 
@@ -106,12 +109,12 @@ def conditions() -> list[dict]:
     return [{"condition": i, "depths": d, "sigma": s, "tau": t, "design": k} for i, (d, s, t, k) in enumerate(grid)]
 
 
-def depth_law_condition(c: dict, n: int, widths_of: int) -> list[dict]:
+def depth_law_condition(c: dict, n: int, widths_of: int, compare_of: int) -> list[dict]:
     """Coverage of the slope's 95 % interval in one condition, n studies from its own RNG seed
     (SEED + condition number, so a subset reruns to the same numbers): with the depth scatter
-    term (the report's interval) and without it (seeds only, χ²₁: the interval before). Whether
-    the truth is inside is depth_law.slope_inside's test; the full interval (its width, and a
-    check that it agrees with the test) on the first `widths_of` studies."""
+    term (the report's interval) and, on the first `compare_of` studies, without it (seeds only,
+    χ²₁: the interval before). Whether the truth is inside is depth_law.slope_inside's test; the
+    full interval (its width, and a check that it agrees with the test) on the first `widths_of`."""
     rng = np.random.default_rng(SEED + c["condition"])
     hits = {True: 0, False: 0}
     fitted = {True: 0, False: 0}
@@ -119,7 +122,7 @@ def depth_law_condition(c: dict, n: int, widths_of: int) -> list[dict]:
     disagree = {True: 0, False: 0}
     for i in range(n):
         lows, highs, z, _ = depth_law.upper_side(simulate_study(rng, c["design"], c["depths"], c["sigma"], c["tau"]))
-        for scatter in (True, False):
+        for scatter in (True, False)[:2 if i < compare_of else 1]:
             inside = depth_law.slope_inside(lows, highs, z, SLOPE, scatter=scatter)
             if inside is None:
                 continue
@@ -132,7 +135,8 @@ def depth_law_condition(c: dict, n: int, widths_of: int) -> list[dict]:
     design = {"search": f"search to ×{SEARCH_RATIO:g}", "grid": f"×{GRID_RATIO:g} grid"}[c["design"]]
     where = {"condition": c["condition"], "depths": "-".join(map(str, c["depths"])), "sigma": c["sigma"],
              "tau": c["tau"], "design": design, "true_slope": SLOPE}
-    return [{**where, **row("slope", method, hits[scatter], fitted[scatter], n, widths[scatter]),
+    return [{**where, **row("slope", method, hits[scatter], fitted[scatter], n if scatter else min(n, compare_of),
+                            widths[scatter]),
              "width_studies": len(widths[scatter]), "test_and_interval_disagree": disagree[scatter]}
             for scatter, method in ((True, "likelihood with depth scatter (report)"),
                                     (False, "likelihood, seeds only (before)"))]
@@ -251,24 +255,31 @@ def numbers(text: str) -> list[int]:
 
 
 def run_depth_law(args) -> None:
-    """The depth-law conditions asked for, their rows replacing those already in the CSV."""
+    """The depth-law conditions asked for, in the order asked; after each, its rows replace its old
+    ones in the CSV (under a lock: two processes may run two subsets into one folder)."""
     chosen = conditions() if args.conditions is None else [conditions()[i] for i in numbers(args.conditions)]
-    path = args.out / "depth_law_coverage.csv"
-    rows = []
     for c in chosen:
-        t0 = time.time()
-        rows += depth_law_condition(c, args.studies, args.widths)
-        print(f"condition {c['condition']}: {rows[-2]['coverage']:.3f} with the scatter term, "
-              f"{rows[-1]['coverage']:.3f} seeds only ({time.time() - t0:.0f} s)", flush=True)
-    table = pd.DataFrame(rows)
-    if path.is_file():   # another subset's rows stay
+        t0 = time.process_time()
+        rows = depth_law_condition(c, args.studies, args.widths, args.compare)
+        print(f"condition {c['condition']}: {rows[0]['coverage']:.3f} with the scatter term, "
+              f"{rows[1]['coverage']:.3f} seeds only ({time.process_time() - t0:.0f} s CPU)", flush=True)
+        with open(Path(tempfile.gettempdir()) / "normexp_depth_law_coverage.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            write_depth_law(pd.DataFrame(rows), args.out)
+
+
+def write_depth_law(rows: pd.DataFrame, out: Path) -> None:
+    """depth_law_coverage.csv with `rows` in place of their conditions' old rows, and its figure."""
+    path = out / "depth_law_coverage.csv"
+    table = rows
+    if path.is_file():   # the other conditions' rows stay
         old = pd.read_csv(path)
-        table = pd.concat([old[~old["condition"].isin(table["condition"])], table]).sort_values(
-            ["condition", "method"], ascending=[True, True], kind="stable")
+        table = pd.concat([old[~old["condition"].isin(rows["condition"])], rows])
+    table = table.sort_values(["condition", "method"], kind="stable").reset_index(drop=True)
     table.to_csv(path, index=False)
     labels = [f"{r['depths']}, σ {r['sigma']:g}, τ {r['tau']:g}, {r['design']}: {r['method'].split(' (')[0]}"
               for r in table.to_dict("records")]
-    figure(table.reset_index(drop=True), labels, args.out / "depth_law_coverage.png",
+    figure(table, labels, out / "depth_law_coverage.png",
            f"Depth-law slope: coverage of the 95 % interval (true slope {SLOPE:g})")
 
 
@@ -290,7 +301,9 @@ def main() -> None:
     p.add_argument("--part", choices=("depth_law", "others", "all"), default="all")
     p.add_argument("--studies", type=int, default=400)
     p.add_argument("--conditions", help="depth-law conditions to run, e.g. 0-5,12 (default: all 24)")
-    p.add_argument("--widths", type=int, default=50, help="studies per condition whose full interval is found")
+    p.add_argument("--widths", type=int, default=10, help="studies per condition whose full interval is found")
+    p.add_argument("--compare", type=int, default=100,
+                   help="studies per condition also fitted without the depth scatter term")
     p.add_argument("--out", type=Path, default=Path("docs/results/methods"))
     args = p.parse_args()
     if args.conditions is not None:

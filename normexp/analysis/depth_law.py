@@ -127,14 +127,8 @@ def laws(table, line_cols: list[str], points=None) -> list[dict]:
         mine = _line_points(points, line_cols, key)
         lik, left, optima, opt_slope = None, [], [], (math.nan,) * 3
         if mine is not None and len(mine):
-            # A depth whose upper edge learns at N× the steps (the budget check) bounds the budget,
-            # not stability: like the bootstrap, the likelihood fit leaves it out and says so (also a
-            # depth with no window whose lowest failing point learns at N× the steps: stuck everywhere).
-            budget_limited = sorted({int(r["layers"]) for r in rows if r.get("upper_edge") == TOO_SLOW_FOR_THE_BUDGET
-                                     or TOO_SLOW_FOR_THE_BUDGET in str(r.get("upper_budget", ""))})
             mine = at_search_budget(mine)
-            lows, highs, z, no_seed = upper_side(mine[~mine["layers"].astype(int).isin(budget_limited)])
-            left = sorted([(d, "no seed learned") for d in no_seed] + [(d, TOO_SLOW_FOR_THE_BUDGET) for d in budget_limited])
+            (lows, highs, z), left = likelihood_inputs(rows, mine)
             fitted = sorted({round(math.exp(v)) for v in z})
             lik = likelihood_fit(lows, highs, z, at_depths=[*fitted[:1], EXTRAPOLATE_TO])
             if "loss" in mine.columns:
@@ -154,6 +148,19 @@ def laws(table, line_cols: list[str], points=None) -> list[dict]:
                     "not_limits": [(int(r["layers"]), depth_kind(r), _edge_words(r)) for r in rows
                                    if depth_kind(r) != "limit"]})
     return out
+
+
+def likelihood_inputs(rows: list[dict], points) -> tuple[tuple[list, list, list], list[tuple[int, str]]]:
+    """((lows, highs, log depths) for likelihood_fit, [(depth, why left out)]) of one line: its
+    boundary.csv rows and its boundary_points rows at the search's budget. A depth whose upper edge
+    learns at N× the steps (the budget check) bounds the budget, not stability: like the
+    bootstrap, the likelihood fit leaves it out and says so (also a depth with no window whose
+    lowest failing point learns at N× the steps: stuck everywhere); so is a depth where no seed learned."""
+    budget_limited = sorted({int(r["layers"]) for r in rows if r.get("upper_edge") == TOO_SLOW_FOR_THE_BUDGET
+                             or TOO_SLOW_FOR_THE_BUDGET in str(r.get("upper_budget", ""))})
+    lows, highs, z, no_seed = upper_side(points[~points["layers"].astype(int).isin(budget_limited)])
+    left = sorted([(d, "no seed learned") for d in no_seed] + [(d, TOO_SLOW_FOR_THE_BUDGET) for d in budget_limited])
+    return (lows, highs, z), left
 
 
 def _edge_words(row: dict) -> str:
@@ -203,7 +210,7 @@ def likelihood_cells(r: dict) -> list[str]:
     (shallow, at), (far, extra) = list(lik["limits"].items())
     return [_interval(lik["slope"], lik["slope_low"], lik["slope_high"], "{:.2f}"),
             _interval(*at, "{:.3g}") + f" at {shallow}", _interval(*extra, "{:.2g}"),
-            f"{lik['runs']} seed limits at {lik['depths']} depths, σ {lik['width']:.2f}"
+            f"{lik['runs']} seed limits at {lik['depths']} depths, σ {lik['width']:.2f}, τ {lik['depth_scatter']:.2f}"
             + _left_out(r)]
 
 
