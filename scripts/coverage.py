@@ -245,6 +245,38 @@ def figure(table: pd.DataFrame, labels: list[str], path: Path, title: str) -> No
     plt.close(fig)
 
 
+def coverage_cell(r: dict) -> str:
+    """"0.953 [0.927, 0.971]", in bold where the row fails."""
+    text = f"{r['coverage']:.3f} [{r['coverage_low']:.3f}, {r['coverage_high']:.3f}]"
+    return text if r["passes"] == "yes" else f"**{text}**"
+
+
+def depth_law_markdown(table: pd.DataFrame) -> str:
+    """The methods page's table of depth_law_coverage.csv: one line per condition, the interval with
+    the depth scatter term beside the seeds-only one (tests/analysis/test_stats_methods.py checks
+    that the page holds exactly this)."""
+    lines = ["| # | depths | σ | τ | lrs | with depth scatter: covered / studies | coverage [Clopper–Pearson 95 %] "
+             "| median width | passes | seeds only: covered / studies | coverage [CP 95 %] | median width |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for condition, rows in table.groupby("condition", sort=True):
+        new = rows[rows["method"].str.contains("depth scatter")].iloc[0]
+        old = rows[rows["method"].str.contains("seeds only")].iloc[0]
+        lines.append(f"| {condition} | {new['depths']} | {new['sigma']:g} | {new['tau']:g} | {new['design']} "
+                     f"| {new['covered']} / {new['with_interval']} | {coverage_cell(new)} | {new['median_width']:.2f} "
+                     f"| {new['passes']} | {old['covered']} / {old['with_interval']} | {coverage_cell(old)} "
+                     f"| {old['median_width']:.2f} |")
+    return "\n".join(lines)
+
+
+def others_markdown(table: pd.DataFrame) -> str:
+    """The methods page's table of coverage.csv (checked like depth_law_markdown's)."""
+    lines = ["| quantity | method | studies with an interval | covered | coverage [Clopper–Pearson 95 %] "
+             "| median width | passes |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['quantity']} | {r['method']} | {r['with_interval']} | {r['covered']} | {coverage_cell(r)} "
+              f"| {r['median_width']:.2f} | {r['passes']} |" for r in table.to_dict("records")]
+    return "\n".join(lines)
+
+
 def numbers(text: str) -> list[int]:
     """"0-5,12" -> [0, 1, 2, 3, 4, 5, 12]."""
     out = []

@@ -362,3 +362,35 @@ def test_the_likelihood_fit_leaves_out_budget_reruns_and_depths_too_slow_for_the
     assert got["lik_left_out"] == [(16, "too slow for the budget")]
     with_all = depth_law.likelihood_fit(*depth_law.upper_side(points)[:3])   # what it would have been
     assert abs(with_all["slope"] - expected["slope"]) > 0.3
+
+
+# ------------------------------------------------------------------ the methods page against its CSVs
+
+def coverage_script():
+    import importlib.util
+    path = Path(__file__).resolve().parents[2] / "scripts" / "coverage.py"
+    spec = importlib.util.spec_from_file_location("coverage_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_methods_page_tables_are_the_csvs():
+    """Every number of the methods page's two coverage tables is its CSV's, as the script renders it."""
+    script = coverage_script()
+    folder = Path(__file__).resolve().parents[2] / "docs" / "results" / "methods"
+    page = (folder / "README.md").read_text(encoding="utf-8")
+    assert script.depth_law_markdown(pd.read_csv(folder / "depth_law_coverage.csv")) in page
+    assert script.others_markdown(pd.read_csv(folder / "coverage.csv")) in page
+
+
+def test_the_page_check_finds_an_altered_number(tmp_path):
+    script = coverage_script()
+    table = pd.DataFrame([{"condition": 0, "depths": "2-4-8", "sigma": 0.2, "tau": 0.0, "design": "×2 grid",
+                           "method": m, "covered": c, "with_interval": 400, "coverage": c / 400,
+                           "coverage_low": 0.9, "coverage_high": 0.99, "median_width": 1.0, "passes": "yes"}
+                          for m, c in (("likelihood with depth scatter (report)", 380), ("likelihood, seeds only (before)", 370))])
+    page = script.depth_law_markdown(table)
+    assert "| 380 / 400 | 0.950 [0.900, 0.990] |" in page
+    table.loc[0, "covered"] = 381
+    assert script.depth_law_markdown(table) not in page
