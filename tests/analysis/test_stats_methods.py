@@ -94,8 +94,7 @@ def test_the_likelihood_interval_covers_on_small_studies():
     misses = 0
     for _ in range(20):
         pts = simulate_points(rng, slope=-0.7, sigma=0.25, offset=rng.uniform(-0.5, 0.5))
-        fit = depth_law.likelihood_fit(*depth_law.upper_side(pts)[:3])
-        misses += not fit["slope_low"] <= -0.7 <= fit["slope_high"]
+        misses += not depth_law.slope_inside(*depth_law.upper_side(pts)[:3], -0.7)
     assert misses <= 4
 
 
@@ -120,6 +119,106 @@ def test_one_depth_or_no_failure_gives_no_fit():
     learned_everywhere = one.assign(learned="yes", layers=[2, 4] * (len(one) // 2))
     assert math.isnan(depth_law.likelihood_fit(*depth_law.upper_side(learned_everywhere)[:3])["slope"])
 
+
+
+def seed_intervals(centres, depths, seeds, sigma, rng, step=0.02):
+    """(lows, highs, log depths): each seed's limit (its depth's centre + σε) located to the
+    ×e^step grid cell that holds it, as upper_side gives a seed probed at every grid lr."""
+    lows, highs, z = [], [], []
+    for depth, centre in zip(depths, centres):
+        limits = centre + sigma * rng.standard_normal(seeds)
+        low = np.floor(limits / step) * step
+        lows += list(low)
+        highs += list(low + step)
+        z += [math.log(depth)] * seeds
+    return lows, highs, z
+
+
+def test_with_many_seeds_the_scatter_fit_is_least_squares_through_the_depths_with_its_t_interval():
+    """60 seeds a depth locate each depth's centre almost exactly; the depths scatter about the
+    law by τ = 0.3. Then the slope is the least-squares slope through the centres and its interval
+    is the textbook t-interval (J − 2 degrees of freedom): the independent expectation. Without
+    the depth term the interval would be far narrower (the seeds alone pin every centre)."""
+    rng = np.random.default_rng(4)
+    depths = np.array([2, 4, 8, 16, 32])
+    centres = math.log(0.02) - 0.7 * np.log(depths / 2) + 0.3 * rng.standard_normal(len(depths))
+    lows, highs, z = seed_intervals(centres, depths, seeds=60, sigma=0.1, rng=rng)
+    fit = depth_law.likelihood_fit(lows, highs, z)
+    r = stats.linregress(np.log(depths), centres)
+    half = stats.t.ppf(0.975, len(depths) - 2) * r.stderr
+    assert fit["slope"] == pytest.approx(r.slope, abs=0.01)
+    assert (fit["slope_low"], fit["slope_high"]) == pytest.approx((r.slope - half, r.slope + half), abs=0.03)
+    residual = centres - (r.intercept + r.slope * np.log(depths))
+    assert fit["depth_scatter"] == pytest.approx(math.sqrt(np.mean(residual ** 2)), rel=0.1)  # τ's ML estimate
+    assert fit["width"] == pytest.approx(0.1, abs=0.015)
+    seeds_only = depth_law.likelihood_fit(lows, highs, z, scatter=False)
+    assert seeds_only["slope_high"] - seeds_only["slope_low"] < (fit["slope_high"] - fit["slope_low"]) / 5
+
+
+def test_depths_on_the_law_give_no_depth_scatter_and_the_seeds_only_slope():
+    """Depth centres exactly on the law: τ̂ is (nearly) 0 and the slope is the seeds-only fit's."""
+    rng = np.random.default_rng(8)
+    depths = [2, 4, 8, 16]
+    centres = [math.log(0.02) - 0.7 * math.log(d / 2) for d in depths]
+    lows, highs, z = seed_intervals(centres, depths, seeds=40, sigma=0.2, rng=rng, step=0.1)
+    fit = depth_law.likelihood_fit(lows, highs, z)
+    seeds_only = depth_law.likelihood_fit(lows, highs, z, scatter=False)
+    assert fit["depth_scatter"] < 0.05
+    assert fit["slope"] == pytest.approx(seeds_only["slope"], abs=0.01)
+    assert fit["slope"] == pytest.approx(-0.7, abs=0.1)
+    assert fit["slope_low"] < -0.7 < fit["slope_high"]
+
+
+def test_the_threshold_is_the_t_tests_and_chi2_in_the_limit():
+    for depths in (3, 4, 6):
+        t = stats.t.ppf(0.975, depths - 2)
+        assert depth_law.drop_threshold(depths) == pytest.approx(depths * math.log(1 + t * t / (depths - 2)))
+    assert depth_law.drop_threshold(3) == pytest.approx(15.27, abs=0.01)
+    assert depth_law.drop_threshold(10 ** 6) == pytest.approx(depth_law.CHI2_95, abs=1e-4)
+    assert depth_law.drop_threshold(2) == math.inf and depth_law.drop_threshold(4, coefficients=4) == math.inf
+
+
+def test_the_slope_interval_covers_when_three_depths_scatter():
+    """30 studies of 3 depths (2, 4, 8), 3 seeds, ×2 grid, depths scattered about the law by
+    τ = 0.4: the interval with the depth term misses about 1.5 at 95 %; ≥ 6 misses has
+    probability < 1 % at 95 % coverage. Without the depth term it misses about half."""
+    rng = np.random.default_rng(21)
+    misses = {True: 0, False: 0}
+    for _ in range(30):
+        centres = math.log(0.02) + rng.uniform(-0.5, 0.5) - 0.7 * np.log(np.array([1, 2, 4])) + 0.4 * rng.standard_normal(3)
+        lows, highs, z = seed_intervals(centres, [2, 4, 8], seeds=3, sigma=0.2, rng=rng, step=math.log(2))
+        for scatter in misses:
+            misses[scatter] += not depth_law.slope_inside(lows, highs, z, -0.7, scatter=scatter)
+    assert misses[True] <= 5
+    assert misses[False] >= 8       # the check has teeth: the seeds-only interval does miss here
+
+
+def test_slope_inside_is_the_interval_it_inverts():
+    rng = np.random.default_rng(6)
+    centres = math.log(0.02) - 0.7 * np.log(np.array([1, 2, 4, 8])) + 0.2 * rng.standard_normal(4)
+    lows, highs, z = seed_intervals(centres, [2, 4, 8, 16], seeds=3, sigma=0.2, rng=rng, step=math.log(1.25))
+    fit = depth_law.likelihood_fit(lows, highs, z)
+    for s in (fit["slope_low"] - 0.02, fit["slope_low"] + 0.02, fit["slope"], fit["slope_high"] - 0.02,
+              fit["slope_high"] + 0.02):
+        assert depth_law.slope_inside(lows, highs, z, s) == (fit["slope_low"] <= s <= fit["slope_high"])
+
+
+def test_the_slope_difference_of_two_lines():
+    """Two lines with many seeds and depths on their laws (slopes −1.0 and −0.4): the difference
+    is 0.6, its interval holds it, and it is the difference of the lines' own fits."""
+    rng = np.random.default_rng(9)
+    depths = [2, 4, 8, 16]
+    lines = []
+    for slope in (-1.0, -0.4):
+        centres = [math.log(0.02) + slope * math.log(d / 2) for d in depths]
+        lines.append(seed_intervals(centres, depths, seeds=30, sigma=0.2, rng=rng, step=0.1))
+    diff = depth_law.slope_difference(*lines)
+    own = [depth_law.likelihood_fit(*line, intervals=False)["slope"] for line in lines]
+    assert diff["difference"] == pytest.approx(own[1] - own[0], abs=0.02)
+    assert diff["low"] < 0.6 < diff["high"] and diff["high"] - diff["low"] < 0.5
+    assert diff["depths"] == (4, 4)
+    two = [tuple(v[:60] for v in line) for line in lines]        # 2 depths each: no degree of freedom left
+    assert depth_law.slope_difference(*two)["low"] == -math.inf
 
 # ------------------------------------------------------------------ the optimal lr
 
@@ -263,3 +362,35 @@ def test_the_likelihood_fit_leaves_out_budget_reruns_and_depths_too_slow_for_the
     assert got["lik_left_out"] == [(16, "too slow for the budget")]
     with_all = depth_law.likelihood_fit(*depth_law.upper_side(points)[:3])   # what it would have been
     assert abs(with_all["slope"] - expected["slope"]) > 0.3
+
+
+# ------------------------------------------------------------------ the methods page against its CSVs
+
+def coverage_script():
+    import importlib.util
+    path = Path(__file__).resolve().parents[2] / "scripts" / "coverage.py"
+    spec = importlib.util.spec_from_file_location("coverage_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_methods_page_tables_are_the_csvs():
+    """Every number of the methods page's two coverage tables is its CSV's, as the script renders it."""
+    script = coverage_script()
+    folder = Path(__file__).resolve().parents[2] / "docs" / "results" / "methods"
+    page = (folder / "README.md").read_text(encoding="utf-8")
+    assert script.depth_law_markdown(pd.read_csv(folder / "depth_law_coverage.csv")) in page
+    assert script.others_markdown(pd.read_csv(folder / "coverage.csv")) in page
+
+
+def test_the_page_check_finds_an_altered_number(tmp_path):
+    script = coverage_script()
+    table = pd.DataFrame([{"condition": 0, "depths": "2-4-8", "sigma": 0.2, "tau": 0.0, "design": "×2 grid",
+                           "method": m, "covered": c, "with_interval": 400, "coverage": c / 400,
+                           "coverage_low": 0.9, "coverage_high": 0.99, "median_width": 1.0, "passes": "yes"}
+                          for m, c in (("likelihood with depth scatter (report)", 380), ("likelihood, seeds only (before)", 370))])
+    page = script.depth_law_markdown(table)
+    assert "| 380 / 400 | 0.950 [0.900, 0.990] |" in page
+    table.loc[0, "covered"] = 381
+    assert script.depth_law_markdown(table) not in page
