@@ -129,42 +129,72 @@ def _null_group(group: str) -> str:
 
 
 def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
-    """The config of one job, or one line naming the override Hydra could not apply."""
-    import re
-
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    """The config of one job, or one line naming the override Hydra could not apply. The
+    override is found from the exception's data (the key OmegaConf could not set, the config
+    file Hydra could not find), never from its text."""
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
     try:
         return compose_config(job, hydra=hydra)
+    except MissingConfigException as e:  # hydra/launcher=joblb (normexp's own groups: _check_overrides)
+        if e.missing_cfg_file and e.options is not None:
+            group, _, option = e.missing_cfg_file.rpartition("/")
+            fail(f"{group}={option}: unknown option; {did_you_mean(option, e.options)}choose from "
+                 f"{', '.join(e.options)}")
+        fail(" ".join(str(e).split()))
     except (HydraException, OmegaConfBaseException) as e:
-        msg = " ".join(str(e).split())
-        missing = re.search(r"Could not override '([^']+)'", msg)
-        if missing:
-            from .validate import group_outside_its_preset
-
-            given = next((o for o in job if override_key(o) == missing[1]), missing[1])
-            if given.startswith(f"{missing[1]}=") and group_outside_its_preset(missing[1], given.split("=", 1)[1]):
-                fail(group_outside_its_preset(missing[1], given.split("=", 1)[1]))  # arm=post without its preset
-            key = missing[1].split(".")[0]
-            chosen = next((o for o in job if o.split("=")[0] == key), None)  # e.g. placement=pre
-            where = f" of {chosen}" if chosen and key in config_groups() else ""
-            swept = "; a setting of only some swept options needs a sweep of its own" if sweep and where else ""
-            hint = _suggest_override(missing[1], [o for o in job if o != given], hydra)
-            fail(f"{given}: no such setting{where}{swept}; {hint}see `normexp train --cfg job` for the keys")
-        group_option = re.search(r"Could not find '([^']+)/([^'/]+)' Available options in '[^']+': (.*?) Config search", msg)
-        if group_option:  # hydra/launcher=joblb (normexp's own groups are checked in _check_overrides)
-            group, option, valid = group_option[1], group_option[2], group_option[3].split()
-            fail(f"{group}={option}: unknown option; {did_you_mean(option, valid)}choose from {', '.join(valid)}")
-        if "Key '" in msg:
-            msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
         cause = e.__cause__
-        if msg.startswith("Error merging override") and isinstance(cause, OmegaConfBaseException):
+        if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+            given = _override_setting(job, cause.full_key)
+            if given is not None:  # a key the config does not have
+                _no_such_setting(job, given, hydra, sweep)
+        elif cause is None:
+            outside = _group_outside_preset(job)
+            if outside:
+                fail(outside)  # arm=post without its preset
+        elif isinstance(cause, OmegaConfBaseException):
             # a typed setting (the boundary sweeper's hydra.sweeper.ratio=abc): say what the value must be
             key = f"{cause.full_key}=" if getattr(cause, "full_key", None) else ""
-            msg = (f"{key}{cause.value if hasattr(cause, 'value') and key else ''}: {str(cause).splitlines()[0]}; "
-                   "give a value of that type")
+            fail(f"{key}{cause.value if hasattr(cause, 'value') and key else ''}: {str(cause).splitlines()[0]}; "
+                 "give a value of that type")
+        msg = " ".join(str(e).split())
+        if isinstance(e, (ConfigAttributeError, ConfigKeyError)):
+            msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
         fail(msg)
+
+
+def _override_setting(job: list[str], key: str | None) -> str | None:
+    """The override of `job` that sets `key`, or a key below it (`foo.bar=1` where the config
+    has no `foo`): a plain `key=value`, the kind Hydra applies only to a key that exists."""
+    if not key:
+        return None
+    return next((o for o in job if not o.startswith(("+", "~")) and "=" in o
+                 and (o.split("=", 1)[0] == key or o.split("=", 1)[0].startswith(f"{key}."))), None)
+
+
+def _group_outside_preset(job: list[str]) -> str | None:
+    """Why a group of a preset chosen without it does not compose (arm=post alone), or None."""
+    from .validate import group_outside_its_preset
+
+    if any(o.lstrip("+").startswith("experiment=") for o in job):
+        return None
+    for o in job:
+        group, eq, option = o.partition("=")
+        if eq and group in config_groups() and group_outside_its_preset(group, option):
+            return group_outside_its_preset(group, option)
+    return None
+
+
+def _no_such_setting(job: list[str], given: str, hydra: bool, sweep: bool) -> None:
+    """One line for `given`, an override of a key the composed config does not have."""
+    missing = given.split("=", 1)[0]
+    key = missing.split(".")[0]
+    chosen = next((o for o in job if o.split("=")[0] == key), None)  # e.g. placement=pre
+    where = f" of {chosen}" if chosen and key in config_groups() and chosen != given else ""
+    swept = "; a setting of only some swept options needs a sweep of its own" if sweep and where else ""
+    hint = _suggest_override(missing, [o for o in job if o != given], hydra)
+    fail(f"{given}: no such setting{where}{swept}; {hint}see `normexp train --cfg job` for the keys")
 
 
 def _suggest_override(key: str, others: list[str], hydra: bool) -> str:
@@ -289,7 +319,7 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
     from omegaconf import OmegaConf
 
     from ..config.compose import sweep_jobs
-    from ..runs.folder_names import check_job_folders, name_jobs_by_what_varies
+    from ..launch.folder_names import check_job_folders, name_jobs_by_what_varies
     from ..config.checks import ConfigError
     from ..runs.resume import check_output_folder
     from .validate import check_cache
@@ -412,10 +442,10 @@ def _set_per_job(cfg) -> set[str]:
 
 def _named_run_folder(folder: Path, cfg, overrides: list[str], multirun: bool) -> Path:
     """A single run's default folder (runs/<date>/<time>) with its non-default overrides added
-    to the name (runs.folder_names.single_run_name)."""
+    to the name (launch.folder_names.single_run_name)."""
     from omegaconf import OmegaConf
 
-    from ..runs.folder_names import single_run_name
+    from ..launch.folder_names import single_run_name
 
     if multirun or not str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir")).endswith("${now:%H-%M-%S}"):
         return folder
