@@ -2,7 +2,7 @@
 
 `normexp train ARGS...` hands ARGS to Hydra unchanged, so overrides (`layers=48`),
 `-m/--multirun`, `--cfg job`, `hydra.*` keys and `experiment=...` all work; the pre-flight
-and the Hydra job are launch/'s (plan.py parses the arguments once; preflight.py, hydra_job.py, sweep.py).
+and the Hydra job are launch/'s (plan.py parses the arguments once; preflight.py, hydra_job.py, job.py, sweep.py).
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ MUTANTS = [
       "logp = torch.log_softmax(scores, dim=-1)",
       ("tests/train/test_instruments.py::test_logged_values_equal_a_hand_computation",)),
     # ---- SLURM requeue (needs a cluster: scripts/slurm_local.sh; skipped, so "survives", without one)
-    M("a requeued job starts over instead of resuming", "normexp/launch/hydra_job.py",
+    M("a requeued job starts over instead of resuming", "normexp/launch/job.py",
       "        cfg.resume = True\n", "        pass\n",
       ("tests/launch/test_slurm.py::test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted_run",)),
 ]

@@ -267,7 +267,7 @@ def test_valid_names_match_the_registries():
 def test_checking_a_config_does_not_import_torch():
     """The pre-flight path stays light, so a typo costs about a second, not a torch import."""
     code = ("import sys, normexp.cli, normexp.launch.validate, normexp.runs.claims, "
-            "normexp.runs.folder_names; "
+            "normexp.launch.folder_names; "
             "print(sorted(m for m in ('torch', 'datasets', 'tokenizers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

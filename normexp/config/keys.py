@@ -1,12 +1,16 @@
-"""The config's keys, read in one place: an override's key (`+norm.eps=1e-6` -> `norm.eps`)
-and a nested node's leaves by dotted key (`{"optim": {"eps": 1e-8}}` -> `{"optim.eps": 1e-8}`)."""
+"""The config's keys, read in one place: an override's key (`+norm.eps=1e-6` -> `norm.eps`),
+a nested node's leaves by dotted key (`{"optim": {"eps": 1e-8}}` -> `{"optim.eps": 1e-8}`), and
+the typed settings' schema: each dataclass field names its key (`setting`), and one reader
+builds the settings from a composed config (`read_settings`)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, MutableSequence
+from dataclasses import field, fields, is_dataclass
+from typing import get_type_hints
 
-from .checks import did_you_mean
+from .checks import ConfigError, did_you_mean, is_integer
 
 
 def override_key(override: str) -> str:
@@ -67,3 +71,99 @@ def plain(node):
     if isinstance(node, MutableSequence):
         return [plain(v) for v in node]
     return node
+
+
+
+# ------------------------------------------------------------ the typed settings' schema
+# Each field of the typed settings (run_config.py, model_config.py) names its key in train.yaml
+# (`setting`): one reader builds them all (`read_settings`), one check holds the kinds of value
+# the fields declare (`check_kinds`), and the keys a run may set are the fields' (`schema_keys`).
+# train.yaml holds each default, the fields each key and its type.
+
+POSITIVE = "a positive integer"  # a field's `rule`: a count of at least 1
+_ABSENT = object()
+
+
+def setting(key: str | None, *, read=None, rule: str | None = None, absent=_ABSENT, **field_args):
+    """A dataclass field read from the composed config's dotted `key` (None: the whole config),
+    through `read(value, cfg)` if given, as written otherwise (so a check names what the user
+    wrote); `rule`: POSITIVE for a count; `absent`: the value where the key is not there."""
+    return field(metadata={"key": key, "read": read, "rule": rule, "absent": absent}, **field_args)
+
+
+def _select(cfg, key: str, absent=_ABSENT):
+    """The value at a dotted key of a mapping (a DictConfig too); KeyError where there is none
+    and no `absent` value."""
+    node = cfg
+    try:
+        for part in key.split("."):
+            node = node[part]
+    except (KeyError, AttributeError):  # OmegaConf's ConfigKeyError is a KeyError
+        if absent is _ABSENT:
+            raise KeyError(key) from None
+        return absent
+    return node
+
+
+def _parts(cls) -> list:
+    """(field, its type, its metadata) of a settings dataclass, nested ones as their type."""
+    hints = get_type_hints(cls)
+    return [(f, hints[f.name], f.metadata) for f in fields(cls)]
+
+
+def read_settings(cls, cfg, **given):
+    """`cls` (a dataclass of `setting` fields) from a composed config (a DictConfig, or the same
+    as plain data): each field from its key, a field whose type is such a dataclass read the
+    same way, a field without a key left to its default; `given` fields as given."""
+    values = {}
+    for f, kind, meta in _parts(cls):
+        if f.name in given:
+            continue
+        if "key" not in meta:
+            if is_dataclass(kind):
+                values[f.name] = read_settings(kind, cfg)
+            continue
+        value = cfg if meta["key"] is None else _select(cfg, meta["key"], meta["absent"])
+        values[f.name] = meta["read"](value, cfg) if meta["read"] else value
+    return cls(**values, **given)
+
+
+class Settings:
+    """A dataclass of `setting` fields: `from_composed` reads it off a composed config."""
+
+    @classmethod
+    def from_composed(cls, cfg, **given):
+        """The settings of a composed config (a DictConfig, or plain data), each field from its key."""
+        return read_settings(cls, cfg, **given)
+
+
+def schema_keys(*classes) -> tuple[str, ...]:
+    """The dotted keys the settings dataclasses read (a group's node as its name: `schedule`)."""
+    keys = set()
+    for cls in classes:
+        for _, kind, meta in _parts(cls):
+            if meta.get("key"):
+                keys.add(meta["key"])
+            elif "key" not in meta and is_dataclass(kind):
+                keys.update(schema_keys(kind))
+    return tuple(sorted(keys))
+
+
+def check_kinds(cls, cfg) -> None:
+    """The kinds of value the fields declare, on the composed config as written: a POSITIVE
+    count must be a positive integer (and there), a `bool` field true or false. One ConfigError."""
+    for f, kind, meta in _parts(cls):
+        if "key" not in meta:
+            if is_dataclass(kind):
+                check_kinds(kind, cfg)
+            continue
+        if meta["rule"] == POSITIVE:
+            try:
+                value = _select(cfg, meta["key"])
+            except KeyError:
+                raise ConfigError(meta["key"], "<unset>",
+                                  "every run needs it; see `normexp train --cfg job` for the default") from None
+            if not is_integer(value) or value <= 0:
+                raise ConfigError(meta["key"], value, "must be a positive integer")
+        elif kind is bool and not isinstance(value := _select(cfg, meta["key"], False), bool):
+            raise ConfigError(meta["key"], value, "must be true or false")

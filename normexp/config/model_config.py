@@ -12,7 +12,17 @@ from dataclasses import dataclass, replace
 
 from .checks import FLOAT32_MAX, ConfigError, is_number
 from .defaults import group_default, train_default
-from .keys import plain
+from .keys import POSITIVE, plain, read_settings, setting
+
+
+def _node(value, cfg):
+    """The norm's, placement's or init's node as plain data, for its class."""
+    return plain(value)
+
+
+def _off_if_zero(value, cfg):
+    """A soft cap: 0 and null are both off (None)."""
+    return value or None
 
 
 @dataclass
@@ -22,18 +32,22 @@ class ModelConfig:
     own: eps, momentum, alpha, ratio, ...). Every default is configs/train.yaml's."""
 
     vocab_size: int = 256   # the byte tokenizer's; training sets the tokenizer's own
-    seq_len: int = train_default("seq_len")
-    layers: int = train_default("layers")
-    d_model: int = train_default("d_model")
-    heads: int = train_default("heads")
-    mlp_ratio: int = train_default("mlp_ratio")
-    norm: str | Mapping = group_default("norm")
-    placement: str | Mapping = group_default("placement")
-    init: str | Mapping = group_default("init")   # an INITS name (configs/init/)
-    qk_norm: bool = train_default("qk_norm")            # normalize queries and keys per head with the run's norm type
-    attn_softcap: float | None = train_default("attn_softcap")   # c in c·tanh(z/c) on the attention logits; None = off (Gemma 2)
-    logit_softcap: float | None = train_default("logit_softcap")  # the same on the output logits, before the loss
-    scale_embeddings: bool = train_default("scale_embeddings")   # √d on the embedded input (GPT.embed says why here)
+    seq_len: int = setting("seq_len", rule=POSITIVE, default=train_default("seq_len"))
+    layers: int = setting("layers", rule=POSITIVE, default=train_default("layers"))
+    d_model: int = setting("d_model", rule=POSITIVE, default=train_default("d_model"))
+    heads: int = setting("heads", rule=POSITIVE, default=train_default("heads"))
+    mlp_ratio: int = setting("mlp_ratio", rule=POSITIVE, default=train_default("mlp_ratio"))
+    norm: str | Mapping = setting("norm", read=_node, default=group_default("norm"))
+    placement: str | Mapping = setting("placement", read=_node, default=group_default("placement"))
+    init: str | Mapping = setting("init", read=_node, default=group_default("init"))  # an INITS name (configs/init/)
+    # normalize queries and keys per head with the run's norm type
+    qk_norm: bool = setting("qk_norm", default=train_default("qk_norm"))
+    # c in c·tanh(z/c) on the attention logits; None = off (Gemma 2); 0 and null are both off
+    attn_softcap: float | None = setting("attn_softcap", read=_off_if_zero, default=train_default("attn_softcap"))
+    # the same on the output logits, before the loss
+    logit_softcap: float | None = setting("logit_softcap", read=_off_if_zero, default=train_default("logit_softcap"))
+    # √d on the embedded input (GPT.embed says why here)
+    scale_embeddings: bool = setting("scale_embeddings", default=train_default("scale_embeddings"))
 
     @classmethod
     def from_composed(cls, cfg: Mapping, vocab_size: int = 256) -> "ModelConfig":
@@ -41,11 +55,7 @@ class ModelConfig:
         the shape as it is, the norm, placement and init nodes as plain dicts for their classes.
         `vocab_size`: the tokenizer's, known once the corpus is loaded (the pre-flight's checks
         do not depend on it)."""
-        return cls(vocab_size=vocab_size, seq_len=cfg["seq_len"], layers=cfg["layers"], d_model=cfg["d_model"],
-                   heads=cfg["heads"], mlp_ratio=cfg["mlp_ratio"], norm=plain(cfg["norm"]),
-                   placement=plain(cfg["placement"]), init=plain(cfg["init"]), qk_norm=cfg["qk_norm"],
-                   attn_softcap=cfg["attn_softcap"] or None,  # 0 and null: off
-                   logit_softcap=cfg["logit_softcap"] or None, scale_embeddings=cfg["scale_embeddings"])
+        return read_settings(cls, cfg, vocab_size=vocab_size)
 
     def with_vocab_size(self, vocab_size: int) -> "ModelConfig":
         """The same model for a tokenizer of `vocab_size` tokens (the corpus's, known once it is loaded)."""

@@ -7,21 +7,46 @@ ModelConfig), each with its rules beside its data.
       LogConfig       the logging, evaluation and instrument cadence
       LossSpikeConfig the loss-spike flag's Hampel rule (train/spikes.py)
 
-Each reads its keys off the composed config once (`from_composed`); its `check` holds its rules
-(ranges, cross-key checks) and raises their one-line ConfigError; the pre-flight
-(launch/validate.py) calls it. They keep values as written (no conversion that could fail), so
-`check` names what the user wrote. Standard library only (with config/'s own leaves), so the
+Each field names its key in configs/train.yaml (config.keys.`setting`): these dataclasses are
+the schema of train.yaml's own keys, so one reader builds them (`from_composed`), the pre-flight
+refuses a key no field reads, and a count's or a switch's kind is checked from its field
+(config.keys.check_kinds). Each class's `check` holds its rules (ranges, cross-key checks) and
+raises their one-line ConfigError; the pre-flight (launch/validate.py) calls it. They keep
+values as written (no conversion that could fail), so `check` names what the user wrote. Standard library only (with config/'s own leaves), so the
 pre-flight builds them before torch loads, and runs/ reads `effective_warmup` from here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .checks import ConfigError, is_integer, is_number
 from .compose import declared_names
-from .keys import plain
+from .keys import POSITIVE, Settings, plain, setting
+
+
+def _as_tuple(value, cfg):
+    """A list as written becomes a tuple; anything else stays for `check` to name."""
+    value = plain(value)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _node(value, cfg):
+    """A group's node (data, tokenizer) as plain data."""
+    return plain(value)
+
+
+def _schedule_settings(value, cfg):
+    """The schedule option's own keys (all but its name)."""
+    return {k: v for k, v in plain(value).items() if k != "name"}
+
+
+def _eval_every(value, cfg):
+    """eval_every=auto as a step count (eval_interval); as written when `check` must name it."""
+    if value == "auto" and is_integer(cfg["steps"]) and is_integer(cfg["eval_batches"]):
+        return eval_interval(cfg["steps"], cfg["eval_batches"])
+    return value
 
 
 def effective_warmup(warmup: int, steps: int) -> int:
@@ -31,21 +56,15 @@ def effective_warmup(warmup: int, steps: int) -> int:
 
 
 @dataclass(frozen=True)
-class OptimizerConfig:
+class OptimizerConfig(Settings):
     """AdamW (train/loop.make_optimizer): peak learning rate, betas, ε, decoupled weight decay,
     and the optional global gradient-norm clip (None = off)."""
 
-    lr: float
-    betas: tuple
-    eps: float
-    weight_decay: float
-    grad_clip: float | None
-
-    @classmethod
-    def from_composed(cls, cfg) -> "OptimizerConfig":
-        betas = plain(cfg.optim.betas)  # a list as written; anything else stays for `check` to name
-        return cls(lr=cfg.lr, betas=tuple(betas) if isinstance(betas, list) else betas, eps=cfg.optim.eps,
-                   weight_decay=cfg.optim.weight_decay, grad_clip=cfg.grad_clip)
+    lr: float = setting("lr")
+    betas: tuple = setting("optim.betas", read=_as_tuple)
+    eps: float = setting("optim.eps")
+    weight_decay: float = setting("optim.weight_decay")
+    grad_clip: float | None = setting("grad_clip")
 
     def check(self) -> None:
         if not is_number(self.lr) or self.lr <= 0:
@@ -63,21 +82,15 @@ class OptimizerConfig:
 
 
 @dataclass(frozen=True)
-class ScheduleConfig:
+class ScheduleConfig(Settings):
     """The learning-rate schedule (train/schedules.py): a linear warmup over `warmup` updates,
     then the decay `name` over the rest of `steps`. `settings`: the schedule's own keys
     (configs/schedule/NAME.yaml: cosine's and linear's min_lr_ratio)."""
 
-    name: str
-    steps: int
-    warmup: int
-    settings: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_composed(cls, cfg) -> "ScheduleConfig":
-        node = plain(cfg.schedule)
-        return cls(name=node.get("name"), steps=cfg.steps, warmup=cfg.warmup,
-                   settings={k: v for k, v in node.items() if k != "name"})
+    name: str = setting("schedule.name", absent=None)
+    steps: int = setting("steps", rule=POSITIVE)
+    warmup: int = setting("warmup")
+    settings: dict = setting("schedule", read=_schedule_settings)
 
     @property
     def min_lr_ratio(self) -> float:
@@ -125,30 +138,20 @@ def eval_interval(steps: int, eval_batches: int) -> int:
 
 
 @dataclass(frozen=True)
-class LogConfig:
+class LogConfig(Settings):
     """When the run measures and writes: the instruments and train scalars every `log_every`
     steps (train/loop.is_logging_step), the validation loss every `eval_every` over
     `eval_batches` batches, and train.yaml's log.* settings."""
 
-    log_every: int
-    eval_every: int             # a step count: "auto" is resolved on reading (eval_interval)
-    eval_batches: int
-    histograms: bool
-    model_update: bool
-    model_update_every: int
-    extra_signals: bool
-    progress: str
-    profiles_every: int | str   # a step count, or "auto" (profile_interval)
-
-    @classmethod
-    def from_composed(cls, cfg) -> "LogConfig":
-        log = cfg.log
-        every = cfg.eval_every
-        if every == "auto" and is_integer(cfg.steps) and is_integer(cfg.eval_batches):  # else `check` names it
-            every = eval_interval(cfg.steps, cfg.eval_batches)
-        return cls(log_every=cfg.log_every, eval_every=every, eval_batches=cfg.eval_batches,
-                   histograms=log.histograms, model_update=log.model_update, model_update_every=log.model_update_every,
-                   extra_signals=log.extra_signals, progress=log.progress, profiles_every=log.profiles_every)
+    log_every: int = setting("log_every", rule=POSITIVE)
+    eval_every: int = setting("eval_every", read=_eval_every)  # a step count: "auto" resolved on reading
+    eval_batches: int = setting("eval_batches", rule=POSITIVE)
+    histograms: bool = setting("log.histograms")
+    model_update: bool = setting("log.model_update")
+    model_update_every: int = setting("log.model_update_every", rule=POSITIVE)
+    extra_signals: bool = setting("log.extra_signals")
+    progress: str = setting("log.progress")
+    profiles_every: int | str = setting("log.profiles_every")  # a step count, or "auto" (profile_interval)
 
     def profile_interval(self, steps: int) -> int:
         """Steps between depth-profile images (0 = none). "auto": about five per run, at logging
@@ -168,18 +171,13 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
-class LossSpikeConfig:
+class LossSpikeConfig(Settings):
     """train.yaml's loss_spike: the Hampel rule's settings (normexp/train/spikes.py says what each means)."""
 
-    window: int
-    k: float
-    floor: float
-    min_points: int
-
-    @classmethod
-    def from_composed(cls, cfg) -> "LossSpikeConfig":
-        spike = cfg.loss_spike
-        return cls(window=spike.window, k=spike.k, floor=spike.floor, min_points=spike.min_points)
+    window: int = setting("loss_spike.window", rule=POSITIVE)
+    k: float = setting("loss_spike.k")
+    floor: float = setting("loss_spike.floor")
+    min_points: int = setting("loss_spike.min_points", rule=POSITIVE)
 
     def check(self) -> None:
         """The ranges of k and floor, and min_points against window (window and min_points are
@@ -194,7 +192,7 @@ class LossSpikeConfig:
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(Settings):
     """A run's settings apart from the model (train/config.py's TrainConfig adds it): the parts
     above and the run's own. `composed`: the composed config itself, kept as the run's record:
     the summary's hyperparameters (runs.summary.summary_record), the checkpoint's settings
@@ -205,38 +203,22 @@ class RunConfig:
     schedule: ScheduleConfig
     log: LogConfig
     loss_spike: LossSpikeConfig
-    seed: int
-    device: str                  # auto | cpu | cuda | cuda:N | mps (launch/validate.py checks it is there)
-    threads: int | str           # a count, or "auto" (train/threads.py)
-    compile: bool
-    resume: bool
-    batch_size: int
-    z_loss: float                # c of the auxiliary loss c·(log Z)² (0 = off)
-    max_loss: float              # divergence.max_loss: the divergence guard's ceiling
-    divergence_every_step: bool | str  # divergence.every_step: True, False or "auto" (on CPU only)
-    checkpoint_every: int        # 0 = only at the end
-    keep_checkpoints: int
-    stall_margin: float          # a completed run this fraction above the unigram baseline is "stalled"
-    learned_margin: float        # outcome.learned_margin (runs/outcomes.py)
-    data: dict                   # the data source's node (data/sources.py checks it)
-    tokenizer: dict              # the tokenizer's node
-    composed: Mapping            # the composed config (a DictConfig): the run's record, see above
-
-    @classmethod
-    def fields_of(cls, cfg) -> dict:
-        """The constructor's arguments read off a composed config (a DictConfig)."""
-        return dict(optim=OptimizerConfig.from_composed(cfg), schedule=ScheduleConfig.from_composed(cfg),
-                    log=LogConfig.from_composed(cfg), loss_spike=LossSpikeConfig.from_composed(cfg),
-                    seed=cfg.seed, device=str(cfg.device), threads=cfg.threads, compile=cfg.compile, resume=cfg.resume,
-                    batch_size=cfg.batch_size, z_loss=cfg.z_loss, max_loss=cfg.divergence.max_loss,
-                    divergence_every_step=cfg.divergence.get("every_step", "auto"),
-                    checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
-                    stall_margin=cfg.stall_margin, learned_margin=cfg.outcome.learned_margin,
-                    data=plain(cfg.data), tokenizer=plain(cfg.tokenizer), composed=cfg)
-
-    @classmethod
-    def from_composed(cls, cfg) -> "RunConfig":
-        return cls(**cls.fields_of(cfg))
+    seed: int = setting("seed")
+    device: str = setting("device", read=lambda v, cfg: str(v))  # auto | cpu | cuda | cuda:N | mps
+    threads: int | str = setting("threads")          # a count, or "auto" (train/threads.py)
+    compile: bool = setting("compile")
+    resume: bool = setting("resume")
+    batch_size: int = setting("batch_size", rule=POSITIVE)
+    z_loss: float = setting("z_loss")                # c of the auxiliary loss c·(log Z)² (0 = off)
+    max_loss: float = setting("divergence.max_loss")  # the divergence guard's ceiling
+    divergence_every_step: bool | str = setting("divergence.every_step", absent="auto")  # True, False or "auto"
+    checkpoint_every: int = setting("checkpoint_every")  # 0 = only at the end
+    keep_checkpoints: int = setting("keep_checkpoints", rule=POSITIVE)
+    stall_margin: float = setting("stall_margin")    # a completed run this fraction above the unigram baseline is "stalled"
+    learned_margin: float = setting("outcome.learned_margin")  # runs/outcomes.py
+    data: dict = setting("data", read=_node)         # the data source's node (data/sources.py checks it)
+    tokenizer: dict = setting("tokenizer", read=_node)  # the tokenizer's node
+    composed: Mapping = setting(None)                # the composed config (a DictConfig): the run's record, see above
 
     def divergence_checks_every_step(self, device_type: str) -> bool:
         """divergence.every_step, with auto resolved: every step on a CPU, where reading the loss

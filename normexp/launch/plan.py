@@ -42,7 +42,7 @@ class LaunchPlan:
     completion   Hydra's shell completion (-sc/--shell-completion)
     preflight    False for help, completion and another primary config: nothing to check
     naming       the override that names a sweep's job folders by what varies across it
-                 (runs.folder_names.name_jobs_by_what_varies): chosen by the pre-flight, passed
+                 (launch.folder_names.name_jobs_by_what_varies): chosen by the pre-flight, passed
                  to Hydra with the claimed folder (claim_output); empty: Hydra's own names"""
 
     flags: tuple[str, ...]

@@ -4,15 +4,30 @@ of data loading); then claim the output folder."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import typer
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from ..config.compose import compose_config, config_groups, group_options
-from ..config.keys import did_you_mean, override_key, suggest_key
+from ..config.checks import ConfigError
+from ..config.compose import CONFIG_NAME, compose_config, config_groups, group_options, hydra_groups, sweep_jobs
+from ..config.keys import did_you_mean, dotted, hydra_quoted, override_key, suggest_key
+from ..config.registry import build
+from ..config.resources import data_problem, training_memory_bytes
+from ..data.files import cache_root
+from ..runs.claims import (CLAIM, FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder,
+                           holds_own_claim, read_claim)
+from ..runs.resume import check_output_folder, output_folder
 from ..train.signals import exit_if_early_signal
-from .exits import fail
+from .exits import environment_refusal, fail, folder_refusal
+from .folder_names import check_job_folders, name_jobs_by_what_varies, single_run_name
 from .plan import LaunchPlan
+from .validate import (_on_cpu, check_cache, check_launcher, check_memory, group_outside_its_preset, moved_key,
+                       preset_group_conflict, validate)
 
 _HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p",
                 "--run", "-r", "--multirun", "-m", "--shell-completion", "-sc", "--config-path", "-cp",
@@ -42,8 +57,6 @@ def _check_config_name(plan: LaunchPlan) -> None:
     """--config-name NAME must name a primary config that exists: normexp's train.yaml, or a
     yaml file in a folder given with --config-dir/--config-path (Hydra would print its search
     path and exit 1)."""
-    from ..config.compose import CONFIG_NAME
-
     name = plan.flag_value("--config-name", "-cn")
     if name is None:
         return
@@ -58,9 +71,6 @@ def _check_config_name(plan: LaunchPlan) -> None:
 
 
 def _parse(overrides: list[str]) -> list:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     try:
         return OverridesParser.create().parse_overrides(overrides)
     except HydraException as e:
@@ -69,9 +79,6 @@ def _parse(overrides: list[str]) -> list:
 
 def _check_overrides(parsed: list, multirun: bool) -> list[str]:
     """Moved keys, group options, sweeps without -m; returns the first job's overrides."""
-    from ..config.checks import ConfigError
-    from .validate import moved_key
-
     first = []
     for o in parsed:
         key = o.key_or_group.split("@")[0]
@@ -104,8 +111,6 @@ def _check_preset_groups(parsed: list, first: list[str]) -> None:
     line before the full config is composed (a Depth-μP setting under arm=pre would otherwise be
     "no such setting"). The groups' choices and the preset's sweep come from composing the group
     and hydra overrides alone; if those do not compose, _compose says why next."""
-    from .validate import preset_group_conflict
-
     chosen = [o for o in first if override_key(o) in config_groups() or override_key(o).startswith("hydra")]
     try:
         cfg = compose_config(chosen, hydra=True)
@@ -129,52 +134,74 @@ def _null_group(group: str) -> str:
 
 
 def _compose(job: list[str], hydra: bool = False, sweep: bool = False):
-    """The config of one job, or one line naming the override Hydra could not apply."""
-    import re
-
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
+    """The config of one job, or one line naming the override Hydra could not apply. The
+    override is found from the exception's data (the key OmegaConf could not set, the config
+    file Hydra could not find), never from its text."""
     try:
         return compose_config(job, hydra=hydra)
+    except MissingConfigException as e:  # hydra/launcher=joblb (normexp's own groups: _check_overrides)
+        if e.missing_cfg_file and e.options is not None:
+            group, _, option = e.missing_cfg_file.rpartition("/")
+            fail(f"{group}={option}: unknown option; {did_you_mean(option, e.options)}choose from "
+                 f"{', '.join(e.options)}")
+        fail(" ".join(str(e).split()))
     except (HydraException, OmegaConfBaseException) as e:
-        msg = " ".join(str(e).split())
-        missing = re.search(r"Could not override '([^']+)'", msg)
-        if missing:
-            from .validate import group_outside_its_preset
-
-            given = next((o for o in job if override_key(o) == missing[1]), missing[1])
-            if given.startswith(f"{missing[1]}=") and group_outside_its_preset(missing[1], given.split("=", 1)[1]):
-                fail(group_outside_its_preset(missing[1], given.split("=", 1)[1]))  # arm=post without its preset
-            key = missing[1].split(".")[0]
-            chosen = next((o for o in job if o.split("=")[0] == key), None)  # e.g. placement=pre
-            where = f" of {chosen}" if chosen and key in config_groups() else ""
-            swept = "; a setting of only some swept options needs a sweep of its own" if sweep and where else ""
-            hint = _suggest_override(missing[1], [o for o in job if o != given], hydra)
-            fail(f"{given}: no such setting{where}{swept}; {hint}see `normexp train --cfg job` for the keys")
-        group_option = re.search(r"Could not find '([^']+)/([^'/]+)' Available options in '[^']+': (.*?) Config search", msg)
-        if group_option:  # hydra/launcher=joblb (normexp's own groups are checked in _check_overrides)
-            group, option, valid = group_option[1], group_option[2], group_option[3].split()
-            fail(f"{group}={option}: unknown option; {did_you_mean(option, valid)}choose from {', '.join(valid)}")
-        if "Key '" in msg:
-            msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
         cause = e.__cause__
-        if msg.startswith("Error merging override") and isinstance(cause, OmegaConfBaseException):
+        if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+            given = _override_setting(job, cause.full_key)
+            if given is not None:  # a key the config does not have
+                _no_such_setting(job, given, hydra, sweep)
+        elif cause is None:
+            outside = _group_outside_preset(job)
+            if outside:
+                fail(outside)  # arm=post without its preset
+        elif isinstance(cause, OmegaConfBaseException):
             # a typed setting (the boundary sweeper's hydra.sweeper.ratio=abc): say what the value must be
             key = f"{cause.full_key}=" if getattr(cause, "full_key", None) else ""
-            msg = (f"{key}{cause.value if hasattr(cause, 'value') and key else ''}: {str(cause).splitlines()[0]}; "
-                   "give a value of that type")
+            fail(f"{key}{cause.value if hasattr(cause, 'value') and key else ''}: {str(cause).splitlines()[0]}; "
+                 "give a value of that type")
+        msg = " ".join(str(e).split())
+        if isinstance(e, (ConfigAttributeError, ConfigKeyError)):
+            msg += " (add new keys with +key=value; see `normexp train --cfg job` for the keys)"
         fail(msg)
+
+
+def _override_setting(job: list[str], key: str | None) -> str | None:
+    """The override of `job` that sets `key`, or a key below it (`foo.bar=1` where the config
+    has no `foo`): a plain `key=value`, the kind Hydra applies only to a key that exists."""
+    if not key:
+        return None
+    return next((o for o in job if not o.startswith(("+", "~")) and "=" in o
+                 and (o.split("=", 1)[0] == key or o.split("=", 1)[0].startswith(f"{key}."))), None)
+
+
+def _group_outside_preset(job: list[str]) -> str | None:
+    """Why a group of a preset chosen without it does not compose (arm=post alone), or None."""
+    if any(o.lstrip("+").startswith("experiment=") for o in job):
+        return None
+    for o in job:
+        group, eq, option = o.partition("=")
+        if eq and group in config_groups() and group_outside_its_preset(group, option):
+            return group_outside_its_preset(group, option)
+    return None
+
+
+def _no_such_setting(job: list[str], given: str, hydra: bool, sweep: bool) -> None:
+    """One line for `given`, an override of a key the composed config does not have."""
+    missing = given.split("=", 1)[0]
+    key = missing.split(".")[0]
+    chosen = next((o for o in job if o.split("=")[0] == key), None)  # e.g. placement=pre
+    where = f" of {chosen}" if chosen and key in config_groups() and chosen != given else ""
+    swept = "; a setting of only some swept options needs a sweep of its own" if sweep and where else ""
+    hint = _suggest_override(missing, [o for o in job if o != given], hydra)
+    fail(f"{given}: no such setting{where}{swept}; {hint}see `normexp train --cfg job` for the keys")
 
 
 def _suggest_override(key: str, others: list[str], hydra: bool) -> str:
     """"did you mean K? " for a key no config declares (`placment=pre`, `placement.alhpa=2`,
     `hydra.run.dri=x`, `hydra/launchr=joblib`): the keys and groups of the config the other
     overrides compose, or "" when none is close."""
-    from omegaconf import OmegaConf
 
-    from ..config.compose import hydra_groups
-    from ..config.keys import dotted
 
     if "/" in key:  # a Hydra group: hydra/launcher, hydra/sweeper, ...
         return did_you_mean(key, hydra_groups())
@@ -192,16 +219,12 @@ def _suggest_override(key: str, others: list[str], hydra: bool) -> str:
 def check_job(job, explicit) -> None:
     """Everything about one job's settings that needs no data: validate.py's rules, then the
     norm's and placement's own (their classes, so this imports torch)."""
-    from .validate import validate
-
     validate(job, explicit)
-    from ..config.registry import build
-    from ..model import INITS, check_settings
+    from ..model import INITS, check_settings  # imports torch: the norm's and placement's own classes
 
     check_settings(job.norm, job.placement, job.layers)
     build(INITS, "init", job.init, job.d_model, job.layers)  # settings the init does not take, and bad values
     # (found at model build otherwise)
-    from .validate import check_memory
 
     check_memory(job)
     check_data_fits(job)
@@ -211,11 +234,7 @@ def check_data_fits(job) -> None:
     """Refuse, before anything is read, local data files that cannot be read into memory beside
     the model (on the CPU) or whose tokens cannot fit on the token cache's disk (unless they are
     cached already: only then are the files hashed, a piece at a time)."""
-    from ..config.checks import ConfigError
-    from ..config.resources import data_problem, training_memory_bytes
-    from ..data.files import cache_root
-    from ..data.sources import source_for, tokenizer_for, with_defaults
-    from .validate import _on_cpu
+    from ..data.sources import source_for, tokenizer_for, with_defaults  # why here: only a run's check needs it
 
     data, tok = with_defaults("data", job.data), with_defaults("tokenizer", job.tokenizer)
     files = source_for(data).sizes()
@@ -225,7 +244,7 @@ def check_data_fits(job) -> None:
             "cache_dir": cache_root() / "tokens", "model": training_memory_bytes(job) if _on_cpu(job.device) else 0}
     problem = data_problem(**fits)
     if problem and data_problem(**fits, build=False) is None:  # the build does not fit: is it built already?
-        from ..data.batches import is_cached
+        from ..data.batches import is_cached  # imports torch: only for data not cached yet
 
         problem = None if is_cached(data, tok) else problem
     if problem:
@@ -241,9 +260,6 @@ def _check_sweep(parsed: list, sweeper_params, explicit) -> None:
     """Compose every job of the sweep (a job Hydra cannot compose would stop the whole sweep
     midway) and check its settings: if every job would fail, refuse the sweep; a value that
     is bad in only some jobs fails just those jobs when they run."""
-    from ..config.compose import sweep_jobs
-    from ..config.checks import ConfigError
-
     jobs = sweep_jobs(parsed, sweeper_params)
     sample = jobs if len(jobs) <= MAX_CHECKED_JOBS else jobs[:: -(-len(jobs) // MAX_CHECKED_JOBS)]
     errors = []
@@ -261,7 +277,7 @@ def _check_sweep(parsed: list, sweeper_params, explicit) -> None:
 
 def _check_boundary_search(sweeper, parsed: list) -> None:
     """hydra/sweeper=boundary: its own settings, and the searched key not swept as well."""
-    from ..analysis.boundary import check_settings
+    from ..analysis.boundary import check_settings  # why here: only a boundary search needs it
 
     problem = check_settings(sweeper.key, sweeper.lower, sweeper.upper, sweeper.ratio, sweeper.initial_points,
                              sweeper.get("lower_ratio"), sweeper.get("schedule"), sweeper.get("parallel"))
@@ -286,13 +302,7 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
     if multirun and show and plan.cfg != "job":
         fail(f"--cfg {plan.cfg} shows the config of one run: drop -m, or use -m --cfg job to list the "
              "sweep's jobs")
-    from omegaconf import OmegaConf
 
-    from ..config.compose import sweep_jobs
-    from ..runs.folder_names import check_job_folders, name_jobs_by_what_varies
-    from ..config.checks import ConfigError
-    from ..runs.resume import check_output_folder
-    from .validate import check_cache
 
     parsed = _parse(overrides)
     first = _check_overrides(parsed, multirun)
@@ -312,7 +322,6 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
         from .launchers import launcher_problem  # imports torch: only sweeps need it
         if launcher_problem(cfg.hydra.launcher):
             fail(launcher_problem(cfg.hydra.launcher))
-        from .validate import check_launcher
         try:
             check_launcher(cfg.hydra.launcher)
         except ConfigError as e:
@@ -363,15 +372,11 @@ def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
     in the next second. A single run claims its run folder; a new sweep its sweep folder (each
     job then claims its own job folder); a sweep's job folders named as the pre-flight chose
     (plan.naming). One line and exit 2 when the folder belongs to another run."""
-    from omegaconf import OmegaConf
 
-    from ..runs.claims import FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder
-    from ..runs.resume import output_folder
 
     multirun, key, given = plan.multirun, plan.folder_key, plan.override(plan.folder_key)
     folder = output_folder(cfg, key)  # `~` expanded: Hydra would make a folder named `~`
     if given is not None:  # as given (torchrun's join_run pins rank 0's folder after the pre-flight composed its own)
-        from hydra.core.override_parser.overrides_parser import OverridesParser
 
         value = str(OverridesParser.create().parse_override(given).value())
         folder = folder if "${" in value else Path(value).expanduser()
@@ -390,21 +395,17 @@ def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
     except FolderTaken as e:
         fail(str(e))
     except OSError as e:  # a full disk or a read-only folder while claiming: undo the claim, one line
-        from .exits import environment_refusal, folder_refusal
 
         if environment_refusal(e) is None:
             raise
         _undo_claim(folder, made)
         fail(folder_refusal(e, key, folder, resumable=resume and not made))
-    from ..config.keys import hydra_quoted  # a folder named by its overrides holds `=` and `,`
 
     return plan.with_overrides(f"{key}={hydra_quoted(str(folder))}", *plan.naming, dropping=key)
 
 
 def _set_per_job(cfg) -> set[str]:
     """Keys the boundary sweeper sets in each job beyond the sweep's grid: never left out of names."""
-    from omegaconf import OmegaConf
-
     if "boundary_sweeper" not in str(OmegaConf.select(cfg, "hydra.sweeper._target_")):
         return set()
     return {str(cfg.hydra.sweeper.key), "seed", "steps", "warmup"}
@@ -412,10 +413,8 @@ def _set_per_job(cfg) -> set[str]:
 
 def _named_run_folder(folder: Path, cfg, overrides: list[str], multirun: bool) -> Path:
     """A single run's default folder (runs/<date>/<time>) with its non-default overrides added
-    to the name (runs.folder_names.single_run_name)."""
-    from omegaconf import OmegaConf
+    to the name (launch.folder_names.single_run_name)."""
 
-    from ..runs.folder_names import single_run_name
 
     if multirun or not str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir")).endswith("${now:%H-%M-%S}"):
         return folder
@@ -446,9 +445,7 @@ def _undo_claim(folder: Path, made: list[Path]) -> None:
     """Remove what a claim that the machine refused half-way left: a claim file that is not a
     whole claim (an empty file on a full disk: it would block the folder for the next run),
     then the folders the claim created, if they are empty."""
-    import contextlib
 
-    from ..runs.claims import CLAIM, holds_own_claim, read_claim
 
     with contextlib.suppress(OSError):
         if (folder / CLAIM).exists() and (not read_claim(folder) or holds_own_claim(folder)):

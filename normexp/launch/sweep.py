@@ -23,10 +23,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import typer
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+
+from .exits import fail
 
 # the folder, inside the sweep's, where each job leaves its result (cleared when a sweep starts)
 JOB_RESULTS = ".normexp_jobs"
@@ -212,6 +215,22 @@ def closing_line(outcome: SweepOutcome) -> str:
     statuses = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     return (f"normexp: sweep finished: {len(outcome.results)} jobs ({statuses or 'none ran'}) in "
             f"{_clock(outcome.seconds)}; compare them with: normexp report {outcome.folder}")
+
+
+def end_of_sweep(outcome: SweepOutcome | None) -> None:
+    """The sweep's closing line on stderr (how many jobs, their statuses, `normexp report
+    <folder>`), and how many jobs failed; exit 1 when every job of the sweep failed."""
+    if outcome is None or not outcome.results:
+        return
+    typer.echo(closing_line(outcome), err=True)
+    results = outcome.results
+    failed = [r for r in results if not r.ok]
+    if not failed:
+        return
+    if len(failed) == len(results):
+        fail(f"all {len(results)} jobs of the sweep failed (each job's error is above and in its train.log)", code=1)
+    typer.echo(f"normexp: {len(failed)} of {len(results)} jobs of the sweep failed (each job's error is above and "
+               "in its train.log)", err=True)
 
 
 class SweepCallback(Callback):

@@ -2,14 +2,15 @@
 the value, and what is allowed, before any data is loaded or any folder is written.
 
 This module imports neither torch nor the data stack, so `normexp train` answers a typo in
-about a second. Every rule lives once: the run's own, the optimizer's, the schedule's (warmup),
-the logging's and the loss-spike rule's beside their data, in config/run_config.py's typed
-settings, whose `check` this module calls; the model's shape and the generic ones (integer
-counts, switches, the device, the registries' names) here; a data source's and a tokenizer's own rules live
-in its class (data/sources.py), which data/batches.py also applies for callers that skip the command line. The valid norm/placement/data/tokenizer names are
-read from the shipped config groups (`compose.declared_names`). A norm's or placement's own
-settings (eps, alpha, ratio, ...) are checked by its class in model/, which owns them.
-"""
+about a second. It holds only what the typed settings cannot say of themselves. The settings
+are the schema (config/run_config.py, config/model_config.py: each field names its key and its
+type): the keys a run may set, the counts and the switches are checked from their fields
+(config.keys.check_kinds, schema_keys), and each part's ranges by its own `check`, which this
+module calls. Here: the device (is it there), the registries' names (read from the shipped
+config groups, `compose.declared_names`), a group option's keys, the memory and the cache. A
+data source's and a tokenizer's own rules live in its class (data/sources.py), which
+data/batches.py also applies for callers that skip the command line; a norm's, placement's or
+init's own settings (eps, alpha, ratio, ...) are checked by its class in model/, which owns them."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..config.checks import ConfigError, is_integer
-from ..config.compose import config_groups, declared_keys, declared_names, top_level_keys
-from ..config.keys import did_you_mean, dotted, override_key
+from ..config.compose import config_groups, declared_keys, declared_names
+from ..config.keys import check_kinds, did_you_mean, dotted, override_key, schema_keys
 from ..config.model_config import ModelConfig
 from ..config.run_config import RunConfig
 from ..config.resources import (available_memory_bytes, batch_norm_needs, memory_parts,  # noqa: F401 - re-exported
@@ -48,20 +49,6 @@ def _raw(cfg, key: str):
     return node
 
 
-def _positive_int(cfg, key):
-    v = OmegaConf.select(cfg, key, default=_UNSET, throw_on_missing=True)
-    if v is _UNSET:
-        raise ConfigError(key, "<unset>", "every run needs it; see `normexp train --cfg job` for the default")
-    if not is_integer(v) or v <= 0:
-        raise ConfigError(key, v, "must be a positive integer")
-
-
-def _boolean(cfg, key):
-    v = OmegaConf.select(cfg, key, default=False)
-    if not isinstance(v, bool):
-        raise ConfigError(key, v, "must be true or false")
-
-
 def _choice(key: str, value, group: str):
     valid = declared_names(group)
     if value not in valid:
@@ -85,17 +72,14 @@ def validate(cfg: DictConfig, explicit: frozenset[str] | set[str] = frozenset())
 
 
 def _validate(cfg: DictConfig, explicit) -> None:
-    for key in ("layers", "d_model", "heads", "mlp_ratio", "seq_len", "batch_size", "steps",
-                "log_every", "eval_batches"):  # eval_every may be "auto": LogConfig.check
-        _positive_int(cfg, key)
+    check_kinds(ModelConfig, cfg)  # the counts and switches, as their fields declare them
+    check_kinds(RunConfig, cfg)
     ModelConfig.from_composed(cfg).check()  # the model's rules live beside its data
     _known_keys(cfg)
     run = RunConfig.from_composed(cfg)  # the typed settings: their rules live beside them
     run.optim.check()
     run.schedule.check(warmup_given="warmup" in explicit)
     run.check()
-    _positive_int(cfg, "loss_spike.window")
-    _positive_int(cfg, "loss_spike.min_points")
     run.loss_spike.check()
     _device(cfg.device)
     _choice("norm", cfg.norm.name, "norm")
@@ -104,11 +88,6 @@ def _validate(cfg: DictConfig, explicit) -> None:
     if cfg.norm.name == "batch" and cfg.batch_size * cfg.seq_len < 2:
         raise ConfigError("batch_size", cfg.batch_size, batch_norm_needs(f"seq_len={cfg.seq_len}", "batch_size·seq_len",
                                                                           "batch_size or seq_len"))
-    _positive_int(cfg, "keep_checkpoints")
-    _positive_int(cfg, "log.model_update_every")
-    for key in ("resume", "compile", "log.histograms", "log.model_update", "log.extra_signals", "qk_norm",
-                "scale_embeddings"):
-        _boolean(cfg, key)
     run.log.check()
     check_tokenizer(cfg.tokenizer)
     check_data(cfg.data)
@@ -119,9 +98,10 @@ _CLASS_CHECKED = ("norm", "placement", "init")
 
 
 def _known_keys(cfg) -> None:
-    """Every key must be one train.yaml or the chosen group option declares: `+lrr=0.5` or
-    `schedule=constant +schedule.min_lr_ratio=0.5` would otherwise run without a word."""
-    allowed = set(top_level_keys())
+    """Every key must be one a typed setting reads (the schema: config.keys.schema_keys) or the
+    chosen group option declares: `+lrr=0.5` or `schedule=constant +schedule.min_lr_ratio=0.5`
+    would otherwise run without a word."""
+    allowed = set(schema_keys(ModelConfig, RunConfig))
     groups = set(config_groups())
     for key, value in dotted(OmegaConf.to_container(cfg, resolve=False)).items():
         group, _, setting = key.partition(".")

@@ -7,9 +7,8 @@
     <run>/.normexp_claim         which process owns the folder (claims.py; process.py tells whether it runs)
     <run>/normexp_run.json       normexp's own record of the settings and data (record.py)
 
-settings.py is the one identity of a run's settings; folder_names.py resolves and names a
-sweep's job folders; resume.py checks a resume, outcomes.py classifies how runs ended, and
-reading.py reads runs back (its Python API is handed on here:
+settings.py is the one identity of a run's settings; resume.py checks a resume, outcomes.py
+classifies how runs ended, and reading.py reads runs back (its Python API is handed on here:
 `from normexp import runs; runs.load(path)`)."""
 
 from .reading import Run, load, read_runs, scalars  # noqa: F401

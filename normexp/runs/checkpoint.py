@@ -237,7 +237,7 @@ def resume_command(run_dir: Path, overrides: list[str] = (), sweep_dir: Path | N
     `overrides` plus resume=true and its folder (quoted for Hydra too: a default folder's name
     holds `=` and `,`). Inside a sweep (`sweep_dir`; `overrides` then
     the sweep's own), the sweep's command with resume=true and its folder instead (finished
-    jobs are skipped, the others continue). launch/hydra_job.py reads both from Hydra."""
+    jobs are skipped, the others continue). launch/hydra_state.py reads both from Hydra."""
     # absolute folders: the command is pasted from wherever the user is (a report, a log)
     folder_key, folder, flags = "hydra.run.dir", str(Path(run_dir).resolve()), []
     if sweep_dir is not None:

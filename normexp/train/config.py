@@ -16,8 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config.run_config import RunConfig
+from ..config.keys import setting
 from ..config.model_config import ModelConfig
+from ..config.run_config import RunConfig
+
+
+def _model(cfg, _):
+    """The model's settings, with the tokenizer's vocabulary size."""
+    return ModelConfig.from_composed(cfg, vocab_size=cfg["tokenizer"]["vocab_size"])
 
 
 @dataclass(frozen=True)
@@ -25,13 +31,8 @@ class TrainConfig(RunConfig):
     """One training run's settings (configs/train.yaml, composed and checked): RunConfig's
     (config/run_config.py) and the model's."""
 
-    model: ModelConfig   # vocab_size: the tokenizer's; the trainer builds with the corpus's (with_vocab_size)
-
-    @classmethod
-    def from_composed(cls, cfg) -> "TrainConfig":
-        """The typed settings of a composed config (a DictConfig), read once. Assumes the
-        pre-flight's checks passed (launch/validate.py)."""
-        return cls(**cls.fields_of(cfg), model=ModelConfig.from_composed(cfg, vocab_size=cfg.tokenizer.vocab_size))
+    # vocab_size: the tokenizer's; the trainer builds with the corpus's (with_vocab_size)
+    model: ModelConfig = setting(None, read=_model)
 
     @property
     def seq_len(self) -> int:

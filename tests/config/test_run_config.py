@@ -224,3 +224,36 @@ def test_the_models_rules_live_on_its_config_and_the_preflight_says_the_same(ove
         check_job(cfg, set())
     assert str(preflight.value) == str(typed.value)
     ModelConfig.from_composed(compose_config([o for o in overrides if not o.startswith(key)])).check()  # the rest is fine
+
+
+def test_the_typed_settings_read_every_key_train_yaml_declares_and_no_other():
+    """The dataclasses are the schema of train.yaml's own keys: each key the file declares
+    (outside its groups) is read by one field, and no field reads a key the file lacks (the
+    groups' nodes are read whole: data, tokenizer, schedule, norm, placement, init)."""
+    from normexp.config.compose import config_groups, top_level_keys
+    from normexp.config.keys import schema_keys
+
+    read = set(schema_keys(ModelConfig, RunConfig))
+    groups = {k for k in read if k.split(".")[0] in config_groups()}
+    assert groups == {"data", "tokenizer", "schedule", "schedule.name", "norm", "placement", "init"}
+    assert read - groups == set(top_level_keys())
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("layers", "2.5", "layers=2.5: must be a positive integer"),
+    ("loss_spike.window", "0", "loss_spike.window=0: must be a positive integer"),
+    ("log.model_update_every", "-3", "log.model_update_every=-3: must be a positive integer"),
+    ("compile", "1", "compile=1: must be true or false"),
+    ("scale_embeddings", "yes", "scale_embeddings=yes: must be true or false"),
+])
+def test_a_count_or_a_switch_is_checked_as_its_field_declares(key, value, words):
+    """check_kinds reads the kind of value from the field: a POSITIVE count, a bool switch."""
+    from normexp.config.keys import check_kinds
+
+    cfg = compose_config([f"{key}={value}"])
+    with pytest.raises(ConfigError) as e:
+        for cls in (ModelConfig, RunConfig):
+            check_kinds(cls, cfg)
+    assert str(e.value).startswith(words)
+    for cls in (ModelConfig, RunConfig):
+        check_kinds(cls, compose_config([]))  # the defaults pass

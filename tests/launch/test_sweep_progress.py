@@ -157,7 +157,7 @@ def test_a_jobs_console_lines_carry_its_label_and_its_log_file_does_not(tmp_path
     train.log is its own and stays plain. A reused worker's next job replaces the label."""
     import logging
 
-    from normexp.launch.hydra_job import _label_console
+    from normexp.launch.console import label_console
 
     console, plain = io.StringIO(), logging.Formatter("[t] %(message)s")
     handlers = [logging.StreamHandler(console), logging.FileHandler(tmp_path / "train.log")]
@@ -170,9 +170,9 @@ def test_a_jobs_console_lines_carry_its_label_and_its_log_file_does_not(tmp_path
     root.handlers = handlers
     root.setLevel(logging.INFO)
     try:
-        _label_console("#1 seed=1")
+        label_console("#1 seed=1")
         logging.getLogger("normexp").info("step %d", 3)
-        _label_console("#2 seed=2")
+        label_console("#2 seed=2")
         logging.getLogger("normexp").info("done")
     finally:
         root.handlers = saved

@@ -131,7 +131,7 @@ def _sweep_cfg(*overrides):
 
 def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
     from normexp.config.checks import ConfigError
-    from normexp.runs.folder_names import check_job_folders
+    from normexp.launch.folder_names import check_job_folders
 
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     jobs = [["data=text", f"data.files=[{a}]", "lr=0.001"], ["data=text", f"data.files=[{b}]", "lr=0.001"]]
@@ -149,7 +149,7 @@ def test_a_sweep_over_a_key_left_out_of_folder_names_is_refused(tmp_path):
 
 def test_a_sweep_over_one_value_spelled_two_ways_is_refused():
     from normexp.config.checks import ConfigError
-    from normexp.runs.folder_names import check_job_folders
+    from normexp.launch.folder_names import check_job_folders
 
     for spellings in (("grad_clip=1", "grad_clip=1.0"), ("lr=1e-3", "lr=0.001"), ("optim.betas=[0.9,1]",
                                                                                   "optim.betas=[0.9,1.0]")):
@@ -172,7 +172,7 @@ def test_a_subdir_of_the_users_own_that_puts_two_jobs_in_one_folder_is_refused(t
     """Issue 38, item 3: whatever places the jobs (a fixed subdir, an interpolation of a key the
     sweep does not vary, hydra.job.chdir), two jobs resolving to one folder are refused."""
     from normexp.config.checks import ConfigError
-    from normexp.runs.folder_names import check_job_folders
+    from normexp.launch.folder_names import check_job_folders
 
     sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
     jobs = [[f"lr={lr}", "norm=rms", "seed=0", sweep, *placing] for lr in ("1e-3", "2e-3")]
@@ -189,7 +189,7 @@ def test_each_job_gets_the_folder_hydra_gives_it(tmp_path):
     from omegaconf import OmegaConf
 
     from normexp.config.compose import compose_config
-    from normexp.runs.folder_names import job_folders
+    from normexp.launch.folder_names import job_folders
 
     sweep = f"hydra.sweep.dir={tmp_path}/${{norm.name}}"
     subdir = "hydra.sweep.subdir=l${layers}_${hydra.job.override_dirname}_${hydra:job.num}"
@@ -214,7 +214,7 @@ def test_job_folders_apply_overrides_as_hydras_composition_does(tmp_path, seed):
     import random
 
     from normexp.config.compose import compose_config
-    from normexp.runs.folder_names import job_folders
+    from normexp.launch.folder_names import job_folders
 
     rng = random.Random(seed)
     choices = [["layers=3", "layers=5"], ["+extra.note=a", "++extra.note=b"], ["~grad_clip", "grad_clip=0.5"],
@@ -637,7 +637,7 @@ def _named_folders(sweep_dir, jobs, *cfg_overrides, keep=frozenset()):
     """(the naming override, each job's folder name) as the pre-flight names a sweep's jobs."""
     import os
 
-    from normexp.runs.folder_names import job_folders, name_jobs_by_what_varies
+    from normexp.launch.folder_names import job_folders, name_jobs_by_what_varies
 
     command = [f"hydra.sweep.dir={sweep_dir}", *cfg_overrides]
     cfg = _sweep_cfg(*command)
@@ -705,7 +705,7 @@ def test_a_resumed_sweep_named_the_old_way_keeps_its_folders(tmp_path):
 
 
 def test_a_single_runs_folder_name_holds_its_non_default_overrides():
-    from normexp.runs.folder_names import single_run_name
+    from normexp.launch.folder_names import single_run_name
 
     def name(*overrides):
         return single_run_name(_sweep_cfg(*overrides), list(overrides))

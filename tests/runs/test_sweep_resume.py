@@ -22,7 +22,7 @@ def snapshot(run: Path) -> dict[str, bytes]:
 
 def interrupted(run: Path) -> None:
     """Mark a finished run as one stopped after its checkpoint of step 2 (what a SIGKILL
-    followed by `_mark_interrupted` leaves), so a resume would have steps left to train."""
+    followed by `job_status.mark_interrupted` leaves), so a resume would have steps left to train."""
     (run / "checkpoints" / "step_00000004.pt").unlink()
     summary = read_summary(run)
     (run / "summary.json").write_text(json.dumps({**summary, "status": "interrupted", "steps_completed": 2}))

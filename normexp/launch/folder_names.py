@@ -10,15 +10,14 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 from ..config.checks import ConfigError
-from ..config.compose import compose_config, config_groups
+from ..config.compose import compose_config
 from ..config.keys import override_key
-from .schema import is_execution_setting
-from .settings import canonical_value
+from ..runs.schema import is_execution_setting
+from ..runs.settings import canonical_value
 
 
 def _check_one_value_twice(jobs: list[list[str]]) -> None:
@@ -51,78 +50,43 @@ def _check_one_value_twice(jobs: list[list[str]]) -> None:
         seen[identity], seen_jobs[identity] = values, job
 
 
-def _apply_values(overrides: list, cfg) -> None:
-    """Apply parsed value overrides (not group choices) to a composed config as Hydra's config
-    loader does: `~key` deletes, `+key`/`++key` add, `key=value` changes (merged) a key that
-    exists. Raises for an override Hydra would refuse (the caller counts the job as unresolved)."""
-    for o in overrides:
-        if o.package is not None:
-            raise ValueError(f"{o.input_line}: a group override of no group")
-        key, value = o.key_or_group, o.value()
-        if o.is_delete():
-            current = OmegaConf.select(cfg, key, throw_on_missing=False)
-            if current is None or (value is not None and value != current):
-                raise KeyError(f"{key}: nothing to delete, or another value")
-            parent, _, leaf = key.rpartition(".")
-            with open_dict(cfg):
-                del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
-        elif o.is_add() and OmegaConf.select(cfg, key, throw_on_missing=False) is not None and not isinstance(
-                value, (dict, list)):
-            raise KeyError(f"{key}: already set (+ adds a new key)")
-        else:
-            OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add() or o.is_force_add())
-
-
-def _override_dirname(overrides: list, exclude_keys, item_sep: str, kv_sep: str) -> str:
-    """hydra.job.override_dirname as Hydra's config loader makes it: the overrides as typed,
-    but the excluded keys, sorted, joined by item_sep, each `=` replaced by kv_sep."""
-    lines = sorted(o.input_line for o in overrides if o.key_or_group not in exclude_keys)
-    return item_sep.join(lines).replace("=", kv_sep)
+def _hydra_as_key(text):
+    """A folder setting as written, with `${hydra:KEY}` read as `${hydra.KEY}`: the resolver reads
+    the running job's hydra node, and a job config composed here carries that node itself, so
+    the folder resolves without the job running (and without Hydra's global job state)."""
+    return text.replace("${hydra:", "${hydra.") if isinstance(text, str) else text
 
 
 def job_folders(cfg, jobs: list[list[str]]) -> list[str | None]:
-    """The absolute folder each job of a sweep writes into, resolved as Hydra's launchers do:
-    each job's config composed from its overrides (a config group's option by composition, the
-    other overrides applied as Hydra applies them), hydra.job.override_dirname, num and id set
-    as the basic launcher sets them, then hydra.sweep.dir joined with hydra.sweep.subdir,
-    resolved (any interpolation: ${seed}, ${hydra.job.num}, ${hydra:...}) relative to the
-    current folder. None for a job whose folder cannot be resolved (its config does not
-    compose: that job fails on its own). Jobs of one choice of config groups share one
-    composition (about 0.1 s), so a sweep of thousands of jobs is resolved in seconds.
-    `cfg`: the sweep's composed config (with its hydra node), whose resolved values (the
-    `${now:...}` of the sweep folder) the jobs share, as Hydra's load_sweep_config copies them."""
-    parser, composed, folders = OverridesParser.create(), {}, []
+    """The absolute folder each job of a sweep writes into, as Hydra's launchers make it: each
+    job's config composed by Hydra (compose_config: its public compose API) from the job's
+    overrides, the sweep's exclude_keys and its number (hydra.job.num and id, as the basic
+    launcher sets them), then hydra.sweep.dir joined with hydra.sweep.subdir, resolved (any
+    interpolation: ${seed}, ${hydra.job.override_dirname}, ${hydra:job.num}) relative to the
+    current folder. None for a job whose config does not compose (that job fails on its own).
+    Each job costs one composition (about 80 ms). `cfg`: the sweep's composed config (with its
+    hydra node), whose resolved values (the `${now:...}` of the sweep folder) the jobs share, as
+    Hydra's load_sweep_config copies them."""
     str(OmegaConf.select(cfg, "hydra.sweep.dir"))  # the sweep's time stamp, resolved once, shared by its jobs
-    hydra_config, saved = HydraConfig.instance(), HydraConfig.instance().cfg
-    try:
-        for num, job in enumerate(jobs):
-            try:
-                parsed = parser.parse_overrides(job)
-                # config-group choices (norm=rms, hydra/launcher=joblib, +experiment=x) need a composition
-                groups = tuple(o.input_line for o in parsed
-                               if "/" in o.key_or_group or override_key(o.key_or_group) in config_groups())
-                if groups not in composed:
-                    composed[groups] = compose_config(list(groups), hydra=True)
-                job_cfg = composed[groups].copy()
-                OmegaConf.copy_cache(from_config=cfg, to_config=job_cfg)
-                values = [o for o in parsed if o.input_line not in groups]
-                _apply_values(values, job_cfg)
-                # the sweep's naming (name_jobs_by_what_varies added its shared keys), as Hydra gets it
-                dirname = OmegaConf.select(cfg, "hydra.job.config.override_dirname") or \
-                    job_cfg.hydra.job.config.override_dirname
-                with open_dict(job_cfg.hydra.job):
-                    job_cfg.hydra.job.override_dirname = _override_dirname(
-                        [o for o in parsed if not o.is_hydra_override()], dirname.exclude_keys, dirname.item_sep,
-                        dirname.kv_sep)
-                    job_cfg.hydra.job.num = job_cfg.hydra.job.id = num
-                hydra_config.set_config(job_cfg)  # for the ${hydra:...} resolver
-                folder = os.path.join(str(OmegaConf.select(job_cfg, "hydra.sweep.dir")),
-                                      str(OmegaConf.select(job_cfg, "hydra.sweep.subdir")))
-                folders.append(os.path.abspath(os.path.expanduser(folder)))
-            except Exception:  # noqa: BLE001 - a job whose config does not compose is refused on its own
-                folders.append(None)
-    finally:
-        hydra_config.cfg = saved
+    excluded = list(OmegaConf.select(cfg, "hydra.job.config.override_dirname.exclude_keys") or [])
+    naming = f"{DIRNAME_EXCLUDE_KEYS}=[{','.join(repr(k) for k in excluded)}]"
+    folders = []
+    for num, job in enumerate(jobs):
+        try:
+            job_cfg = compose_config([*job, naming, f"hydra.job.num={num}", f"hydra.job.id={num}"], hydra=True)
+        except Exception:  # noqa: BLE001 - a job whose config does not compose is refused on its own
+            folders.append(None)
+            continue
+        OmegaConf.copy_cache(from_config=cfg, to_config=job_cfg)
+        place = OmegaConf.to_container(job_cfg.hydra.sweep, resolve=False)
+        with open_dict(job_cfg.hydra.sweep):
+            job_cfg.hydra.sweep.dir, job_cfg.hydra.sweep.subdir = (_hydra_as_key(place.get(k)) for k in ("dir", "subdir"))
+        try:
+            folder = os.path.join(str(job_cfg.hydra.sweep.dir), str(job_cfg.hydra.sweep.subdir))
+        except Exception:  # noqa: BLE001 - an interpolation that does not resolve: the job fails on its own
+            folders.append(None)
+            continue
+        folders.append(os.path.abspath(os.path.expanduser(folder)))
     return folders
 
 
