@@ -130,12 +130,12 @@ class PackedLauncher(Launcher):
                 raise SystemExit(e.exit_code)
             except Exception as e:  # noqa: BLE001 - the sweep goes on past one broken pack
                 from normexp.launch.exits import describe_error
-                from normexp.launch.hydra_job import _leave_resumable
+                from normexp.launch.job_status import leave_resumable
 
                 message, code = describe_error(e)
                 log.error("pack failed: %s (the sweep goes on)", message)
                 for m in members:
-                    _leave_resumable(m.run_dir, m.config, None, message, code)
+                    leave_resumable(m.run_dir, m.config, None, message, code)
                     m.job_return.status, m.job_return._return_value = JobStatus.FAILED, e
                     returns[m.index] = m.job_return
                     self.hydra_context.callbacks.on_job_end(config=configs[indices.index(m.index)], job_return=m.job_return)

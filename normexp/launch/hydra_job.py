@@ -22,7 +22,6 @@ from ..train.signals import exit_if_early_signal
 from . import sweep
 from .exits import EXIT_BAD_INPUT, fail, folder_refusal
 from .job import hydra_task
-from .job_status import leave_resumable as _leave_resumable  # noqa: F401 - the packed launcher's import
 from .plan import LaunchPlan
 from .preflight import claim_output, made_by_claim, preflight
 from .shown_config import annotated_cfg

@@ -59,7 +59,7 @@ log = logging.getLogger("normexp")
 @dataclass(frozen=True)
 class JobContext:
     """What the launcher knows about this job that training needs: `train(cfg)` reads nothing
-    global (launch/hydra_job.py builds this from Hydra's job state; outside Hydra the defaults).
+    global (launch/hydra_state.py builds this from Hydra's job state; outside Hydra the defaults).
 
     launcher       the sweep launcher's config (n_jobs, cpus_per_task) for threads=auto; None
                    for a single run

@@ -21,7 +21,7 @@ scheduler preempts it, and submitit's handler for it checkpoints the submission 
 job. Inside such a job, a StopSignals also defers that signal to the next step boundary, where
 `check()` raises `Preempted`: the loop saves a checkpoint and records status "requeued", and
 then `forward()` hands the signal to submitit's handler, which requeues the job (see
-launch.hydra_job.hydra_task); the requeued job resumes from the checkpoint. Outside submitit (no Python
+launch.job.hydra_task); the requeued job resumes from the checkpoint. Outside submitit (no Python
 handler for the signal) it is left alone.
 
 Python runs signal handlers only between bytecodes of the main thread, so a main thread
