@@ -33,21 +33,36 @@ def csvs() -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.read_csv(LAW / "likelihood_slopes.csv"), pd.read_csv(LAW / "slope_differences.csv")
 
 
-def known_intervals(table: pd.DataFrame, diffs: pd.DataFrame, words) -> set[str]:
-    """Every slope and difference of the CSVs with its interval, as the pages write it."""
+def known_intervals(table: pd.DataFrame, diffs: pd.DataFrame, interval, methods=("", "seeds_only_")) -> set[str]:
+    """Every slope (of `methods`) and difference of the CSVs with its interval, as the pages write it."""
     out = set()
     for prefix in ("", "limits_"):
-        for method in ("", "seeds_only_"):
+        for method in methods:
             cols = [f"{prefix}{method}{c}" for c in ("slope", "low", "high")]
-            out |= {words(*r) for r in table[cols].itertuples(index=False)}
-    return out | {words(*r) for r in diffs[["difference", "low", "high"]].itertuples(index=False)}
+            out |= {interval(*r) for r in table[cols].itertuples(index=False)}
+    return out | {interval(*r) for r in diffs[["difference", "low", "high"]].itertuples(index=False)}
 
 
-def stray_intervals(text: str, known: set[str]) -> list[str]:
-    """The intervals of lines that name the depth scatter term and that no CSV holds."""
-    lines = [line for line in text.splitlines() if "depth scatter" in line and not line.startswith("|")]
-    found = [f"{m[1]} [{m[2]}, {m[3]}]".replace("-", "−") for line in lines for m in INTERVAL.finditer(line)]
-    return [f for f in found if f not in known]
+def sentences(text: str) -> list[str]:
+    """The page's prose (tables and code blocks left out) as sentences, lines joined."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    prose = " ".join(line.strip() for line in text.splitlines() if not line.startswith("|"))
+    return re.split(r"(?<=[.!?:)])\s+(?=[A-Z*(\[`-])", prose)
+
+
+def stray_intervals(text: str, known: set[str], with_scatter: set[str]) -> list[str]:
+    """The intervals that no CSV holds among those in a sentence that names the depth scatter term,
+    and the likelihood slopes written L^x [a, b] that are not a fit with the term."""
+    out = []
+    for sentence in sentences(text):
+        if "depth scatter" in sentence:
+            out += [f for m in INTERVAL.finditer(sentence) if (f := words(m)) not in known]
+        out += [f for m in re.finditer(r"L\^" + INTERVAL.pattern, sentence) if (f := words(m)) not in with_scatter]
+    return out
+
+
+def words(m: re.Match) -> str:
+    return f"{m[1]} [{m[2]}, {m[3]}]".replace("-", "−")
 
 
 @pytest.mark.parametrize("page, study, limits", TABLES, ids=[t[1] for t in TABLES])
@@ -66,8 +81,9 @@ def test_the_deepnet_sentence_is_the_csv():
 @pytest.mark.parametrize("page", PROSE, ids=[p.relative_to(ROOT).as_posix() for p in PROSE])
 def test_every_interval_said_with_the_depth_scatter_term_is_in_the_csvs(page):
     table, diffs = csvs()
-    known = known_intervals(table, diffs, script().interval)
-    assert not stray_intervals(page.read_text(encoding="utf-8"), known)
+    interval = script().interval
+    known, with_scatter = known_intervals(table, diffs, interval), known_intervals(table, diffs, interval, ("",))
+    assert not stray_intervals(page.read_text(encoding="utf-8"), known, with_scatter)
 
 
 def test_the_checks_find_an_altered_number():
@@ -77,8 +93,10 @@ def test_the_checks_find_an_altered_number():
     row = (table["study"] == "depth_law, 800 steps") & (table["line"] == "deepnorm/xavier")
     table.loc[row, ["high", "limits_high"]] = 3.95
     assert module.slope_markdown(table, "depth_law, 800 steps", True) not in page
-    known = known_intervals(table, diffs, module.interval)
-    assert stray_intervals("DeepNorm −0.89 [−5.71, 3.93] with a depth scatter term", known) == ["−0.89 [−5.71, 3.93]"]
+    known, with_scatter = (known_intervals(table, diffs, module.interval, m) for m in (("", "seeds_only_"), ("",)))
+    assert stray_intervals("DeepNorm −0.89 [−5.71, 3.93] with a depth\nscatter term. Other: 1.00 [0.50, 2.00].",
+                           known, with_scatter) == ["−0.89 [−5.71, 3.93]"]
+    assert stray_intervals("It falls as L^−1.16 [−1.36, −0.97].", known, with_scatter) == ["−1.16 [−1.36, −0.97]"]
     diffs.loc[0, "low"] = -1.02
     assert module.contrast_sentence(diffs) not in page
 
