@@ -1,16 +1,21 @@
 """The likelihood slopes of the committed depth-law and depth-transfer results, with the depth
-scatter term (the report's interval now) beside the seeds-only interval (the one the pages print),
-and DeepNorm's slope minus Post-LN's under the same init.
+scatter term (the report's interval now) beside the seeds-only interval (the one the report wrote
+before), and DeepNorm's slope minus Post-LN's under the same init.
 
-    PYTHONPATH=$PWD python scripts/slope_intervals.py [--out slope_intervals.csv]
+    PYTHONPATH=$PWD python scripts/slope_intervals.py [--out docs/results/depth_law]
 
 Per line: the depths fitted (as `normexp report` picks them: depth_law.likelihood_inputs — depths
 where no seed learned or whose edge is too slow for the budget left out), the slope with the
 depth scatter term, its 95 % interval (depth_law.likelihood_fit), τ̂ and σ̂, and the seeds-only
-fit's slope and interval (scatter=False). The difference: depth_law.slope_difference, both lines
-in one fit, each at its own fitted depths, one depth scatter τ for both. The depth-transfer
-points come from its runs.csv (a run learned where its outcome is "learned"; left-out runs
-dropped), the depth-law ones from each sweep's boundary.csv and boundary_points.csv.
+fit's slope and interval (scatter=False); for the depth-law sweeps also the same two fits over
+the depths whose upper edge is a stability limit only (boundary.row_edge_class). The difference:
+depth_law.slope_difference, both lines in one fit, each at its own fitted depths (then at the
+depths both have), one depth scatter τ for both. The depth-transfer points come from its
+runs.csv (a run learned where its outcome is "learned"; left-out runs dropped), the depth-law
+ones from each sweep's boundary.csv and boundary_points.csv.
+
+--out writes likelihood_slopes.csv and slope_differences.csv there: the pages' likelihood slopes
+are rendered from them (`slope_markdown`, `contrast_sentence`; tests/analysis/test_slope_pages.py).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from normexp.analysis import depth_law
-from normexp.analysis.boundary import RESULT_COLUMNS, at_search_budget
+from normexp.analysis.boundary import RESULT_COLUMNS, at_search_budget, is_stability_limit, row_edge_class
 
 ROOT = Path(__file__).resolve().parents[1]
 LAW = ROOT / "docs/results/depth_law"
@@ -37,10 +42,13 @@ TRANSFER = ROOT / "docs/results/depth_transfer/runs.csv"
 CONTRASTS = (("depth_law, 800 steps", ("post", "xavier"), ("deepnorm", "xavier")),
              ("depth_law, 800 steps", ("post", "torchscale"), ("deepnorm", "xavier")),
              ("depth_transfer, 400 steps", ("post", "-"), ("deepnorm", "-")))
+NAMES = {"post": "Post-LN", "deepnorm": "DeepNorm", "pre": "Pre-LN", "sandwich": "Sandwich",
+         "depth_mup/0.5": "Depth-μP α = ½", "depth_mup/1": "CompleteP (α = 1)"}
 
 
 def sweep_lines(folders: list[str]) -> dict[tuple, tuple]:
-    """{line key: ((lows, highs, log depths), [(depth, why left out)])} of the sweeps in `folders`."""
+    """{line key: ((lows, highs, log depths), [(depth, why left out)], (the same three over the
+    depths whose upper edge is a stability limit))} of the sweeps in `folders`."""
     table = pd.concat([pd.read_csv(LAW / f / "boundary.csv") for f in folders], ignore_index=True)
     points = pd.concat([pd.read_csv(LAW / f / "boundary_points.csv") for f in folders], ignore_index=True)
     cols = [c for c in table.columns if c not in RESULT_COLUMNS and c != "layers"]
@@ -49,64 +57,161 @@ def sweep_lines(folders: list[str]) -> dict[tuple, tuple]:
         mine = points
         for c, v in zip(cols, key):
             mine = mine[mine[c].astype(str) == str(v)]
-        out[tuple(map(str, key))] = depth_law.likelihood_inputs(rows.to_dict("records"), at_search_budget(mine))
+        rows = rows.to_dict("records")
+        searched = at_search_budget(mine)
+        limits = [int(r["layers"]) for r in rows if (c := row_edge_class(r)) is not None and is_stability_limit(c)]
+        at_limits = depth_law.upper_side(searched[searched["layers"].astype(int).isin(limits)])[:3]
+        out[tuple(map(str, key))] = (*depth_law.likelihood_inputs(rows, searched), at_limits)
     return out
 
 
 def transfer_lines() -> dict[tuple, tuple]:
-    """The depth-transfer grid's lines as sweep_lines gives them (its edges: transfer.edges)."""
+    """The depth-transfer grid's lines as sweep_lines gives them (no budget check, no edge classes)."""
     runs = pd.read_csv(TRANSFER)
     runs = runs[runs["left_out"].isna()]
     runs["placement.exponent"] = runs["placement.exponent"].map(lambda v: "-" if pd.isna(v) else f"{v:g}")
     runs["learned"] = (runs["outcome"] == "learned").map({True: "yes", False: "no"})
     out = {}
     for key, mine in runs.groupby(["placement", "placement.exponent"], sort=True):
-        out[tuple(map(str, key))] = depth_law.likelihood_inputs([], mine[["layers", "lr", "seed", "learned"]])
+        out[tuple(map(str, key))] = (*depth_law.likelihood_inputs([], mine[["layers", "lr", "seed", "learned"]]), None)
     return out
 
 
-def interval(v, low, high) -> str:
-    return "-" if not math.isfinite(v) else f"{v:.2f} [{low:.2f}, {high:.2f}]"
+def depths_of(z) -> str:
+    return "-".join(str(d) for d in sorted({round(math.exp(v)) for v in z})) or "-"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, help="also write the table as CSV here")
-    args = p.parse_args()
-    t0 = time.time()
-    studies = {name: sweep_lines(folders) for name, folders in SWEEPS.items()}
-    studies["depth_transfer, 400 steps"] = transfer_lines()
+def fits(prefix: str, data) -> dict:
+    """Both fits of one line's data as CSV columns named from `prefix`."""
+    if data is None:
+        return {}
+    new, old = depth_law.likelihood_fit(*data), depth_law.likelihood_fit(*data, scatter=False)
+    return {f"{prefix}depths": depths_of(data[2]), f"{prefix}slope": new["slope"], f"{prefix}low": new["slope_low"],
+            f"{prefix}high": new["slope_high"], f"{prefix}tau": new["depth_scatter"], f"{prefix}sigma": new["width"],
+            f"{prefix}seeds_only_slope": old["slope"], f"{prefix}seeds_only_low": old["slope_low"],
+            f"{prefix}seeds_only_high": old["slope_high"]}
+
+
+def slope_rows(studies: dict) -> pd.DataFrame:
     rows = []
     for name, lines in studies.items():
-        for key, (data, left) in lines.items():
-            new = depth_law.likelihood_fit(*data)
-            old = depth_law.likelihood_fit(*data, scatter=False)
-            depths = sorted({round(math.exp(v)) for v in data[2]})
-            rows.append({"study": name, "line": "/".join(key), "depths fitted": "-".join(map(str, depths)) or "-",
+        for key, (data, left, at_limits) in lines.items():
+            rows.append({"study": name, "line": "/".join(key),
                          "left out": "; ".join(f"{d}: {why}" for d, why in left) or "-",
-                         "slope, depth scatter [95 %]": interval(new["slope"], new["slope_low"], new["slope_high"]),
-                         "τ": f"{new['depth_scatter']:.2f}", "σ": f"{new['width']:.2f}",
-                         "slope, seeds only [95 %]": interval(old["slope"], old["slope_low"], old["slope_high"])})
-    table = pd.DataFrame(rows)
-    with pd.option_context("display.width", 250, "display.max_colwidth", 70, "display.max_rows", 200):
-        print(table.to_string(index=False))
-    print("\nDeepNorm's slope minus Post-LN's (one fit of both lines; at each line's own fitted depths, then at"
-          " the depths both have):")
+                         **fits("", data), **fits("limits_", at_limits)})
+    return pd.DataFrame(rows)
+
+
+def difference_rows(studies: dict) -> pd.DataFrame:
+    """DeepNorm − Post-LN per CONTRASTS, at each line's own depths and at the depths both have."""
+    rows = []
     for name, a, b in CONTRASTS:
         lines = studies[name]
         own = (lines[a][0], lines[b][0])
         both = set(own[0][2]) & set(own[1][2])
         common = tuple(tuple([v for v, zi in zip(col, line[2]) if zi in both] for col in line) for line in own)
-        for label, pair in (("own depths", own), ("common depths", common)):
+        for depths, pair in (("own depths", own), ("common depths", common)):
             for scatter in (True, False):
                 d = depth_law.slope_difference(*pair, scatter=scatter)
-                depths = [sorted({round(math.exp(v)) for v in line[2]}) for line in pair]
-                print(f"  {name}, {label}: {'/'.join(b)} − {'/'.join(a)} = "
-                      f"{interval(d['difference'], d['low'], d['high'])} "
-                      f"({'depth scatter, τ̂ ' + format(d['depth_scatter'], '.2f') if scatter else 'seeds only, χ²₁'}; "
-                      f"depths {'-'.join(map(str, depths[1]))} and {'-'.join(map(str, depths[0]))})")
+                rows.append({"study": name, "minuend": "/".join(b), "subtrahend": "/".join(a), "depths": depths,
+                             "minuend depths": depths_of(pair[1][2]), "subtrahend depths": depths_of(pair[0][2]),
+                             "method": "depth scatter" if scatter else "seeds only",
+                             "difference": d["difference"], "low": d["low"], "high": d["high"],
+                             "tau": d["depth_scatter"]})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ the pages' words
+
+
+def number(v: float) -> str:
+    return f"{v:.2f}".replace("-", "−")
+
+
+def interval(v: float, low: float, high: float) -> str:
+    """"−0.89 [−5.71, 3.93]"; "−0.20, no interval (2 depths)" where the profile never crosses the
+    threshold (2 depths leave no degree of freedom); "–" without a slope."""
+    if not math.isfinite(v):
+        return "–"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{number(v)}, no interval"
+    return f"{number(v)} [{number(low)}, {number(high)}]"
+
+
+def line_name(line: str) -> str:
+    placement, _, rest = line.partition("/")
+    if line in NAMES:
+        return NAMES[line]
+    return NAMES.get(placement, placement) + ("" if rest in ("", "-") else f" / {rest}")
+
+
+def slope_markdown(table: pd.DataFrame, study: str, limits: bool = False) -> str:
+    """The likelihood slopes of one study as the page prints them; `limits`: with the fits over
+    the stability-limit depths only beside."""
+    rows = table[(table["study"] == study) & table["slope"].notna()]
+    head = ["line", "depths fitted", "slope, with a depth scatter term [95 %]", "τ̂", "seeds only (before) [95 %]"]
+    if limits:
+        head += ["stability-limit depths", "their slope, with a depth scatter term [95 %]", "seeds only (before) [95 %]"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in rows.iterrows():
+        cells = [line_name(r["line"]), r["depths"].replace("-", ", "), interval(r["slope"], r["low"], r["high"]), f"{r['tau']:.2f}",
+                 interval(r["seeds_only_slope"], r["seeds_only_low"], r["seeds_only_high"])]
+        if limits:
+            has = isinstance(r.get("limits_depths"), str) and r["limits_depths"] != "-"
+            cells += [r["limits_depths"].replace("-", ", ") if has else "none",
+                      interval(r["limits_slope"], r["limits_low"], r["limits_high"]) if has else "–",
+                      interval(r["limits_seeds_only_slope"], r["limits_seeds_only_low"], r["limits_seeds_only_high"])
+                      if has else "–"]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def words(depths: str) -> str:
+    """"2, 4 and 8" from "2-4-8"."""
+    parts = depths.split("-")
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _difference(diffs: pd.DataFrame, depths: str, method: str) -> pd.Series:
+    mine = diffs[(diffs["study"] == "depth_law, 800 steps") & (diffs["minuend"] == "deepnorm/xavier")
+                 & (diffs["subtrahend"] == "post/xavier") & (diffs["depths"] == depths) & (diffs["method"] == method)]
+    return mine.iloc[0]
+
+
+def contrast_sentence(diffs: pd.DataFrame) -> str:
+    """DeepNet's contrast under one init (xavier, 800 steps) in one sentence, from slope_differences.csv."""
+    own, common = _difference(diffs, "own depths", "depth scatter"), _difference(diffs, "common depths", "seeds only")
+    common_scatter = _difference(diffs, "common depths", "depth scatter")
+    bounded = math.isfinite(common_scatter["low"]) and math.isfinite(common_scatter["high"])
+    dn, pl = (words(own[c]) for c in ("minuend depths", "subtrahend depths"))
+    return (f"Under `init=xavier` at 800 steps DeepNorm's likelihood slope minus Post-LN's is "
+            f"{interval(own['difference'], own['low'], own['high'])} (95 %; one fit of both lines with a depth "
+            f"scatter term, τ̂ {own['tau']:.2f}; DeepNorm at {dn} blocks, Post-LN at {pl}): the data do not show "
+            f"DeepNorm's limit falling more slowly than Post-LN's under the same init; at the depths both "
+            f"have, {words(common['minuend depths'])} blocks, the difference is "
+            f"{interval(common['difference'], common['low'], common['high'])} if depths do not scatter "
+            f"(seeds only), and " + ("is " + interval(common_scatter["difference"], common_scatter["low"],
+                                                       common_scatter["high"]) if bounded else "has no bound")
+            + " if they may.")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, help="write likelihood_slopes.csv and slope_differences.csv in this folder")
+    args = p.parse_args()
+    t0 = time.time()
+    studies = {name: sweep_lines(folders) for name, folders in SWEEPS.items()}
+    studies["depth_transfer, 400 steps"] = transfer_lines()
+    table, diffs = slope_rows(studies), difference_rows(studies)
+    with pd.option_context("display.width", 250, "display.max_colwidth", 70, "display.max_rows", 200,
+                           "display.max_columns", 40):
+        print(table.to_string(index=False))
+        print("\nDeepNorm's slope minus Post-LN's (one fit of both lines):")
+        print(diffs.to_string(index=False))
+    print("\n" + contrast_sentence(diffs))
     if args.out:
-        table.to_csv(args.out, index=False)
+        table.to_csv(args.out / "likelihood_slopes.csv", index=False)
+        diffs.to_csv(args.out / "slope_differences.csv", index=False)
     print(f"wall time {time.time() - t0:.0f} s")
 
 
