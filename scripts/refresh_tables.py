@@ -3,6 +3,7 @@ adding the failure rule's columns; each refuses to write where a column the fold
 would not come out as committed (normexp/analysis/report/tables.py, same_columns).
 
     python scripts/refresh_tables.py depth_law docs/results/depth_law/issue39_800 ...
+    python scripts/refresh_tables.py depth_law --rewrite "slope, likelihood [95 %]" FOLDER...   # a column whose method changed
     python scripts/refresh_tables.py depth_transfer docs/results/depth_transfer placement,placement.exponent
 """
 
@@ -21,7 +22,12 @@ def main(args: list[str]) -> int:
         return 2
     try:
         if args[0] == "depth_law":
-            written = [p for folder in args[1:] for p in refresh_depth_law(Path(folder), echo=lambda *_: None)]
+            folders, rewrite = list(args[1:]), []
+            while folders[:1] == ["--rewrite"] and len(folders) > 2:
+                rewrite.append(folders[1])
+                folders = folders[2:]
+            written = [p for folder in folders for p in refresh_depth_law(Path(folder), echo=lambda *_: None,
+                                                                          rewrite=rewrite)]
         else:
             written = refresh_depth_transfer(Path(args[1]), args[2].split(","))
     except (ValueError, OSError) as e:

@@ -121,8 +121,9 @@ def test_the_depth_law_section_prints_the_rule_and_both_quantities(tmp_path):
 
 
 def test_a_refresh_reproduces_the_committed_columns_or_writes_nothing(tmp_path):
-    """refresh_depth_law recomputes a committed study from its CSVs; with one committed slope
-    altered by 0.02 (two units of its last digit) it refuses and leaves the file as it was."""
+    """refresh_depth_law recomputes a committed study from its CSVs: it refuses to change a committed
+    column (the likelihood's, whose method changed) unless told to rewrite it, and with a bootstrap
+    slope altered by 0.02 (two units of its last digit) it refuses and leaves the file as it was."""
     import shutil
 
     from normexp.analysis.report.sections import refresh_depth_law
@@ -133,12 +134,24 @@ def test_a_refresh_reproduces_the_committed_columns_or_writes_nothing(tmp_path):
     assert not _close("2: 0.0021", "4: 0.0021")
     folder = tmp_path / "issue39_800"
     shutil.copytree(LAW_800, folder)
-    refresh_depth_law(folder, echo=lambda *_: None)
-    fresh = pd.read_csv(folder / "depth_law_slopes.csv")
-    assert "upper edge per depth (failure rule)" in fresh.columns
     slopes = folder / "depth_law_slopes.csv"
-    altered = slopes.read_text(encoding="utf-8").replace("-1.16 [-1.36, -0.97]", "-1.18 [-1.36, -0.97]")
-    slopes.write_text(altered, encoding="utf-8")
+    committed = slopes.read_text(encoding="utf-8")
+    # the committed likelihood columns are the seeds-only fit's; the fit now has a depth term
     with pytest.raises(ValueError, match="slope, likelihood"):
         refresh_depth_law(folder, echo=lambda *_: None)
+    assert slopes.read_text(encoding="utf-8") == committed
+    refresh_depth_law(folder, echo=lambda *_: None, rewrite=LIKELIHOOD_COLUMNS)
+    fresh = pd.read_csv(slopes)
+    assert "upper edge per depth (failure rule)" in fresh.columns
+    assert fresh["slope [95 %]"].tolist() == pd.read_csv(LAW_800 / "depth_law_slopes.csv")["slope [95 %]"].tolist()
+    altered = slopes.read_text(encoding="utf-8").replace("-1.14 [-1.66, -0.84]", "-1.16 [-1.66, -0.84]")
+    assert altered != slopes.read_text(encoding="utf-8")
+    slopes.write_text(altered, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"'slope \[95 %\]'"):
+        refresh_depth_law(folder, echo=lambda *_: None, rewrite=LIKELIHOOD_COLUMNS)
     assert slopes.read_text(encoding="utf-8") == altered
+
+
+LIKELIHOOD_COLUMNS = ("slope, likelihood [95 %]", "limit (50 %) at the shallowest depth [95 %]",
+                      "likelihood at 1000 blocks [95 %]", "seed × depth limits fitted (depths left out)",
+                      "slope, likelihood, stability limits only [95 %]")

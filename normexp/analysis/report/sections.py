@@ -4,6 +4,8 @@ each its report.md lines, with its table and figure written beside."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import math
 from pathlib import Path
 
@@ -291,13 +293,14 @@ def _or_word(value, word: str, pattern: str = "{:g}") -> str:
     return word if value is None or value != value else pattern.format(value)
 
 
-def refresh_depth_law(folder: Path, echo=print) -> list[Path]:
+def refresh_depth_law(folder: Path, echo=print, rewrite: Collection[str] = ()) -> list[Path]:
     """The depth-law table and figure of a committed study folder rewritten from its CSVs alone
     (each search's boundary.csv and boundary_points.csv, and the report's runs.csv for the final
     losses), for when its run folders are gone: depth_law_slopes.csv, depth_law.png (its points:
     depth_law.csv). runs.csv holds no initial loss, so a diverged run enters at its last loss where
     the report clipped it at ℓ₀: every column the folder's depth_law_slopes.csv already has must
-    come out as it is, to one unit of its last printed digit (tables.same_columns), or nothing is written."""
+    come out as it is, to one unit of its last printed digit (tables.same_columns), or nothing is
+    written; `rewrite`: columns whose method changed on purpose, written anew."""
     folder = Path(folder)
     tables = sorted(folder.glob("*/boundary.csv"))
     if not tables or not (folder / "runs.csv").is_file():
@@ -317,7 +320,7 @@ def refresh_depth_law(folder: Path, echo=print) -> list[Path]:
     old_path, new_path = folder / "depth_law_slopes.csv", folder / ".depth_law_slopes.new.csv"
     pd.DataFrame(rows, columns=head).to_csv(new_path, index=False)
     try:
-        same_columns(old_path, new_path)
+        same_columns(old_path, new_path, rewrite)
     except ValueError:
         new_path.unlink()
         raise
