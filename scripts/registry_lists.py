@@ -1,14 +1,18 @@
-"""The lists of options in README.md, docs/model.md and configs/train.yaml, written from what the
-registries hold, so that a new norm, placement or preset is its own files and this command:
+"""The lists of options in README.md, docs/model.md, docs/tensorboard.md and configs/train.yaml,
+written from what the registries hold, so that a new norm, placement, preset or per-layer signal is
+its own files and this command:
 
     python scripts/registry_lists.py           # rewrite the lists in place
     python scripts/registry_lists.py --check   # exit 1, naming each stale file (tests/test_registry_lists.py)
 
 Each list keeps the order it is written in; a name no longer registered leaves it and a new one
 is added at its end. README's options table: the rows of every config group. configs/train.yaml:
-the comments on the `norm` and `placement` defaults. docs/model.md: the norms table (each row
-from the norm's class docstring, its formula and paper) and the placements table (a new row
-from the placement's class docstring, written by hand after that)."""
+the comments on the `norm` and `placement` defaults and on `log.extra_signals` (the extra
+per-layer signals). docs/model.md: the norms table (each row from the norm's class docstring,
+its formula and paper) and the placements table (a new row from the placement's class
+docstring, written by hand after that). docs/tensorboard.md: the per-layer signals' table (a row
+a registered signal, from its class); a `<tag>/layer_XX` its prose names that no signal is
+registered under fails the check."""
 
 from __future__ import annotations
 
@@ -70,21 +74,31 @@ def readme(text: str, options: dict[str, list[str]], default: dict[str, str]) ->
 
 # ------------------------------------------------------------------ configs/train.yaml
 
-def train_yaml(text: str, options: dict[str, list[str]]) -> str:
-    """Each `- group: default  # a | b | c; the rest` comment (continued on `#` lines) rewritten."""
+def yaml_comment(lines: list[str], key: str, names: list[str]) -> None:
+    """The `key: value  # [lead: ]a | b | c; the rest` comment (continued on `#` lines) on the first
+    line that starts with `key`, its list synced with `names`, rewrapped in place."""
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(key))
+    end, comment = start, lines[start].split("#", 1)[1]
+    while ";" not in comment:
+        end += 1
+        comment += " " + lines[end].split("#", 1)[1]
+    listed, rest = comment.split(";", 1)
+    lead, listed = listed.rsplit(":", 1) if ":" in listed else ("", listed)
+    order = synced([n.strip() for n in listed.split("|") if n.strip()], names)
+    head = lines[start].split("#", 1)[0]
+    body = (lead.strip() + ": " if lead.strip() else "") + " | ".join(order) + ";" + " ".join(rest.split(" ")).rstrip()
+    wrapped = textwrap.wrap(body, YAML_WIDTH - len(head) - 2, break_on_hyphens=False)
+    lines[start: end + 1] = [head + "# " + wrapped[0]] + [" " * len(head) + "# " + w for w in wrapped[1:]]
+
+
+def train_yaml(text: str, options: dict[str, list[str]], extra_signals: list[str] | None = None) -> str:
+    """Each `- group: default  # a | b | c; the rest` comment rewritten, and (given the extra
+    per-layer signals' tags) the `extra_signals:` one."""
     lines = text.split("\n")
     for group, names in options.items():
-        start = next(i for i, line in enumerate(lines) if line.strip().startswith(f"- {group}:"))
-        end, comment = start, lines[start].split("#", 1)[1]
-        while ";" not in comment:
-            end += 1
-            comment += " " + lines[end].split("#", 1)[1]
-        listed, rest = comment.split(";", 1)
-        order = synced([n.strip() for n in listed.split("|") if n.strip()], names)
-        head = lines[start].split("#", 1)[0]
-        body = " | ".join(order) + ";" + " ".join(rest.split(" ")).rstrip()
-        wrapped = textwrap.wrap(body, YAML_WIDTH - len(head) - 2, break_on_hyphens=False)
-        lines[start: end + 1] = [head + "# " + wrapped[0]] + [" " * len(head) + "# " + w for w in wrapped[1:]]
+        yaml_comment(lines, f"- {group}:", names)
+    if extra_signals is not None:
+        yaml_comment(lines, "extra_signals:", extra_signals)
     return "\n".join(lines)
 
 
@@ -134,20 +148,68 @@ def model_md(text: str, norms: dict, placements: dict) -> str:
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------ all three
+# ------------------------------------------------------------------ docs/tensorboard.md
+
+SIGNALS_TITLE = "### Per-layer signals"
+MEASURED = {"forward": "the logging step's forward", "gradients": "after backward, before clipping",
+            "update": "after the optimizer step", "moments": "AdamW's state after the step"}
+
+
+def signal_row(signal) -> str:
+    tag = f"`{signal.tag}/layer_XX" + ("/head_YY`" if signal.per_head else "`")
+    what = signal.about.replace("|", "\\|") + (f". {doc_summary(type(signal))}" if type(signal).__doc__ else "")
+    shown = [s for s, on in (("report", signal.in_report), (f"profile: {signal.profile_title}", signal.profile_title))
+             if on]
+    return (f"| {tag} | {what} | {MEASURED.get(signal.phase, signal.phase)} | "
+            f"{'extra' if signal.extra else 'always'} | {', '.join(shown) or '—'} |")
+
+
+def signals_section(layer_signals: list) -> list[str]:
+    return [SIGNALS_TITLE, "",
+            "Each a class of `normexp/train/layer_signals/`, in chart order (`python scripts/registry_lists.py`",
+            "writes this table). *extra*: only with `log.extra_signals` (on by default); *report*: `normexp report`",
+            "draws it over depth; *profile*: a panel of the depth-profile image.", "",
+            "| tag | each block's value | measured | logged | also shown |", "|---|---|---|---|---|",
+            *map(signal_row, layer_signals), ""]
+
+
+def tensorboard_md(text: str, layer_signals: list) -> str:
+    lines = text.split("\n")
+    start = lines.index(SIGNALS_TITLE)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("#")), len(lines))
+    lines[start:end] = signals_section(layer_signals)
+    return "\n".join(lines)
+
+
+def unregistered_tags(text: str, tags) -> list[str]:
+    """The `<tag>/layer_XX` the text names that no signal is registered under."""
+    return sorted(set(re.findall(r"`(\w+)/layer_XX", text)) - set(tags))
+
+
+# ------------------------------------------------------------------ all four
 
 def rewritten() -> dict[Path, str]:
     """{file: its text with the lists written from the registries}."""
     from normexp.model import NORMS, PLACEMENTS
+    from normexp.train.layer_signals import signals
 
     options = {g: registered(g) for g in README_GROUPS}
+    extra = [s.tag for s in signals() if s.extra]
     files = {ROOT / "README.md": lambda t: readme(t, options, defaults()),
-             ROOT / "configs" / "train.yaml": lambda t: train_yaml(t, {g: options[g] for g in YAML_GROUPS}),
-             ROOT / "docs" / "model.md": lambda t: model_md(t, NORMS, PLACEMENTS)}
+             ROOT / "configs" / "train.yaml": lambda t: train_yaml(t, {g: options[g] for g in YAML_GROUPS}, extra),
+             ROOT / "docs" / "model.md": lambda t: model_md(t, NORMS, PLACEMENTS),
+             ROOT / "docs" / "tensorboard.md": lambda t: tensorboard_md(t, signals())}
     return {path: write(path.read_text()) for path, write in files.items()}
 
 
 def main(argv: list[str]) -> int:
+    from normexp.train.layer_signals import LAYER_SIGNALS
+
+    gone = unregistered_tags((ROOT / "docs" / "tensorboard.md").read_text(), LAYER_SIGNALS)
+    if gone:
+        print(f"docs/tensorboard.md names per-layer signals no class registers: {', '.join(gone)}; "
+              "rename or drop them in its prose")
+        return 1
     stale = []
     for path, text in rewritten().items():
         if path.read_text() != text:

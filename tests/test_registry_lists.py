@@ -2,6 +2,7 @@
 hold (scripts/registry_lists.py writes them): stale lists fail here with the command that mends
 them, and the writer itself keeps a list's order, drops what is gone and adds what is new."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -61,3 +62,43 @@ def test_the_norms_table_has_a_row_per_registered_norm(lists):
     rows = [line for line in section if line.startswith("| `")]
     assert [r.split("`")[1] for r in rows] == sorted(NORMS)
     assert "| `rms` | RMSNorm (Zhang & Sennrich 2019): y = γ·x·rsqrt(mean(x²)+ε). | `norm.eps=1e-05` |" in rows
+
+
+def test_the_extra_signals_comment_keeps_its_lead_and_tail(lists):
+    text = ("log:\n  extra_signals: true    # per layer: key_norm | gone | query_norm;\n"
+            "                         # z-loss apart; false = without them\n  progress: auto\n")
+    out = lists.train_yaml(text, {}, ["query_norm", "key_norm", "new_norm"])
+    assert out == ("log:\n  extra_signals: true    # per layer: key_norm | query_norm | new_norm;\n"
+                   "                         # z-loss apart; false = without them\n  progress: auto\n")
+
+
+def test_the_signals_table_has_a_row_per_registered_signal_in_chart_order(lists):
+    from normexp.train.layer_signals import LAYER_SIGNALS, signals
+
+    rows = [line for line in lists.signals_section(signals()) if line.startswith("| `")]
+    by_order = sorted(LAYER_SIGNALS.values(), key=lambda s: (s.order, s.tag))
+    assert [r.split("`")[1].split("/")[0] for r in rows] == [s.tag for s in by_order]
+    assert [re.split(r"(?<!\\)\|", r)[4].strip() for r in rows] == ["extra" if s.extra else "always" for s in by_order]
+
+
+def test_a_new_signal_gets_a_row_from_its_class(lists):
+    from normexp.train.layer_signals import LayerSignal
+
+    class Fresh(LayerSignal):
+        """Why | it matters.
+
+        Details that stay in the code."""
+
+        tag, order, phase, extra, per_head = "fresh", 1, "gradients", True, True
+        about, in_report, profile_title = "a value of each head", True, "fresh panel"
+
+    assert lists.signal_row(Fresh()) == ("| `fresh/layer_XX/head_YY` | a value of each head. Why \\| it matters. | "
+                                         "after backward, before clipping | extra | report, profile: fresh panel |")
+
+
+def test_the_tensorboard_prose_names_registered_signals_only(lists):
+    from normexp.train.layer_signals import LAYER_SIGNALS
+
+    text = (lists.ROOT / "docs" / "tensorboard.md").read_text()
+    assert lists.unregistered_tags(text, LAYER_SIGNALS) == []
+    assert lists.unregistered_tags("`act_std/layer_XX`, `gone_std/layer_XX/head_YY`", LAYER_SIGNALS) == ["gone_std"]

@@ -6,7 +6,7 @@ builds the settings from a composed config (`read_settings`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, MutableSequence
+from collections.abc import Iterator, Mapping, MutableSequence
 from dataclasses import field, fields, is_dataclass
 from typing import get_type_hints
 
@@ -135,6 +135,42 @@ class Settings:
     def from_composed(cls, cfg, **given):
         """The settings of a composed config (a DictConfig, or plain data), each field from its key."""
         return read_settings(cls, cfg, **given)
+
+
+class OptionSettings(Settings, Mapping):
+    """The settings of a group's option (a data source, a tokenizer): each field `setting("data.files")`
+    of its group's node, and the whole a read-only mapping of that node as written ({"name": ...,
+    "files": [...]}), so what took the node as a dict (data.batches.load_corpus) takes these."""
+
+    def _field_names(self) -> dict[str, str]:
+        """{the node's key: its field's name}."""
+        return {meta["key"].partition(".")[2]: f.name for f, _, meta in _parts(type(self))}
+
+    def __getitem__(self, key: str):
+        names = self._field_names()
+        if key not in names:
+            raise KeyError(key)
+        return getattr(self, names[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._field_names())
+
+    def __len__(self) -> int:
+        return len(self._field_names())
+
+
+def read_option(cls, group: str, node):
+    """`cls` (an OptionSettings) from its group's node: a key of the node no field reads, or a
+    field whose key the node lacks, is a one-line ConfigError naming the option's yaml (the
+    schema and the yaml cannot drift apart unseen)."""
+    node = plain(node)
+    read = {key.partition(".")[2] for key in schema_keys(cls)}
+    where = f"configs/{group}/{node.get('name')}.yaml"
+    for key in sorted(set(node) - read):
+        raise ConfigError(f"{group}.{key}", node[key], f"no field of {cls.__name__} reads it; add one or drop it from {where}")
+    for key in sorted(read - set(node)):
+        raise ConfigError(f"{group}.{key}", "<unset>", f"{cls.__name__} reads it; declare it in {where}")
+    return read_settings(cls, {group: node})
 
 
 def schema_keys(*classes) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .checks import ConfigError, is_integer, is_number
 from .compose import declared_names
-from .keys import POSITIVE, Settings, plain, setting
+from .keys import POSITIVE, OptionSettings, Settings, plain, setting
 
 
 def _as_tuple(value, cfg):
@@ -32,9 +32,14 @@ def _as_tuple(value, cfg):
     return tuple(value) if isinstance(value, list) else value
 
 
-def _node(value, cfg):
-    """A group's node (data, tokenizer) as plain data."""
-    return plain(value)
+def _option(group: str):
+    """The reader of a group's node (data, tokenizer): the typed settings of the option it names."""
+    def read(value, cfg):
+        # why here: the settings classes live with their sources (data/sources.py, torch-free)
+        from ..data.sources import option_settings
+
+        return option_settings(group, value)
+    return read
 
 
 def _schedule_settings(value, cfg):
@@ -216,8 +221,8 @@ class RunConfig(Settings):
     keep_checkpoints: int = setting("keep_checkpoints", rule=POSITIVE)
     stall_margin: float = setting("stall_margin")    # a completed run this fraction above the unigram baseline is "stalled"
     learned_margin: float = setting("outcome.learned_margin")  # runs/outcomes.py
-    data: dict = setting("data", read=_node)         # the data source's node (data/sources.py checks it)
-    tokenizer: dict = setting("tokenizer", read=_node)  # the tokenizer's node
+    data: OptionSettings = setting("data", read=_option("data"))  # the source's (data/sources.py: its check)
+    tokenizer: OptionSettings = setting("tokenizer", read=_option("tokenizer"))
     composed: Mapping = setting(None)                # the composed config (a DictConfig): the run's record, see above
 
     def divergence_checks_every_step(self, device_type: str) -> bool:

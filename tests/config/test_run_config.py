@@ -4,8 +4,10 @@ each rule that moved into them refuses with its one-line message, both when call
 through the pre-flight (`check_job`) that `normexp train` runs."""
 
 import dataclasses
+from collections.abc import Mapping
 
 import pytest
+from pathlib import Path
 from omegaconf import OmegaConf
 
 from normexp.config.checks import ConfigError
@@ -47,7 +49,7 @@ def fields(obj, prefix=""):
     out = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
+        if dataclasses.is_dataclass(value) and not isinstance(value, Mapping):  # an option's settings: a leaf
             out.update(fields(value, f"{prefix}{f.name}."))
         else:
             out[f"{prefix}{f.name}"] = value
@@ -80,7 +82,8 @@ def test_the_typed_config_holds_what_the_composed_config_says(overrides):
         assert got[f"model.{group}"] == OmegaConf.to_container(cfg[group]) and type(got[f"model.{group}"]) is dict
     for cap in ("attn_softcap", "logit_softcap"):
         assert got[f"model.{cap}"] == (cfg[cap] or None)  # 0 and null: off
-    assert got["data"] == OmegaConf.to_container(cfg.data) and got["tokenizer"] == OmegaConf.to_container(cfg.tokenizer)
+    assert dict(got["data"]) == OmegaConf.to_container(cfg.data)
+    assert dict(got["tokenizer"]) == OmegaConf.to_container(cfg.tokenizer)
     assert got["composed"] is cfg
     assert config.steps == cfg.steps and config.seq_len == cfg.seq_len
 
@@ -257,3 +260,43 @@ def test_a_count_or_a_switch_is_checked_as_its_field_declares(key, value, words)
     assert str(e.value).startswith(words)
     for cls in (ModelConfig, RunConfig):
         check_kinds(cls, compose_config([]))  # the defaults pass
+
+
+# ------------------------------------------------------------------ data and tokenizer, typed
+
+def _options(group):
+    return sorted(path.stem for path in (Path(__file__).resolve().parents[2] / "configs" / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group, option", [("data", o) for o in _options("data")]
+                         + [("tokenizer", o) for o in _options("tokenizer")])
+def test_each_shipped_option_is_typed_by_its_class_and_read_whole(group, option):
+    """Every key of each shipped data source and tokenizer (its yaml composed, presets extending
+    hub included) is read by one field of its settings class, and the typed settings, as a
+    mapping, are the node as written: what load_corpus took before."""
+    from normexp.config.keys import schema_keys
+    from normexp.data.sources import SOURCES, TOKENIZERS
+
+    extra = {"text": ["data.files=[a.txt]"], "jsonl": ["data.files=[a.txt]"], "hub": ["data.path=some/set"]}.get(option, [])
+    cfg = compose_config([f"{group}={option}", *extra])
+    settings = getattr(RunConfig.from_composed(cfg), group)
+    node = OmegaConf.to_container(cfg[group], resolve=True)
+    registry = SOURCES if group == "data" else TOKENIZERS
+    assert type(settings) is registry[node["name"]].settings
+    assert {key.partition(".")[2] for key in schema_keys(type(settings))} == set(node)
+    assert dict(settings) == node and all(getattr(settings, key) == node[key] for key in node)
+
+
+def test_a_yaml_key_no_field_reads_and_a_field_without_its_key_are_refused_in_one_line():
+    from normexp.config.keys import read_option
+    from normexp.data.sources import TextSettings
+
+    node = {"name": "text", "files": ["a.txt"], "val_files": None, "val_fraction": 0.1}
+    assert dict(read_option(TextSettings, "data", node)) == node
+    with pytest.raises(ConfigError) as e:
+        read_option(TextSettings, "data", {**node, "shuffle": True})
+    assert str(e.value) == ("data.shuffle=True: no field of TextSettings reads it; add one or drop it from "
+                            "configs/data/text.yaml")
+    with pytest.raises(ConfigError) as e:
+        read_option(TextSettings, "data", {k: v for k, v in node.items() if k != "val_fraction"})
+    assert str(e.value) == "data.val_fraction=<unset>: TextSettings reads it; declare it in configs/data/text.yaml"
