@@ -108,6 +108,17 @@ def run_cli(args, env, timeout=300, check=True, **kw) -> subprocess.CompletedPro
     return proc
 
 
+def import_script(monkeypatch, name: str):
+    """A module of scripts/ (a tool, not part of the package) imported for one test; forgotten after it."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts"))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    module = importlib.import_module(name)
+    monkeypatch.setitem(sys.modules, name, module)
+    return module
+
+
 def pytest_terminal_summary(terminalreporter):
     """One line per slurm-marked test and its outcome, so a CI log shows they ran."""
     for outcome in ("passed", "failed", "skipped", "error"):

@@ -3,21 +3,14 @@ hold (scripts/registry_lists.py writes them): stale lists fail here with the com
 them, and the writer itself keeps a list's order, drops what is gone and adds what is new."""
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from conftest import import_script
 
 
 @pytest.fixture
 def lists(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    import registry_lists
-
-    yield registry_lists
-    sys.modules.pop("registry_lists", None)
+    return import_script(monkeypatch, "registry_lists")
 
 
 def test_the_lists_in_the_docs_are_what_the_registries_hold(lists):

@@ -6,22 +6,14 @@ the script's docstring and docs/testing.md). A moved loss is a finding to explai
 re-record; a new norm or placement is runs the fixture lacks, added with `--record-missing`."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from conftest import import_script
 
 
 @pytest.fixture
 def numerics_fixture(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    import numerics_fixture
-
-    yield numerics_fixture
-    sys.modules.pop("numerics_fixture", None)
+    return import_script(monkeypatch, "numerics_fixture")
 
 
 def test_the_fixture_has_every_registered_norm_and_placement(numerics_fixture):
