@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .checks import ConfigError, is_integer, is_number
 from .compose import declared_names
+from .data_settings import option_settings
 from .keys import POSITIVE, OptionSettings, Settings, plain, setting
 
 
@@ -35,9 +36,6 @@ def _as_tuple(value, cfg):
 def _option(group: str):
     """The reader of a group's node (data, tokenizer): the typed settings of the option it names."""
     def read(value, cfg):
-        # why here: the settings classes live with their sources (data/sources.py, torch-free)
-        from ..data.sources import option_settings
-
         return option_settings(group, value)
     return read
 
@@ -221,7 +219,7 @@ class RunConfig(Settings):
     keep_checkpoints: int = setting("keep_checkpoints", rule=POSITIVE)
     stall_margin: float = setting("stall_margin")    # a completed run this fraction above the unigram baseline is "stalled"
     learned_margin: float = setting("outcome.learned_margin")  # runs/outcomes.py
-    data: OptionSettings = setting("data", read=_option("data"))  # the source's (data/sources.py: its check)
+    data: OptionSettings = setting("data", read=_option("data"))  # config/data_settings.py (data/sources.py: its check)
     tokenizer: OptionSettings = setting("tokenizer", read=_option("tokenizer"))
     composed: Mapping = setting(None)                # the composed config (a DictConfig): the run's record, see above
 

@@ -25,6 +25,9 @@ never a decoded copy of the whole text.
 
 Settings are read from the composed config: their defaults live in the yaml only
 (`with_defaults` fills a partial config, e.g. a dict given to data.batches.load_corpus, from it).
+Their typed form, a settings class per source or tokenizer whose keys differ, lives in
+config/data_settings.py (the run's typed settings read it without importing data/): a new
+source adds its class there under its name.
 Nothing heavy is imported here: validate.py uses these checks before torch is loaded.
 """
 
@@ -43,14 +46,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import ListConfig, OmegaConf
 
 from ..config.checks import ConfigError, is_integer, is_number
-from ..config.compose import declared_names, option_config
-from ..config.keys import OptionSettings, plain, read_option, setting
+from ..config.compose import option_config
 from ..config.registry import register
 from .files import CHUNK, content_id, file_content_id
 
@@ -675,75 +676,3 @@ def _mb(text) -> str:
     """The size of a text (a str, or UTF-8 pieces) in MB."""
     n = len(text.encode("utf-8")) if isinstance(text, str) else _nbytes(text)
     return f"{n / 1e6:.1f} MB"
-
-
-# ---------------------------------------------------------------------------------------------
-# each option's settings, typed: a dataclass per source or tokenizer whose keys differ, its fields
-# the keys of its yaml (config.keys.read_option refuses a yaml key no field reads, and a field
-# the yaml lacks). RunConfig.data and .tokenizer are these; values as written, for check() to name.
-
-
-def settings_of(*classes):
-    """A class decorator: the settings class of each of `classes` (a subclass inherits them)."""
-    def attach(settings_cls):
-        for cls in classes:
-            cls.settings = settings_cls
-        return settings_cls
-    return attach
-
-
-def _as_written(value, cfg):
-    return plain(value)
-
-
-@settings_of(Source)
-@dataclass(frozen=True)
-class SourceSettings(OptionSettings):
-    name: str = setting("data.name")
-
-
-@settings_of(Shakespeare)
-@dataclass(frozen=True)
-class ShakespeareSettings(SourceSettings):
-    val_works: list = setting("data.val_works", read=_as_written)  # file stems of the held-out works
-
-
-@settings_of(Text)
-@dataclass(frozen=True)
-class TextSettings(SourceSettings):
-    files: list = setting("data.files", read=_as_written)
-    val_files: list | None = setting("data.val_files", read=_as_written)
-    val_fraction: float = setting("data.val_fraction")  # without val_files: the last fraction is validation
-
-
-@settings_of(JsonLines)
-@dataclass(frozen=True)
-class JsonLinesSettings(TextSettings):
-    text_field: str = setting("data.text_field")
-
-
-@settings_of(Hub)
-@dataclass(frozen=True)
-class HubSettings(SourceSettings):
-    path: str = setting("data.path")
-    config: str | None = setting("data.config")
-    train_split: str = setting("data.train_split")
-    val_split: str = setting("data.val_split")
-    text_field: str = setting("data.text_field")
-    max_bytes: int | None = setting("data.max_bytes")  # the training text's cap in UTF-8 bytes (None: all)
-
-
-@settings_of(Tokenizer)
-@dataclass(frozen=True)
-class TokenizerSettings(OptionSettings):
-    name: str = setting("tokenizer.name")
-    vocab_size: int = setting("tokenizer.vocab_size")
-
-
-def option_settings(group: str, node) -> OptionSettings:
-    """The typed settings of a data (`group` "data") or tokenizer node, by the class its name picks."""
-    registry = SOURCES if group == "data" else TOKENIZERS
-    name = node.get("name")
-    if name not in registry:
-        raise ConfigError(group, name, f"choose from {', '.join(declared_names(group))}")
-    return read_option(registry[name].settings, group, node)

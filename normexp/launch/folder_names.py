@@ -57,37 +57,45 @@ def _hydra_as_key(text):
     return text.replace("${hydra:", "${hydra.") if isinstance(text, str) else text
 
 
-def job_folders(cfg, jobs: list[list[str]]) -> list[str | None]:
-    """The absolute folder each job of a sweep writes into, as Hydra's launchers make it: each
-    job's config composed by Hydra (compose_config: its public compose API) from the job's
-    overrides, the sweep's exclude_keys and its number (hydra.job.num and id, as the basic
-    launcher sets them), then hydra.sweep.dir joined with hydra.sweep.subdir, resolved (any
-    interpolation: ${seed}, ${hydra.job.override_dirname}, ${hydra:job.num}) relative to the
-    current folder. None for a job whose config does not compose (that job fails on its own).
-    Each job costs one composition (about 80 ms). `cfg`: the sweep's composed config (with its
-    hydra node), whose resolved values (the `${now:...}` of the sweep folder) the jobs share, as
-    Hydra's load_sweep_config copies them."""
-    str(OmegaConf.select(cfg, "hydra.sweep.dir"))  # the sweep's time stamp, resolved once, shared by its jobs
+def compose_job(cfg, job: list[str], num: int):
+    """One job's config (with its hydra node) as Hydra's launchers compose it: Hydra's public
+    compose API (compose_config) applied to the job's overrides, the sweep's exclude_keys (as
+    `cfg` holds them now) and its number (hydra.job.num and id, as the basic launcher sets
+    them); None when the config does not compose (that job fails on its own). About 80 ms: the
+    pre-flight composes each job once, checks it and names its folder from this one config."""
     excluded = list(OmegaConf.select(cfg, "hydra.job.config.override_dirname.exclude_keys") or [])
     naming = f"{DIRNAME_EXCLUDE_KEYS}=[{','.join(repr(k) for k in excluded)}]"
-    folders = []
-    for num, job in enumerate(jobs):
-        try:
-            job_cfg = compose_config([*job, naming, f"hydra.job.num={num}", f"hydra.job.id={num}"], hydra=True)
-        except Exception:  # noqa: BLE001 - a job whose config does not compose is refused on its own
-            folders.append(None)
-            continue
-        OmegaConf.copy_cache(from_config=cfg, to_config=job_cfg)
-        place = OmegaConf.to_container(job_cfg.hydra.sweep, resolve=False)
-        with open_dict(job_cfg.hydra.sweep):
-            job_cfg.hydra.sweep.dir, job_cfg.hydra.sweep.subdir = (_hydra_as_key(place.get(k)) for k in ("dir", "subdir"))
-        try:
-            folder = os.path.join(str(job_cfg.hydra.sweep.dir), str(job_cfg.hydra.sweep.subdir))
-        except Exception:  # noqa: BLE001 - an interpolation that does not resolve: the job fails on its own
-            folders.append(None)
-            continue
-        folders.append(os.path.abspath(os.path.expanduser(folder)))
-    return folders
+    try:
+        return compose_config([*job, naming, f"hydra.job.num={num}", f"hydra.job.id={num}"], hydra=True)
+    except Exception:  # noqa: BLE001 - a job whose config does not compose is refused on its own
+        return None
+
+
+def job_folders(cfg, jobs: list[list[str]], configs: list | None = None) -> list[str | None]:
+    """The absolute folder each job of a sweep writes into, as Hydra's launchers make it:
+    hydra.sweep.dir joined with hydra.sweep.subdir of the job's config (compose_job; `configs`:
+    those already composed, one per job), resolved (any interpolation: ${seed},
+    ${hydra.job.override_dirname}, ${hydra:job.num}) relative to the current folder. None for a
+    job whose config does not compose. `cfg`: the sweep's composed config (with its hydra node),
+    whose resolved values (the `${now:...}` of the sweep folder) the jobs share, as Hydra's
+    load_sweep_config copies them."""
+    str(OmegaConf.select(cfg, "hydra.sweep.dir"))  # the sweep's time stamp, resolved once, shared by its jobs
+    if configs is None:
+        configs = [compose_job(cfg, job, num) for num, job in enumerate(jobs)]
+    return [None if job_cfg is None else _job_folder(cfg, job_cfg) for job_cfg in configs]
+
+
+def _job_folder(cfg, job_cfg) -> str | None:
+    """The absolute folder of one composed job (None where an interpolation does not resolve)."""
+    OmegaConf.copy_cache(from_config=cfg, to_config=job_cfg)
+    place = OmegaConf.to_container(job_cfg.hydra.sweep, resolve=False)
+    with open_dict(job_cfg.hydra.sweep):
+        job_cfg.hydra.sweep.dir, job_cfg.hydra.sweep.subdir = (_hydra_as_key(place.get(k)) for k in ("dir", "subdir"))
+    try:
+        folder = os.path.join(str(job_cfg.hydra.sweep.dir), str(job_cfg.hydra.sweep.subdir))
+    except Exception:  # noqa: BLE001 - an interpolation that does not resolve: the job fails on its own
+        return None
+    return os.path.abspath(os.path.expanduser(folder))
 
 
 # A sweep's job folders (and so TensorBoard's run names, which are their paths) name a job by what
@@ -190,20 +198,21 @@ def _plain_value(cfg, key: str):
     return value
 
 
-def check_job_folders(cfg, jobs: list[list[str]]) -> None:
+def check_job_folders(cfg, jobs: list[list[str]], configs: list | None = None) -> None:
     """Refuse a sweep two of whose jobs would write into one folder (raises ConfigError), before
     any job runs: each job's folder resolved as Hydra will (job_folders), whatever places it
     (hydra.sweep.subdir of the user's own, an interpolation, hydra.sweep.dir). With the default
     subdir (${hydra.job.override_dirname}) a collision is a swept key that folder names leave
     out (train.yaml's exclude_keys: paths, presets, the run settings); one value spelled two
     ways is refused too. Behind this, each job claims its folder, so a collision the check
-    cannot foresee (a ${now:...} subdir) still never merges two jobs."""
+    cannot foresee (a ${now:...} subdir) still never merges two jobs. `configs`: the jobs'
+    configs composed already (compose_job), else each job is composed here."""
     subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
     default = subdir == "${hydra.job.override_dirname}"
     if default:  # a subdir of the user's own (${hydra.job.num}) may repeat a job on purpose
         _check_one_value_twice(jobs)
     seen: dict[str, list[str]] = {}
-    for job, folder in zip(jobs, job_folders(cfg, jobs)):
+    for job, folder in zip(jobs, job_folders(cfg, jobs, configs)):
         if folder is None:
             continue
         if folder not in seen:

@@ -24,7 +24,7 @@ from ..runs.claims import (CLAIM, FolderTaken, claim_default_folder, claim_folde
 from ..runs.resume import check_output_folder, output_folder
 from ..train.signals import exit_if_early_signal
 from .exits import environment_refusal, fail, folder_refusal
-from .folder_names import check_job_folders, name_jobs_by_what_varies, single_run_name
+from .folder_names import check_job_folders, compose_job, name_jobs_by_what_varies, single_run_name
 from .plan import LaunchPlan
 from .validate import (_on_cpu, check_cache, check_launcher, check_memory, group_outside_its_preset, moved_key,
                        preset_group_conflict, validate)
@@ -252,27 +252,37 @@ def check_data_fits(job) -> None:
         raise ConfigError(key, job.data.get(key[len("data."):]), why)
 
 
-# a sweep larger than this is checked on an evenly spread sample of its jobs (~50 ms each)
+# a sweep larger than this has its settings checked on an evenly spread sample of its jobs
 MAX_CHECKED_JOBS = 200
 
 
-def _check_sweep(parsed: list, sweeper_params, explicit) -> None:
+def _check_sweep(cfg, jobs: list[list[str]], explicit) -> list:
     """Compose every job of the sweep (a job Hydra cannot compose would stop the whole sweep
     midway) and check its settings: if every job would fail, refuse the sweep; a value that
-    is bad in only some jobs fails just those jobs when they run."""
-    jobs = sweep_jobs(parsed, sweeper_params)
-    sample = jobs if len(jobs) <= MAX_CHECKED_JOBS else jobs[:: -(-len(jobs) // MAX_CHECKED_JOBS)]
-    errors = []
-    for job in sample:
+    is bad in only some jobs fails just those jobs when they run. Returns each job's config
+    (with its hydra node, as compose_job makes it, named as `cfg` names the jobs now): one
+    composition a job, which check_job_folders reads again for the job's folder."""
+    checked = set(range(0, len(jobs), max(1, -(-len(jobs) // MAX_CHECKED_JOBS))))
+    configs, errors = [], []
+    for num, job in enumerate(jobs):
         exit_if_early_signal()
-        try:
-            check_job(_compose(job, sweep=True), explicit)
+        configs.append(compose_job(cfg, job, num))
+        if num not in checked:
+            continue
+        try:  # a job that does not compose: _compose says why in one line
+            check_job(_compose(job, sweep=True) if configs[-1] is None else _settings(configs[-1]), explicit)
         except ConfigError as e:
             errors.append(str(e))
-    if errors and len(errors) == len(sample):
+    if errors and len(errors) == len(checked):
         fail(f"{errors[0]} (every one of the {len(jobs)} jobs of the sweep would fail)")
     if errors:
-        typer.echo(f"normexp: warning: {len(errors)} of {len(sample)} jobs will fail: {errors[0]}", err=True)
+        typer.echo(f"normexp: warning: {len(errors)} of {len(checked)} jobs will fail: {errors[0]}", err=True)
+    return configs
+
+
+def _settings(cfg):
+    """A job's settings: its composed config without the hydra node (as compose_config(hydra=False))."""
+    return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
 
 
 def _check_boundary_search(sweeper, parsed: list) -> None:
@@ -329,19 +339,20 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
     explicit = {o.key_or_group for o in parsed}
     try:
         if multirun:
-            _check_sweep(parsed, sweeper_params, explicit)
+            jobs = sweep_jobs(parsed, sweeper_params)
+            # named before they are composed: each job's one composition then gives its folder too
+            plan = plan.with_naming(name_jobs_by_what_varies(cfg, jobs, _set_per_job(cfg)))
+            configs = _check_sweep(cfg, jobs, explicit)
         else:
-            check_job(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), explicit)
+            check_job(_settings(cfg), explicit)
         check_cache()
         if multirun:
-            jobs = sweep_jobs(parsed, sweeper_params)
-            plan = plan.with_naming(name_jobs_by_what_varies(cfg, jobs, _set_per_job(cfg)))
-            check_job_folders(cfg, jobs)
+            check_job_folders(cfg, jobs, configs)
         nothing_to_do = check_output_folder(cfg, multirun, explicit)
     except ConfigError as e:
         fail(str(e))
     if multirun and show:  # the dry run of a sweep: every check above, then the job list; nothing is written
-        typer.echo(sweep_preview(sweep_jobs(parsed, sweeper_params), cfg.hydra.sweeper))
+        typer.echo(sweep_preview(jobs, cfg.hydra.sweeper))
         raise SystemExit(0)
     if nothing_to_do:  # resume=true on a finished run: say so, write nothing
         typer.echo(f"normexp: {nothing_to_do}", err=True)

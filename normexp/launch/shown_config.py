@@ -7,8 +7,8 @@ import contextlib
 import io
 import sys
 
-from ..config.auto_notes import auto_notes
 from ..config.compose import annotate, compose_config
+from .auto_notes import auto_notes
 from .plan import LaunchPlan
 
 # flags under which `--cfg` shows another config than normexp's own (or a part of it)
@@ -33,7 +33,7 @@ def annotated_cfg(plan: LaunchPlan):
 
 def annotate_auto(text: str, compose) -> str:
     """Each "auto" setting of `text` gets a comment with the value the run will use
-    (config.auto_notes.auto_notes: DeepNorm's α = (2N)^(1/4) at the run's depth, the device, the
+    (launch.auto_notes.auto_notes: DeepNorm's α = (2N)^(1/4) at the run's depth, the device, the
     threads, the evaluation and profile cadence, ...). `compose`: the job's config, as Hydra
     composed it for the display. The text is otherwise Hydra's: the config as the run saves it."""
     try:

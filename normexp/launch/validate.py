@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ..config.checks import ConfigError, is_integer
 from ..config.compose import config_groups, declared_keys, declared_names
+from ..config.data_settings import OPTION_SETTINGS
 from ..config.keys import check_kinds, did_you_mean, dotted, override_key, schema_keys
 from ..config.model_config import ModelConfig
 from ..config.run_config import RunConfig
@@ -99,8 +100,8 @@ _CLASS_CHECKED = ("norm", "placement", "init")
 
 def _known_keys(cfg) -> None:
     """Every key must be one a typed setting reads (the schema: config.keys.schema_keys) or the
-    chosen group option declares: `+lrr=0.5` or `schedule=constant +schedule.min_lr_ratio=0.5`
-    would otherwise run without a word."""
+    chosen group option takes (`_option_keys`): `+lrr=0.5`, `data=text +data.shufle=1` or
+    `schedule=constant +schedule.min_lr_ratio=0.5` would otherwise run without a word."""
     allowed = set(schema_keys(ModelConfig, RunConfig))
     groups = set(config_groups())
     for key, value in dotted(OmegaConf.to_container(cfg, resolve=False)).items():
@@ -109,13 +110,24 @@ def _known_keys(cfg) -> None:
             continue
         if group in groups and isinstance(cfg.get(group), DictConfig):
             name = cfg[group].get("name")
-            if setting.split(".")[0] not in declared_keys(group, name):
-                takes = ", ".join(declared_keys(group, name)) or "no settings"
-                hint = did_you_mean(setting, declared_keys(group, name)).replace("mean ", f"mean {group}.")
-                raise ConfigError(key, value, f"{hint}{group} {name} takes {takes}")
+            takes = _option_keys(group, name)
+            if setting.split(".")[0] not in takes:
+                hint = did_you_mean(setting, takes).replace("mean ", f"mean {group}.")
+                raise ConfigError(key, value, f"{hint}{group} {name} takes {', '.join(takes) or 'no settings'}")
         elif key not in allowed:
             hint = did_you_mean(key, allowed)
             raise ConfigError(key, value, f"unknown setting; {hint}see `normexp train --cfg job` for the keys")
+
+
+def _option_keys(group: str, name) -> tuple[str, ...]:
+    """The settings a group's option takes, but its name: a data source's or a tokenizer's, the
+    fields of its settings class (config/data_settings.py); a schedule's, what its yaml declares."""
+    if group not in OPTION_SETTINGS:
+        return declared_keys(group, name)
+    if name not in OPTION_SETTINGS[group]:
+        raise ConfigError(group, name, f"choose from {', '.join(declared_names(group))}")
+    keys = (key.partition(".")[2] for key in schema_keys(OPTION_SETTINGS[group][name]))
+    return tuple(sorted(key for key in keys if key != "name"))
 
 
 def moved_key(key: str, value) -> None:

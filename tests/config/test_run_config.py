@@ -274,6 +274,8 @@ def test_each_shipped_option_is_typed_by_its_class_and_read_whole(group, option)
     """Every key of each shipped data source and tokenizer (its yaml composed, presets extending
     hub included) is read by one field of its settings class, and the typed settings, as a
     mapping, are the node as written: what load_corpus took before."""
+    from normexp.config.compose import declared_names
+    from normexp.config.data_settings import OPTION_SETTINGS
     from normexp.config.keys import schema_keys
     from normexp.data.sources import SOURCES, TOKENIZERS
 
@@ -282,14 +284,16 @@ def test_each_shipped_option_is_typed_by_its_class_and_read_whole(group, option)
     settings = getattr(RunConfig.from_composed(cfg), group)
     node = OmegaConf.to_container(cfg[group], resolve=True)
     registry = SOURCES if group == "data" else TOKENIZERS
-    assert type(settings) is registry[node["name"]].settings
+    # one name, one settings class: the sources' and tokenizers' registry and the shipped yaml name the same
+    assert sorted(OPTION_SETTINGS[group]) == sorted(registry) == list(declared_names(group))
+    assert type(settings) is OPTION_SETTINGS[group][node["name"]]
     assert {key.partition(".")[2] for key in schema_keys(type(settings))} == set(node)
     assert dict(settings) == node and all(getattr(settings, key) == node[key] for key in node)
 
 
 def test_a_yaml_key_no_field_reads_and_a_field_without_its_key_are_refused_in_one_line():
+    from normexp.config.data_settings import TextSettings
     from normexp.config.keys import read_option
-    from normexp.data.sources import TextSettings
 
     node = {"name": "text", "files": ["a.txt"], "val_files": None, "val_fraction": 0.1}
     assert dict(read_option(TextSettings, "data", node)) == node
@@ -300,3 +304,35 @@ def test_a_yaml_key_no_field_reads_and_a_field_without_its_key_are_refused_in_on
     with pytest.raises(ConfigError) as e:
         read_option(TextSettings, "data", {k: v for k, v in node.items() if k != "val_fraction"})
     assert str(e.value) == "data.val_fraction=<unset>: TextSettings reads it; declare it in configs/data/text.yaml"
+
+
+def test_a_data_or_tokenizer_key_is_checked_against_the_fields_of_its_settings_class(corpus, monkeypatch):
+    """The pre-flight reads a `data.X` / `tokenizer.X` key off the option's settings class
+    (config/data_settings.py), not off its yaml: a key no field reads is one line naming the
+    fields, with the closest; a key a field reads passes, even one no yaml declares."""
+    from normexp.config.data_settings import OPTION_SETTINGS, TextSettings
+    from normexp.config.keys import setting
+    from normexp.launch.validate import validate
+
+    text = ["data=text", f"data.files=[{corpus}]"]
+    validate(compose_config([*text, "data.val_fraction=0.2"]))  # a field of TextSettings
+    for extra, message in [
+            ("+data.foo=1", "data.foo=1: data text takes files, val_files, val_fraction"),
+            ("+data.val_fractoin=0.2",
+             "data.val_fractoin=0.2: did you mean data.val_fraction? data text takes files, val_files, val_fraction"),
+            ("+data.val_works=[hamlet]", "data.val_works=[hamlet]: data text takes files, val_files, val_fraction"),
+            ("+tokenizer.vocab=3", "tokenizer.vocab=3: did you mean tokenizer.vocab_size? tokenizer byte takes vocab_size")]:
+        with pytest.raises(ConfigError) as e:
+            validate(compose_config([*text, extra]))
+        assert str(e.value) == message
+
+    @dataclasses.dataclass(frozen=True)
+    class ShuffledText(TextSettings):  # a field the shipped yaml lacks, given on the command line
+        shuffle: bool = setting("data.shuffle")
+
+    with pytest.raises(ConfigError, match="data text takes files, val_files, val_fraction$"):
+        validate(compose_config([*text, "+data.shuffle=true"]))
+    monkeypatch.setitem(OPTION_SETTINGS["data"], "text", ShuffledText)
+    validate(compose_config([*text, "+data.shuffle=true"]))
+    with pytest.raises(ConfigError, match="data text takes files, shuffle, val_files, val_fraction$"):
+        validate(compose_config([*text, "+data.foo=1"]))

@@ -232,6 +232,35 @@ def test_job_folders_apply_overrides_as_hydras_composition_does(tmp_path, seed):
         assert folder == os.path.abspath(os.path.join(str(tmp_path), cfg.hydra.job.override_dirname)), job
 
 
+def test_the_pre_flight_of_a_sweep_composes_each_job_once(tmp_path, corpus, monkeypatch, capsys):
+    """A job's check and its folder's name read one Hydra composition: a sweep of 6 jobs costs
+    4 compositions more than one of 2 (its other compositions, of the command itself, are the
+    same for both), and each job number is composed once."""
+    import hydra
+
+    from normexp.launch.plan import LaunchPlan
+    from normexp.launch.preflight import preflight
+
+    monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    real, calls = hydra.compose, []
+    monkeypatch.setattr(hydra, "compose", lambda **kw: calls.append(list(kw["overrides"])) or real(**kw))
+
+    def dry_run(seeds):
+        calls.clear()
+        with pytest.raises(SystemExit) as e:
+            preflight(LaunchPlan.parse(["-m", "data=text", f"data.files=[{corpus}]", "layers=2", "lr=1e-3,2e-3",
+                                        f"seed={seeds}", f"hydra.sweep.dir={tmp_path / 's'}", "--cfg", "job"]))
+        assert e.value.code == 0, capsys.readouterr().err
+        numbers = [o for c in calls for o in c if o.startswith("hydra.job.num=")]
+        return len(calls), sorted(numbers)
+
+    three, numbers3 = dry_run("0")
+    six, numbers6 = dry_run("0,1,2")
+    assert six - three == 4  # 6 jobs against 2: 4 more jobs, one composition each
+    assert numbers3 == [f"hydra.job.num={n}" for n in range(2)] and numbers6 == [f"hydra.job.num={n}" for n in range(6)]
+
+
 def test_a_second_job_of_one_process_into_a_folder_an_earlier_job_trained_in_is_refused(tmp_path):
     """Behind the pre-flight check: a sweep's jobs run in one process (or reused workers), so the
     claim an earlier job made is this process's own; a later job must not train into it too."""

@@ -1,5 +1,6 @@
-"""What `--cfg job` writes beside each "auto": the value the run will use (apart from compose.py,
-which the typed config reads: run_config imports compose, and this reads run_config)."""
+"""What `--cfg job` writes beside each "auto": the value the run will use, worked out by the code
+the run uses (the model's numbers, the device, the threads, the typed settings), so it sits above
+them, on the launch floor, beside the display that shows it (shown_config.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def auto_notes(cfg) -> dict[str, str]:
 
     from omegaconf import OmegaConf
 
-    from .run_config import LogConfig, RunConfig
+    from ..config.run_config import LogConfig, RunConfig
 
     notes: dict[str, str] = {}
     groups = ("norm", "placement")
