@@ -7,8 +7,10 @@ by `normexp report` (the committed grid and a finer grid run later merge into on
 Per line (qk_norm, z_loss, d_model) and its lrs in order: how many seeds diverged at each
 (`status` "diverged", the report's meaning of the word), the highest lr below which no seed
 diverged anywhere ("last calm lr"), the lowest lr where some seed diverged ("first diverging lr"),
-their ratio (the bracket's width), the lowest lr where every seed diverged, and the mean final
-validation loss with a 95 % t-interval over seeds at the last calm lr. Left-out runs are dropped.
+their ratio (the bracket's width), the lowest lr where every seed diverged, the mean final
+validation loss with a 95 % t-interval over seeds at the last calm lr, and the highest lr at
+which every seed learned (`outcome` "learned": ended below the unigram baseline by the report's
+margin). Left-out runs are dropped.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def divergence_table(runs: pd.DataFrame) -> pd.DataFrame:
         calm = counts[first - 1][0] if first else (counts[-1][0] if first is None else math.nan)
         first_lr = counts[first][0] if first is not None else math.nan
         all_lr = next((lr for lr, d, n in counts if d == n), math.nan)
+        learned = [lr for lr, g in by_lr if (g["outcome"] == "learned").all()]
         loss = math.nan, math.nan, math.nan
         if not math.isnan(calm):
             loss = _mean_interval(dict(by_lr)[calm]["final_val_loss"])
@@ -56,7 +59,8 @@ def divergence_table(runs: pd.DataFrame) -> pd.DataFrame:
                      "bracket_ratio": first_lr / calm if calm and not math.isnan(calm) else math.nan,
                      "all_seeds_diverged_from": all_lr,
                      "loss_at_last_calm": loss[0], "loss_at_last_calm_low": loss[1],
-                     "loss_at_last_calm_high": loss[2]})
+                     "loss_at_last_calm_high": loss[2],
+                     "highest_lr_every_seed_learned": max(learned) if learned else math.nan})
     return pd.DataFrame(rows)
 
 

@@ -10,7 +10,8 @@ from tests.conftest import import_script
 
 
 def _runs(line: dict, statuses: dict[float, list[str]], loss=lambda lr, s: 2.0 + lr + 0.01 * s) -> list[dict]:
-    return [{**line, "lr": lr, "seed": s, "status": st, "final_val_loss": loss(lr, s), "left_out": None}
+    return [{**line, "lr": lr, "seed": s, "status": st, "final_val_loss": loss(lr, s), "left_out": None,
+             "outcome": "diverged" if st == "diverged" else ("learned" if lr < 0.2 or (lr < 0.3 and s == 0) else "stuck")}
             for lr, seeds in statuses.items() for s, st in enumerate(seeds)]
 
 
@@ -25,7 +26,8 @@ def test_brackets_on_a_merged_grid(monkeypatch, tmp_path):
         _runs(c, {0.1: ok, 0.3: ok, 1.0: ok})
     fine = _runs(a, {0.15: ok, 0.225: one, 0.34: all3}) + _runs(b, {0.15: ok, 0.225: ok, 0.34: one}) + \
         _runs(c, {0.15: ok, 0.225: ok, 0.34: ok})
-    fine.append({**a, "lr": 0.15, "seed": 9, "status": "diverged", "final_val_loss": 9.0, "left_out": "no config"})
+    fine.append({**a, "lr": 0.15, "seed": 9, "status": "diverged", "final_val_loss": 9.0, "left_out": "no config",
+                 "outcome": "diverged"})
     pd.DataFrame(coarse[::-1]).to_csv(tmp_path / "coarse.csv", index=False)
     pd.DataFrame(fine).to_csv(tmp_path / "fine.csv", index=False)
     table = wd.divergence_table(pd.concat([pd.read_csv(tmp_path / f, dtype={"qk_norm": str})
@@ -37,6 +39,8 @@ def test_brackets_on_a_merged_grid(monkeypatch, tmp_path):
     assert ra.diverged_of_seeds == "0/3 0/3 1/3 3/3 3/3 3/3"
     assert (ra.last_calm_lr, ra.first_diverging_lr, ra.all_seeds_diverged_from) == (0.15, 0.225, 0.3)
     assert ra.bracket_ratio == pytest.approx(1.5)
+    # every seed learned below 0.2 only (the made-up outcome); at 0.225 seed 0 alone did
+    assert (ra.highest_lr_every_seed_learned, rb.highest_lr_every_seed_learned) == (0.15, 0.15)
     # b: calm to 0.3, first divergence at 0.34, all seeds only at 1
     assert (rb.last_calm_lr, rb.first_diverging_lr, rb.all_seeds_diverged_from) == (0.3, 0.34, 1.0)
     # c never diverged: calm at the top, no bracket
