@@ -588,3 +588,36 @@ def test_the_boundary_figure_draws_a_sweep_stopped_before_some_settings_were_pro
     drawn = pd.read_csv(tmp_path / "boundary_search.csv")
     assert len(drawn) == len(points)
     assert (tmp_path / "boundary_search.png").stat().st_size > 0
+
+
+def test_a_sweep_that_held_the_depth_fixed_joins_the_other_sweeps_lines(tmp_path):
+    """Two searches reported together: one swept layers=2,4 (a layers column), the other held
+    layers=8 (no column: Hydra's sweep varied only placement). Its rows take the depth from its
+    multirun.yaml, so the depth law sees 3 depths of one line, not a line of NaN depths."""
+    from normexp.analysis.report.registry import ReportError
+    from normexp.analysis.report.sections import read_searches
+
+    def searches(depths, limit):
+        keys = [(("layers", d), ("placement", "pre")) if d else (("placement", "pre"),) for d in depths]
+        out = [boundary.Search(k, 1e-4, 1e-1, 1.25, False) for k in keys]
+        for s, d in zip(out, depths):
+            boundary_schedule.search_all([s], [0, 1], boundary.initial_points(1e-4, 1e-1, 4, False),
+                                         lambda batch: [{"status": "completed" if x < limit else "diverged"}
+                                                        for _, x, _ in batch])
+        return out
+
+    (tmp_path / "shallow").mkdir()
+    (tmp_path / "deep").mkdir()
+    shallow, _ = boundary.write_tables(searches([2, 4], 0.01), "lr", tmp_path / "shallow")
+    deep, _ = boundary.write_tables(searches([None], 0.005), "lr", tmp_path / "deep")
+    assert "layers" not in read_csv(deep)[0]
+    (tmp_path / "deep" / "multirun.yaml").write_text("layers: 8\nplacement:\n  name: pre\n  eps: 1.0e-5\n")
+    table, points = read_searches([shallow, deep])
+    assert sorted(table["layers"].astype(int)) == [2, 4, 8] and set(table["placement"]) == {"pre"}
+    assert list(table.columns[:2]) == ["layers", "placement"] and "key" in table.columns
+    deep_points = points[points["layers"].astype(int) == 8]
+    assert len(deep_points) == len(read_csv(deep.with_name("boundary_points.csv")))
+    assert (deep_points["lr"].astype(float)[deep_points["learned"] == "yes"] < 0.005).all()
+    (tmp_path / "deep" / "multirun.yaml").unlink()
+    with pytest.raises(ReportError, match=r"deep: its boundary.csv has no layers column .*normexp report .*deep\)"):
+        read_searches([shallow, deep])

@@ -35,7 +35,7 @@ from ...runs.schema import Status
 from ..boundary import PROGRESS_TABLE, TABLE, sweep_tables
 from .. import study, transfer
 from .figures import draw_figures
-from .registry import SECTIONS, Folder, write_sections
+from .registry import SECTIONS, Folder, ReportError, write_sections
 from .sections import overview_line, run_notes, screening_notes
 from .verdict import verdict_markdown, verdict_text
 from .tables import (cell_rows, display_name, kept_apart_note, left_out_of_statistics, markdown_table, sets_the_unit,
@@ -46,10 +46,6 @@ __all__ = ["SECTIONS", "ReportError", "make_report"]
 # every module here, so that each analysis section registers itself (registry.py)
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     importlib.import_module(f"{__name__}.{_module}")
-
-
-class ReportError(Exception):
-    """A user-facing problem; str(e) is one line naming the problem and the fix."""
 
 
 def _check_paths(root: Path, out: Path | None) -> Path:

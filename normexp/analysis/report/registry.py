@@ -12,6 +12,10 @@ from pathlib import Path
 from ...runs.reading import Run
 
 
+class ReportError(Exception):
+    """A user-facing problem; str(e) is one line naming the problem and the fix."""
+
+
 @dataclass(frozen=True)
 class Folder:
     """What a section may look at: the runs, the keys that vary between them, the folder, and the

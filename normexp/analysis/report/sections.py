@@ -16,7 +16,7 @@ from ...runs.schema import Status
 from .. import depth_law, study
 from ..boundary import FAILURE_RULE, RESULT_COLUMNS, budget_check_rows, points_file, row_edge_class
 from .figures import plot_boundary_search, plot_sweep, save_figure
-from .registry import register_section
+from .registry import ReportError, register_section
 from .tables import (display_name, ended_as, fmt, fmt_param, left_out_cell, markdown_table, same_columns, sort_key,
                      text_table)
 
@@ -153,11 +153,38 @@ register_section("depth", order=40, applies=lambda f: not f.searched and swept(f
                  files=("depth.csv", "depth_sweep.png"))
 
 
+def _fixed_setting(sweep: Path, key: str):
+    """The value a sweep held fixed for a setting it did not search (its boundary.csv has no
+    column for it), from the sweep's multirun.yaml; a config group by its option's name."""
+    from omegaconf import DictConfig, OmegaConf
+
+    config = sweep / "multirun.yaml"
+    value = OmegaConf.select(OmegaConf.load(config), key) if config.is_file() else None
+    value = value.get("name") if isinstance(value, DictConfig) else value
+    if value is None:
+        raise ReportError(f"{sweep}: its boundary.csv has no {key} column and no multirun.yaml says its {key}; "
+                         f"report this sweep apart from the others (normexp report {sweep})")
+    return value
+
+
+def read_searches(tables: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(boundary tables, boundary points) of several searches as one of each. A sweep that held
+    a setting fixed (`layers=8` beside another sweep's `layers=2,4`) has no column for it; it
+    gets its fixed value, so its rows join the other sweeps' lines instead of a line of NaN."""
+    frames = [(pd.read_csv(t), pd.read_csv(points_file(t))) for t in tables]
+    settings = list(dict.fromkeys(c for table, _ in frames for c in table.columns if c not in RESULT_COLUMNS))
+    for t, (table, points) in zip(tables, frames):
+        for key in (k for k in settings if k not in table.columns):
+            table[key] = points[key] = _fixed_setting(Path(t).parent, key)
+    return (pd.concat([f[0] for f in frames], ignore_index=True)[settings + [c for c in frames[0][0].columns
+                                                                             if c in RESULT_COLUMNS]],
+            pd.concat([f[1] for f in frames], ignore_index=True))
+
+
 def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
     """The boundary sweeper's results (boundary.csv and boundary_points.csv of each search under
     the folder): a table, and boundary_search.png (figures.plot_boundary_search)."""
-    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
-    points = pd.concat([pd.read_csv(points_file(t)) for t in tables], ignore_index=True)
+    table, points = read_searches(tables)
     key = str(table["key"].iloc[0])
     setting_cols = [c for c in table.columns if c not in RESULT_COLUMNS]
     label = lambda row: ", ".join(f"{c}={fmt_param(row[c])}" for c in setting_cols) or "all runs"  # noqa: E731
@@ -212,14 +239,12 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
     depth_law.py), depth_law.png (its points: depth_law.csv) and depth_law_slopes.csv (the slope table); [] otherwise.
     With each table's boundary_points.csv beside it, also the likelihood fit over every run and, with
     the runs' losses (`runs`, or a loss column in boundary_points.csv), the optimal lr."""
-    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
+    table, points = read_searches(tables) if all(points_file(t).is_file() for t in tables) else (
+        pd.concat([pd.read_csv(t) for t in tables], ignore_index=True), None)
     if str(table["key"].iloc[0]) != "lr" or "layers" not in table.columns or table["layers"].nunique() < 2:
         return []
     line_cols = [c for c in table.columns if c not in RESULT_COLUMNS and c != "layers"]
-    point_files = [points_file(t) for t in tables]
-    points = None
-    if all(f.is_file() for f in point_files):
-        points = pd.concat([pd.read_csv(f) for f in point_files], ignore_index=True)
+    if points is not None:
         points = depth_law.with_losses(points, runs, [*line_cols, "layers", "lr"])
     results = depth_law.laws(table, line_cols, points)
     head, rows = depth_law.table_rows(results, line_cols)
