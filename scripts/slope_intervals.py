@@ -29,6 +29,7 @@ import pandas as pd
 
 from normexp.analysis import depth_law
 from normexp.analysis.boundary import RESULT_COLUMNS, at_search_budget, is_stability_limit, row_edge_class
+from normexp.analysis.report.sections import read_searches
 
 ROOT = Path(__file__).resolve().parents[1]
 LAW = ROOT / "docs/results/depth_law"
@@ -37,6 +38,7 @@ SWEEPS = {   # the page's section: the sweep folders its table reads
     "depth_law, 200 steps (issue 39 search)": ["issue39/post_deepnorm_shallow", "issue39/post_deepnorm_deep"],
     "depth_law, 200 steps Pre-LN/Sandwich (issue 39 search)": ["issue39/pre_sandwich_shallow"],
     "depth_law, 200 steps (first search)": ["post_deepnorm", "pre_sandwich"],
+    "depth_law, 800 steps Pre-LN/Sandwich": ["issue49_800/pre_sandwich_shallow_800", "issue49_800/pre_sandwich_8_800"],
 }
 TRANSFER = ROOT / "docs/results/depth_transfer/runs.csv"
 CONTRASTS = (("depth_law, 800 steps", ("post", "xavier"), ("deepnorm", "xavier")),
@@ -49,8 +51,7 @@ NAMES = {"post": "Post-LN", "deepnorm": "DeepNorm", "pre": "Pre-LN", "sandwich":
 def sweep_lines(folders: list[str]) -> dict[tuple, tuple]:
     """{line key: ((lows, highs, log depths), [(depth, why left out)], (the same three over the
     depths whose upper edge is a stability limit))} of the sweeps in `folders`."""
-    table = pd.concat([pd.read_csv(LAW / f / "boundary.csv") for f in folders], ignore_index=True)
-    points = pd.concat([pd.read_csv(LAW / f / "boundary_points.csv") for f in folders], ignore_index=True)
+    table, points = read_searches([LAW / f / "boundary.csv" for f in folders])  # a sweep's fixed depth filled in
     cols = [c for c in table.columns if c not in RESULT_COLUMNS and c != "layers"]
     out = {}
     for key, rows in table.groupby(cols, sort=True):

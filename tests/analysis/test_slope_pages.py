@@ -17,6 +17,7 @@ LAW, TRANSFER = ROOT / "docs/results/depth_law", ROOT / "docs/results/depth_tran
 # (page, the study whose table it prints, with the stability-limits-only fits beside)
 TABLES = ((LAW / "README.md", "depth_law, 800 steps", True),
           (LAW / "README.md", "depth_law, 200 steps (issue 39 search)", False),
+          (LAW / "README.md", "depth_law, 800 steps Pre-LN/Sandwich", True),
           (TRANSFER / "README.md", "depth_transfer, 400 steps", False))
 PROSE = (LAW / "README.md", TRANSFER / "README.md", ROOT / "README.md", ROOT / "docs/results/README.md")
 INTERVAL = re.compile(r"([−-]?\d+\.\d\d) \[([−-]?\d+\.\d\d), ([−-]?\d+\.\d\d)\]")
