@@ -19,21 +19,11 @@ import argparse
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from scipy import stats
+
+from normexp.analysis import study
 
 LINES = ["qk_norm", "z_loss", "d_model"]
-
-
-def _mean_interval(values) -> tuple[float, float, float]:
-    """Mean and 95 % t-interval of a sample (NaN ends with fewer than 2 values)."""
-    v = np.asarray(values, float)
-    m = float(v.mean())
-    if len(v) < 2:
-        return m, math.nan, math.nan
-    half = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
-    return m, m - half, m + half
 
 
 def divergence_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -51,7 +41,7 @@ def divergence_table(runs: pd.DataFrame) -> pd.DataFrame:
         learned = [lr for lr, g in by_lr if (g["outcome"] == "learned").all()]
         loss = math.nan, math.nan, math.nan
         if not math.isnan(calm):
-            loss = _mean_interval(dict(by_lr)[calm]["final_val_loss"])
+            loss = study.t_interval(dict(by_lr)[calm]["final_val_loss"])
         rows.append({**dict(zip(LINES, key)),
                      "lrs": " ".join(f"{lr:g}" for lr, _, _ in counts),
                      "diverged_of_seeds": " ".join(f"{d}/{n}" for _, d, n in counts),
