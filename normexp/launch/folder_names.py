@@ -130,6 +130,25 @@ def _holds_job(folder: Path, job: list[str], ignore: set[str]) -> bool:
     return {o for o in job if not override_key(o).startswith("hydra") and override_key(o) not in ignore} <= recorded
 
 
+def _named_without(sweep_dir: Path, jobs: list[list[str]], ignore: set[str], keys: set[str]) -> bool:
+    """Were this sweep's job folders named without `keys`? The first folder under `sweep_dir` that
+    holds one of `jobs` says, by the exclude_keys it was named with (its .hydra/hydra.yaml). This
+    finds a boundary search's folders, whose names carry the searched key (lr=...) that the
+    pre-flight's jobs lack, so job_folders cannot name them."""
+    try:
+        children = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return False
+    for child in children:
+        if any(_holds_job(child, job, ignore) for job in jobs):
+            try:
+                named = OmegaConf.load(child / ".hydra" / "hydra.yaml").hydra.job.config.override_dirname.exclude_keys
+            except Exception:  # noqa: BLE001 - no readable record of how it was named
+                return False
+            return keys <= set(named)
+    return False
+
+
 def name_jobs_by_what_varies(cfg, jobs: list[list[str]], keep: set[str] | frozenset[str] = frozenset()) -> str | None:
     """Leave the keys every job of the sweep shares out of its job folders' names: adds them to
     `cfg`'s exclude_keys and returns the override that tells Hydra (None: names unchanged).
@@ -151,7 +170,8 @@ def name_jobs_by_what_varies(cfg, jobs: list[list[str]], keep: set[str] | frozen
         trial = cfg.copy()
         with open_dict(trial.hydra.job.config.override_dirname):
             trial.hydra.job.config.override_dirname.exclude_keys = before + extra
-        if not any(f is not None and _holds_job(Path(f), job, set(before)) for f, job in zip(job_folders(trial, jobs), jobs)):
+        if not (any(f is not None and _holds_job(Path(f), job, set(before)) for f, job in zip(job_folders(trial, jobs), jobs))
+                or _named_without(Path(str(cfg.hydra.sweep.dir)), jobs, set(before), set(extra))):
             return None
     with open_dict(dirname):
         dirname.exclude_keys = before + extra

@@ -733,6 +733,30 @@ def test_a_resumed_sweep_named_the_old_way_keeps_its_folders(tmp_path):
     assert _named_folders(boundary, jobs, keep=keep)[0] is not None  # (without resume=true it is a new sweep)
 
 
+def test_a_resumed_boundary_search_named_by_what_varies_finds_its_folders(tmp_path):
+    """The deep end's search (issue 60) named its folders without its shared key (layers=2
+    here); resumed, the pre-flight's jobs lack the lr its folders carry, so naming them cannot
+    find them: the folder's own record of how it was named must (else every finished probe
+    is trained again in a new folder with a longer name)."""
+    from omegaconf import OmegaConf
+
+    jobs = _grid(placement=["pre", "post"], layers=[2], seed=[0])
+    keep = {"lr", "seed", "steps", "warmup"}
+    sweep = tmp_path / "boundary"
+    override, _ = _named_folders(sweep, jobs, keep=keep)   # the first run's naming: layers left out
+    excluded = OmegaConf.from_dotlist([override])
+    done = sweep / "lr=0.001,placement=pre,seed=0" / ".hydra"
+    done.mkdir(parents=True)
+    (done / "overrides.yaml").write_text("- placement=pre\n- layers=2\n- seed=0\n- lr=0.001\n")
+    OmegaConf.save(excluded, done / "hydra.yaml")
+    override, names = _named_folders(sweep, jobs, "resume=true", keep=keep)
+    assert override is not None and names == ["placement=pre,seed=0", "placement=post,seed=0"]
+    # the same folder named with every override (an older sweep): resume keeps the long names
+    OmegaConf.save(OmegaConf.create({"hydra": {"job": {"config": {"override_dirname": {"exclude_keys": ["resume"]}}}}}),
+                   done / "hydra.yaml")
+    assert _named_folders(sweep, jobs, "resume=true", keep=keep)[0] is None
+
+
 def test_a_single_runs_folder_name_holds_its_non_default_overrides():
     from normexp.launch.folder_names import single_run_name
 
