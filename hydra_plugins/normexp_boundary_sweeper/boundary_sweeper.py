@@ -129,6 +129,7 @@ class BoundarySweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         returns, next_idx, lock = [], [0], threading.Lock()
+        record = _Record(self, sweep_dir, settings, seeds)
 
         def overrides(i, x, seed, steps_factor=1):
             values = {**settings[i], self.key: f"{x:g}", "seed": seed}
@@ -138,17 +139,26 @@ class BoundarySweeper(Sweeper):
             return [f"{k}={v}" for k, v in values.items()]
 
         def launch(batch):
-            jobs = [overrides(*job) for job in batch]
-            n = len({job[0] for job in batch})
+            with lock:  # runs the record holds come back from it, untrained
+                known = [record.get(*job) for job in batch]
+            todo = [job for job, summary in zip(batch, known) if summary is None]
+            if not todo:
+                return known
+            jobs = [overrides(*job) for job in todo]
+            n = len({job[0] for job in todo})
             log.info("boundary search: %d run%s of %d setting%s", len(jobs), "s" * (len(jobs) != 1), n, "s" * (n != 1))
             self.validate_batch_is_legal(jobs)
             with lock:
                 first = next_idx[0]
                 next_idx[0] += len(jobs)
             results = self.launcher.launch(jobs, initial_job_idx=first)
+            summaries = iter([r.return_value if r.status == JobStatus.COMPLETED else None for r in results])
             with lock:
                 returns.append(results)
-            return [r.return_value if r.status == JobStatus.COMPLETED else None for r in results]
+                out = [summary if summary is not None else next(summaries) for summary in known]
+                for job, summary in zip(batch, out):
+                    record.add(*job, summary=summary)
+            return out
 
         def cost(i, x):
             """A run's relative cost: its depth (a step's time grows with it), the searched depth itself."""
@@ -176,3 +186,70 @@ class BoundarySweeper(Sweeper):
         for line in boundary.summary_lines(searches, self.key, len(seeds), rounds, schedule):
             log.info("%s", line)
         return returns
+
+
+class _Record:
+    """The sweep's search record (normexp/runs/search_record.py): read when the sweep folder
+    holds one (resume=true), else started; a setting's run settings are composed once, when the
+    record first needs them (a lookup in a record that holds runs, or its first finished run)."""
+
+    def __init__(self, sweeper: BoundarySweeper, sweep_dir: Path, settings: list, seeds: list) -> None:
+        from normexp.runs import search_record
+
+        self.sweeper, self.settings, self.ids, self.composed = sweeper, settings, {}, {}
+        path = sweep_dir / search_record.RECORD
+        cfg = sweeper.config
+        if path.exists() or path.is_symlink():
+            if OmegaConf.select(cfg, "resume") is not True:
+                raise ValueError(f"{sweep_dir} holds a search record ({search_record.RECORD}); pass resume=true to "
+                                 "continue that search, or give this one another hydra.sweep.dir")
+            self.record = search_record.SearchRecord.read(path)
+            self.record.check_command(sweeper.key, [], self._data_files())
+            self.record.continue_writing()
+            n = len(self.record.runs)
+            log.info("boundary search: its record (%s) holds %d finished run%s: they are not run again", path, n,
+                     "s" * (n != 1))
+        else:
+            overrides = OmegaConf.to_container(cfg.hydra.overrides, resolve=False)
+            search = {k: getattr(sweeper, k) for k in ("lower", "upper", "ratio", "lower_ratio", "initial_points",
+                                                      "budget_check")}
+            self.record = search_record.SearchRecord.start(path, {
+                "key": sweeper.key, "search": search, "seeds": [str(s) for s in seeds],
+                "overrides": {"hydra": list(overrides.get("hydra", [])), "task": list(overrides.get("task", []))},
+                "data_files": self._data_files()})
+
+    def _data_files(self) -> list:
+        from normexp.runs.record import data_files, file_identity
+
+        return [file_identity(f) for f in data_files(self.sweeper.config.data)]
+
+    def _settings(self, i: int) -> dict:
+        from normexp.runs.search_record import run_settings
+
+        if i not in self.composed:
+            sweeper = self.sweeper
+            job = [*(f"{k}={v}" for k, v in self.settings[i].items()), f"{sweeper.key}={sweeper.lower}"]
+            cfg = sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, job)
+            self.composed[i] = run_settings(cfg, sweeper.key)
+        return self.composed[i]
+
+    def _id(self, i: int, create: bool) -> Optional[int]:
+        if i not in self.ids:
+            if not self.record.settings and not create:
+                return None
+            sid = self.record.setting_of(self._settings(i))
+            if sid is None and not create:
+                return None
+            self.ids[i] = sid if sid is not None else self.record.add_setting(self._settings(i))
+        return self.ids[i]
+
+    def get(self, i, x, seed, steps_factor: int = 1) -> Optional[dict]:
+        if not self.record.runs:
+            return None
+        return self.record.get(self._id(i, create=False), f"{x:g}", str(seed), steps_factor)
+
+    def add(self, i, x, seed, steps_factor: int = 1, *, summary) -> None:
+        from normexp.runs.schema import FINISHED
+
+        if isinstance(summary, dict) and summary.get("status") in FINISHED:  # a failed job runs again
+            self.record.add_run(self._id(i, create=True), f"{x:g}", str(seed), steps_factor, summary)

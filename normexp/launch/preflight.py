@@ -299,6 +299,25 @@ def _check_boundary_search(sweeper, parsed: list) -> None:
              f"hydra.sweeper.upper={sweeper.upper}; drop the list of {sweeper.key} values")
 
 
+def _check_search_record(cfg, configs: list) -> None:
+    """A boundary search whose sweep folder holds a search record (launch/search_record.py)
+    continues it only with resume=true, and only if the record is this command's."""
+    if "boundary_sweeper" not in str(OmegaConf.select(cfg, "hydra.sweeper._target_")):
+        return
+    from ..runs.search_record import RECORD, SearchRecord, run_settings
+    from ..runs.record import data_files, file_identity
+
+    path = output_folder(cfg, "hydra.sweep.dir") / RECORD
+    if not (path.exists() or path.is_symlink()):
+        return
+    if OmegaConf.select(cfg, "resume") is not True:
+        raise ConfigError("hydra.sweep.dir", path.parent, f"holds a search record ({RECORD}); pass resume=true to "
+                          "continue that search, or give this one another hydra.sweep.dir")
+    key = str(cfg.hydra.sweeper.key)
+    settings = [run_settings(c, key) for c in configs if c is not None]
+    SearchRecord.read(path).check_command(key, settings, [file_identity(f) for f in data_files(cfg.data)])
+
+
 def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
     """Compose the config as Hydra will and check it before any folder is written: one run
     fully; a sweep job by job (see _check_sweep). Returns the plan (with the naming of a
@@ -343,6 +362,7 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
             # named before they are composed: each job's one composition then gives its folder too
             plan = plan.with_naming(name_jobs_by_what_varies(cfg, jobs, _set_per_job(cfg)))
             configs = _check_sweep(cfg, jobs, explicit)
+            _check_search_record(cfg, configs)
         else:
             check_job(_settings(cfg), explicit)
         check_cache()

@@ -16,6 +16,7 @@ from ..config.keys import dotted, hydra_quoted, override_key
 from .claims import CLAIM, claim_alive, read_claim, run_artefacts, trained_nothing, training_now
 from .reading import find_runs
 from .record import RECORD, changed_data_file, data_files, read_record
+from .search_record import RECORD as SEARCH_RECORD, SearchRecord
 from .schema import FINISHED
 from .settings import result_settings
 from .summary import read_summary
@@ -230,13 +231,18 @@ def resume_arguments(folder: Path) -> list[str]:
         mine = [o for o in overrides if not (isinstance(o, str) and override_key(o) in drop)]
         return check_replayable(mine, source)
 
-    if (folder / "multirun.yaml").is_file():
-        source = folder / "multirun.yaml"
-        started = _read_yaml(source)
-        node = started.get("hydra") if isinstance(started, dict) else None
-        overrides = node.get("overrides") if isinstance(node, dict) else None
+    search_record = folder / SEARCH_RECORD
+    if (folder / "multirun.yaml").is_file() or search_record.is_file():
+        if (folder / "multirun.yaml").is_file():
+            source = folder / "multirun.yaml"
+            started = _read_yaml(source)
+            node = started.get("hydra") if isinstance(started, dict) else None
+            overrides = node.get("overrides") if isinstance(node, dict) else None
+        else:  # a boundary search's record alone, copied from another machine: its header has the command
+            source = search_record
+            overrides = SearchRecord.read(search_record).header.get("overrides")
         if not isinstance(overrides, dict):
-            raise ConfigError("FOLDER", folder, "its multirun.yaml holds no hydra.overrides; resume it with the "
+            raise ConfigError("FOLDER", folder, f"its {source.name} holds no hydra.overrides; resume it with the "
                               "sweep's own command and resume=true")
         hydra, task = (_override_list(overrides.get(part), source) for part in ("hydra", "task"))
         return ["-m", *kept(hydra, source), *kept(task, source), "resume=true",
