@@ -181,6 +181,7 @@ class BoundarySweeper(Sweeper):
             scheduler = boundary_schedule.Scheduler(searches, seeds, first, cost=cost)
             schedule = boundary_schedule.run_scheduled(scheduler, lambda job: launch([job])[0], self._slots(),
                                               after_run=save_tables)
+            schedule["runs_from_record"] = record.served
             (sweep_dir / "boundary_schedule.json").write_text(json.dumps(schedule, indent=2) + "\n")
         boundary.write_tables(searches, self.key, sweep_dir)
         for line in boundary.summary_lines(searches, self.key, len(seeds), rounds, schedule):
@@ -197,6 +198,7 @@ class _Record:
         from normexp.runs import search_record
 
         self.sweeper, self.settings, self.ids, self.composed = sweeper, settings, {}, {}
+        self.served = 0  # runs taken from the record
         path = sweep_dir / search_record.RECORD
         cfg = sweeper.config
         if path.exists() or path.is_symlink():
@@ -246,7 +248,9 @@ class _Record:
     def get(self, i, x, seed, steps_factor: int = 1) -> Optional[dict]:
         if not self.record.runs:
             return None
-        return self.record.get(self._id(i, create=False), f"{x:g}", str(seed), steps_factor)
+        summary = self.record.get(self._id(i, create=False), f"{x:g}", str(seed), steps_factor)
+        self.served += summary is not None
+        return summary
 
     def add(self, i, x, seed, steps_factor: int = 1, *, summary) -> None:
         from normexp.runs.schema import FINISHED

@@ -685,6 +685,8 @@ def summary_lines(searches: list[Search], key: str, seeds: int, rounds: int | No
         lines.append(f"{used} runs; a grid of the same precision (×{s.ratio:g} steps from {s.lower:g} to "
                      f"{s.upper:g}) would take {grid}")
     if schedule:
+        served = schedule.get("runs_from_record")
         lines.append(f"schedule: {schedule['runs']} runs on {schedule['slots']} slots in {schedule['wall_seconds']:.0f} s, "
-                     f"busy {schedule['busy_seconds']:.0f} s: busy fraction {schedule['busy_fraction']}")
+                     f"busy {schedule['busy_seconds']:.0f} s: busy fraction {schedule['busy_fraction']}"
+                     + (f" ({served} of the runs taken from the search's record, not trained)" if served else ""))
     return lines

@@ -186,7 +186,8 @@ def test_a_search_stopped_then_continued_elsewhere_from_its_record_alone(tmp_pat
     (elsewhere / RECORD).write_text("\n".join(kept) + "\n")
     shutil.copy(whole / RECORD, tmp_path / "whole_record.jsonl")
     done_before = {k for k in _runs(elsewhere / RECORD)}
-    run_cli(["resume", str(elsewhere)], cli_env, timeout=1800)  # the command comes from the record's header
+    resumed = run_cli(["resume", str(elsewhere)], cli_env, timeout=1800)  # the command comes from the record's header
+    assert f"({stopped_after} of the runs taken from the search's record, not trained)" in resumed.stderr
     # the same probes and outcomes as uninterrupted, in the same tables
     assert _runs(elsewhere / RECORD).keys() == record.keys()
     for key, summary in _runs(elsewhere / RECORD).items():
@@ -202,6 +203,9 @@ def test_a_search_stopped_then_continued_elsewhere_from_its_record_alone(tmp_pat
     recorded = {(placements[s], x, seed, 30 * f) for s, x, seed, f in done_before}
     assert len(recorded) == stopped_after
     assert _trained(elsewhere) == _trained(whole) - recorded
+    report = run_cli(["report", str(elsewhere)], cli_env)
+    assert (f"{stopped_after} of the {len(record)} finished runs in elsewhere/{RECORD} have no run folder here"
+            in report.stdout), report.stdout
     # and the record belongs to its own command only: another budget is refused in one line
     refused = _search(tmp_path, cli_env, elsewhere, "resume=true", "steps=31", check=False)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(

@@ -211,7 +211,10 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
              *([_text(r["upper_budget"]) or "-", _text(r["lower_budget"]) or "-"] if checked else [])]
             for r in table.to_dict("records")]
     echo(f"\nboundary of {key} (last stable .. first unstable, every seed learned below):\n" + text_table(head, rows))
-    return [f"## Boundary of {key}", "", f"The largest {key} at which every seed learned (last stable) and the "
+    record_lines = record_only_runs(tables)
+    for line in record_lines:
+        echo(line)
+    return [*record_lines, *([""] if record_lines else []), f"## Boundary of {key}", "", f"The largest {key} at which every seed learned (last stable) and the "
             "smallest above it at which some seed did not (first unstable), found by the boundary sweeper's bisection; "
             "monotone = no stable point lies above the first unstable one. Upper edge: what bounded the search from "
             "above (unstable: some seed collapsed or diverged there; stalled: its seeds never learned at a higher "
@@ -227,6 +230,33 @@ def boundary_section(tables: list[Path], out_dir: Path, echo) -> list[str]:
             "search: `budget_check.csv`). " + FAILURE_RULE + " Data: `boundary.csv`, `boundary_points.csv` (every "
             "probed point and seed).", "", markdown_table(head, rows), "",
             f"![boundary of {key}](boundary_search.png)", ""]
+
+
+def record_only_runs(tables: list[Path]) -> list[str]:
+    """A line for each search continued from its record (runs/search_record.py) whose recorded
+    runs were trained elsewhere: the boundary tables count them; the run table, runs.csv and
+    the loss figures, which read run folders, do not."""
+    from ...config.checks import ConfigError
+    from ...runs.reading import find_runs
+    from ...runs.schema import FINISHED
+    from ...runs.search_record import RECORD, SearchRecord
+    from ...runs.summary import read_summary
+
+    lines = []
+    for folder in dict.fromkeys(Path(t).parent for t in tables):
+        if not (folder / RECORD).is_file():
+            continue
+        try:
+            recorded = len(SearchRecord.read(folder / RECORD).runs)
+        except ConfigError as e:
+            lines.append(f"{e} (the search's record; its tables are read as written)")
+            continue
+        here = sum((read_summary(r) or {}).get("status") in FINISHED for r in find_runs(folder))
+        if recorded > here:
+            lines.append(f"{recorded - here} of the {recorded} finished runs in {folder.name}/{RECORD} have no run "
+                         "folder here (trained elsewhere; the search continued from its record): the boundary tables "
+                         "count them, the run table, runs.csv and the loss figures do not")
+    return lines
 
 
 register_section("boundary", order=10, applies=lambda f: bool(f.searched),
