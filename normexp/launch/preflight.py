@@ -300,7 +300,7 @@ def _check_boundary_search(sweeper, parsed: list) -> None:
 
 
 def _check_search_record(cfg, configs: list) -> None:
-    """A boundary search whose sweep folder holds a search record (launch/search_record.py)
+    """A boundary search whose sweep folder holds a search record (runs/search_record.py)
     continues it only with resume=true, and only if the record is this command's."""
     if "boundary_sweeper" not in str(OmegaConf.select(cfg, "hydra.sweeper._target_")):
         return
