@@ -15,6 +15,10 @@ Every swept key but `seed` spans the settings; `seed` gives the replicates; the 
     rounds  each round launches the next point of every unfinished setting × every seed as
             one batch and waits for all of it (the schedule before issue 31).
 
+`max_hours` (async only; default null) ends a piece of a search: no run starts after that many
+hours, the runs going finish, and the search stops unfinished, to be continued from its record
+(normexp/runs/search_record.py) here or on another machine.
+
 `budget_check` = N (default 0: off) reruns, once a setting's search is done, each edge's first
 failing point with every seed at N× `steps` and N× `warmup` (the schedule's decay runs to the
 last step, so the lr schedule keeps its shape): an edge whose failures learn there is "too
@@ -63,6 +67,7 @@ class BoundarySweeperConf:
     schedule: str = "async"       # async (runs as slots free up, seed 0 first) | rounds (one batch a round)
     parallel: Optional[int] = None  # runs at once under async; null = n_jobs / array_parallelism, else 1
     budget_check: int = 0         # N >= 2: rerun each edge's first failing point at N× steps (0 = off)
+    max_hours: Optional[float] = None  # async: start no run after this many hours; the ones going finish
     params: Optional[Dict[str, str]] = None  # the other swept keys, as the basic sweeper's params
 
 
@@ -72,16 +77,17 @@ ConfigStore.instance().store(group="hydra/sweeper", name="boundary", node=Bounda
 class BoundarySweeper(Sweeper):
     def __init__(self, key: str, lower, upper, ratio: float, initial_points: int,
                  params: Optional[Dict[str, str]] = None, lower_ratio: Optional[float] = None,
-                 schedule: str = "async", parallel: Optional[int] = None, budget_check: int = 0) -> None:
+                 schedule: str = "async", parallel: Optional[int] = None, budget_check: int = 0,
+                 max_hours: Optional[float] = None) -> None:
         super().__init__()
         problem = boundary.check_settings(key, lower, upper, ratio, initial_points, lower_ratio, schedule, parallel,
-                                          budget_check)
+                                          budget_check, max_hours)
         if problem:
             raise ValueError(problem)
         self.key, self.lower, self.upper, self.ratio = key, lower, upper, ratio
         self.initial_points, self.params = initial_points, dict(params or {})
         self.lower_ratio, self.schedule, self.parallel = lower_ratio, schedule, parallel
-        self.budget_check = budget_check
+        self.budget_check, self.max_hours = budget_check, max_hours
         self.hydra_context = self.config = self.launcher = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
@@ -179,10 +185,17 @@ class BoundarySweeper(Sweeper):
         else:
             rounds = None
             scheduler = boundary_schedule.Scheduler(searches, seeds, first, cost=cost)
-            schedule = boundary_schedule.run_scheduled(scheduler, lambda job: launch([job])[0], self._slots(),
-                                              after_run=save_tables)
+            schedule = boundary_schedule.run_scheduled(
+                scheduler, lambda job: launch([job])[0], self._slots(), after_run=save_tables,
+                stop_after=self.max_hours * 3600 if self.max_hours else None)
             schedule["runs_from_record"] = record.served
             (sweep_dir / "boundary_schedule.json").write_text(json.dumps(schedule, indent=2) + "\n")
+            if schedule["stopped"]:  # a piece of a search: its record and progress tables stand; it continues
+                save_tables()
+                log.info("boundary search: stopped starting runs after hydra.sweeper.max_hours=%g; its %d finished "
+                         "runs are in %s: continue it with normexp resume %s", self.max_hours, len(record.record.runs),
+                         record.record.path, sweep_dir)
+                return returns
         boundary.write_tables(searches, self.key, sweep_dir)
         for line in boundary.summary_lines(searches, self.key, len(seeds), rounds, schedule):
             log.info("%s", line)

@@ -630,7 +630,7 @@ SCHEDULES = ("async", "rounds")
 
 
 def check_settings(key, lower, upper, ratio, initial_points, lower_ratio=None, schedule="async",
-                   parallel=None, budget_check=0) -> str | None:
+                   parallel=None, budget_check=0, max_hours=None) -> str | None:
     """One line naming what is wrong with the sweeper's own settings, or None."""
     number = is_number
     if key not in SEARCHABLE:
@@ -653,6 +653,10 @@ def check_settings(key, lower, upper, ratio, initial_points, lower_ratio=None, s
     if not isinstance(budget_check, int) or isinstance(budget_check, bool) or budget_check < 0 or budget_check == 1:
         return (f"hydra.sweeper.budget_check={budget_check}: must be 0 (off) or a whole number >= 2 "
                 "(the steps factor of the rerun, e.g. 4)")
+    if max_hours is not None and (not number(max_hours) or max_hours <= 0):
+        return f"hydra.sweeper.max_hours={max_hours}: must be null (no limit) or a number of hours > 0, e.g. 3.5"
+    if max_hours is not None and schedule != "async":
+        return f"hydra.sweeper.max_hours={max_hours}: needs hydra.sweeper.schedule=async (a round cannot stop midway)"
     return None
 
 

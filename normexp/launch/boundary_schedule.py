@@ -148,14 +148,20 @@ class Scheduler:
         return not self.queue and not self.running
 
 
-def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, clock=None) -> dict:
+def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, clock=None,
+                  stop_after: float | None = None) -> dict:
     """Keep `slots` runs going until the scheduler is done: `launch_one((i, x, seed))` -> a
     summary dict or None (blocking; called from `slots` threads at once, or inline when
-    slots = 1). `after_run()` is called after each run is recorded. Returns the schedule's
-    numbers: wall seconds, busy seconds (the runs' own wall times summed), slots, runs, and
-    busy_fraction = busy / (slots × wall)."""
+    slots = 1). `after_run()` is called after each run is recorded. `stop_after` (seconds):
+    no run starts after that much wall time; the runs going finish, and the schedule ends
+    unfinished ("stopped": True), to be continued from the search's record. Returns the
+    schedule's numbers: wall seconds, busy seconds (the runs' own wall times summed), slots,
+    runs, and busy_fraction = busy / (slots × wall)."""
     clock = clock or time.monotonic
     t0, busy, runs = clock(), 0.0, 0
+
+    def may_start() -> bool:
+        return stop_after is None or clock() - t0 < stop_after
 
     def timed(job):
         t = clock()
@@ -166,7 +172,7 @@ def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, 
             busy += clock() - t
 
     if slots <= 1:  # inline: a launcher that runs in this process keeps the main thread (signals)
-        while not scheduler.done():
+        while not scheduler.done() and may_start():
             job = scheduler.ready()[0]
             scheduler.start(job)
             scheduler.finish(job, timed(job))
@@ -177,9 +183,12 @@ def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, 
         with ThreadPoolExecutor(max_workers=slots) as pool:
             futures: dict = {}
             while not scheduler.done():
-                for job in scheduler.ready()[:slots - len(futures)]:
+                starting = may_start()
+                for job in scheduler.ready()[:slots - len(futures)] if starting else []:
                     scheduler.start(job)
                     futures[pool.submit(timed, job)] = job
+                if not futures:  # nothing going and nothing may start: the time is up
+                    break
                 finished, _ = wait(futures, return_when=FIRST_COMPLETED)
                 for f in finished:
                     job = futures.pop(f)
@@ -193,4 +202,4 @@ def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, 
                         after_run()
     wall = clock() - t0
     return {"wall_seconds": round(wall, 2), "busy_seconds": round(busy, 2), "slots": slots, "runs": runs,
-            "busy_fraction": round(busy / (slots * wall), 3) if wall > 0 else None}
+            "busy_fraction": round(busy / (slots * wall), 3) if wall > 0 else None, "stopped": not scheduler.done()}

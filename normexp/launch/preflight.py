@@ -290,7 +290,8 @@ def _check_boundary_search(sweeper, parsed: list) -> None:
     from ..analysis.boundary import check_settings  # why here: only a boundary search needs it
 
     problem = check_settings(sweeper.key, sweeper.lower, sweeper.upper, sweeper.ratio, sweeper.initial_points,
-                             sweeper.get("lower_ratio"), sweeper.get("schedule"), sweeper.get("parallel"))
+                             sweeper.get("lower_ratio"), sweeper.get("schedule"), sweeper.get("parallel"),
+                             sweeper.get("budget_check", 0), sweeper.get("max_hours"))
     if problem:
         fail(problem)
     swept = {o.key_or_group for o in parsed if o.is_sweep_override()} | set((sweeper.get("params") or {}).keys())

@@ -215,3 +215,28 @@ def test_a_search_stopped_then_continued_elsewhere_from_its_record_alone(tmp_pat
     shutil.copy(whole / RECORD, other / RECORD)
     refused = _search(tmp_path, cli_env, other, check=False)  # without resume=true
     assert refused.returncode == 2 and "pass resume=true to continue that search" in refused.stderr
+
+
+def test_a_piece_of_a_search_stops_starting_runs_at_its_time_and_lets_the_going_ones_finish():
+    """hydra.sweeper.max_hours: no run starts after the piece's time; the runs going come back
+    and are recorded; the schedule ends unfinished, and the rest continues from the record."""
+    windows = [_window(random.Random(7)) for _ in range(2)]
+    searches = [boundary.Search((("s", i),), 1e-4, 1e-1, 1.25, False) for i in range(2)]
+    scheduler = boundary_schedule.Scheduler(searches, ["0", "1"], boundary.initial_points(1e-4, 1e-1, 4, False))
+    now, started, ended = [0.0], [], []
+
+    def launch_one(job):  # every run takes 10 "seconds" on the fake clock, one at a time (inline)
+        started.append(now[0])
+        now[0] += 10
+        ended.append(now[0])
+        return windows[job[0]](job[1], job[2], 1)
+
+    schedule = boundary_schedule.run_scheduled(scheduler, launch_one, 1, clock=lambda: now[0], stop_after=35)
+    assert schedule["stopped"] and schedule["runs"] == 4 and max(started) < 35 <= max(ended)
+    assert sum(s.runs for s in searches) == 4 and not scheduler.done()
+    fresh = [boundary.Search((("s", 0),), 1e-4, 1e-1, 1.25, False)]
+    whole = boundary_schedule.Scheduler(fresh, ["0"], [1e-4, 1e-1])  # without a limit the same call finishes
+    assert not boundary_schedule.run_scheduled(whole, lambda job: windows[0](job[1], job[2], 1), 2)["stopped"]
+    assert whole.done() and fresh[0].runs >= 2
+    assert boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, max_hours=0).startswith("hydra.sweeper.max_hours=0")
+    assert "schedule=async" in boundary.check_settings("lr", 1e-4, 1e-1, 1.25, 4, schedule="rounds", max_hours=2)
