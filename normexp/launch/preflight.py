@@ -387,8 +387,13 @@ def sweep_preview(jobs: list[list[str]], sweeper) -> str:
     boundary sweeper the lines are its settings; it picks the searched key's values as it goes."""
     shared = [o for o in jobs[0] if all(o in job for job in jobs)] if jobs else []
     boundary = "boundary_sweeper" in str(sweeper.get("_target_"))
-    what = (f"{len(jobs)} settings, each a search of {sweeper.key} in [{sweeper.lower}, {sweeper.upper}] by the "
-            "boundary sweeper" if boundary else f"{len(jobs)} jobs")
+    if boundary:  # a setting is searched over all its seeds at once: jobs differing only in seed are one
+        settings = {tuple(o for o in job if not o.startswith("seed=")) for job in jobs}
+        seeds = f" × {len(jobs) // len(settings)} seeds" if len(settings) < len(jobs) else ""
+        what = (f"{len(settings)} settings{seeds}, each a search of {sweeper.key} in [{sweeper.lower}, "
+                f"{sweeper.upper}] by the boundary sweeper")
+    else:
+        what = f"{len(jobs)} jobs"
     lines = [f"normexp train -m: {what} (a dry run: nothing was trained or written)"]
     if shared:
         lines.append(f"every job: {' '.join(shared)}")

@@ -109,3 +109,23 @@ def test_the_sweeps_job_folder_naming_travels_in_its_plan(tmp_path, corpus, monk
     claimed = claim_output(plan_a, cfg_a)
     assert claimed.overrides == (*plan_a.overrides[:-1], f"hydra.sweep.dir={tmp_path / 'a'}", naming_a)
     assert (tmp_path / "a" / ".normexp_claim").is_file()
+
+
+@pytest.mark.parametrize("layers, seeds", [("2", "0,1,2"), ("2,4", "0,1"), ("2,4,8", "0")])
+def test_a_boundary_dry_run_counts_settings_apart_from_seeds(layers, seeds):
+    """A boundary search's setting is searched over all its seeds at once, so the dry run counts
+    the settings (the grid without seed) and the seeds separately: 2 depths × 3 seeds are
+    "2 settings × 3 seeds", not 6 settings."""
+    from omegaconf import OmegaConf
+
+    from normexp.launch.preflight import sweep_preview
+
+    jobs = [[f"layers={d}", f"seed={s}", "placement=post"] for d in layers.split(",") for s in seeds.split(",")]
+    sweeper = OmegaConf.create({"_target_": "hydra_plugins.normexp_boundary_sweeper.boundary_sweeper.BoundarySweeper",
+                                "key": "lr", "lower": 3e-4, "upper": 0.3})
+    head = sweep_preview(jobs, sweeper).splitlines()[0]
+    n_depths, n_seeds = len(layers.split(",")), len(seeds.split(","))
+    expected = f"{n_depths} settings" + (f" × {n_seeds} seeds" if n_seeds > 1 else "")
+    assert head.startswith(f"normexp train -m: {expected}, each a search of lr")
+    basic = OmegaConf.create({"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"})
+    assert sweep_preview(jobs, basic).startswith(f"normexp train -m: {n_depths * n_seeds} jobs")
