@@ -37,6 +37,7 @@ fraction (busy / (slots × wall)).
 import itertools
 import json
 import logging
+import signal
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from omegaconf import OmegaConf
 
 from normexp.analysis import boundary
 from normexp.launch import boundary_schedule
+from normexp.train.signals import pending_signal
 
 log = logging.getLogger("normexp")
 
@@ -187,9 +189,16 @@ class BoundarySweeper(Sweeper):
             scheduler = boundary_schedule.Scheduler(searches, seeds, first, cost=cost)
             schedule = boundary_schedule.run_scheduled(
                 scheduler, lambda job: launch([job])[0], self._slots(), after_run=save_tables,
-                stop_after=self.max_hours * 3600 if self.max_hours else None)
+                stop_after=self.max_hours * 3600 if self.max_hours else None, interrupted=pending_signal)
             schedule["runs_from_record"] = record.served
             (sweep_dir / "boundary_schedule.json").write_text(json.dumps(schedule, indent=2) + "\n")
+            if schedule["interrupted"]:  # Ctrl-C: the runs going saved checkpoints; the record holds the rest
+                save_tables()
+                name = signal.Signals(schedule["interrupted"]).name
+                log.warning("boundary search: interrupted by %s; the runs going saved their checkpoints and its %d "
+                            "finished runs are in %s: continue it with normexp resume %s", name,
+                            len(record.record.runs), record.record.path, sweep_dir)
+                raise SystemExit(128 + schedule["interrupted"])
             if schedule["stopped"]:  # a piece of a search: its record and progress tables stand; it continues
                 save_tables()
                 log.info("boundary search: stopped starting runs after hydra.sweeper.max_hours=%g; its %d finished "

@@ -149,14 +149,17 @@ class Scheduler:
 
 
 def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, clock=None,
-                  stop_after: float | None = None) -> dict:
+                  stop_after: float | None = None, interrupted=lambda: 0) -> dict:
     """Keep `slots` runs going until the scheduler is done: `launch_one((i, x, seed))` -> a
     summary dict or None (blocking; called from `slots` threads at once, or inline when
     slots = 1). `after_run()` is called after each run is recorded. `stop_after` (seconds):
     no run starts after that much wall time; the runs going finish, and the schedule ends
     unfinished ("stopped": True), to be continued from the search's record. Returns the
     schedule's numbers: wall seconds, busy seconds (the runs' own wall times summed), slots,
-    runs, and busy_fraction = busy / (slots × wall)."""
+    runs, and busy_fraction = busy / (slots × wall). `interrupted()` (slots > 1): the signal
+    that stops the search (0: none); once it is set no run starts, the runs going return (their
+    workers got the same Ctrl-C and save checkpoints), their outcomes are not judged, and
+    "interrupted" holds the signal."""
     clock = clock or time.monotonic
     t0, busy, runs = clock(), 0.0, 0
 
@@ -182,7 +185,7 @@ def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, 
     else:
         with ThreadPoolExecutor(max_workers=slots) as pool:
             futures: dict = {}
-            while not scheduler.done():
+            while not scheduler.done() and not interrupted():
                 starting = may_start()
                 for job in scheduler.ready()[:slots - len(futures)] if starting else []:
                     scheduler.start(job)
@@ -190,6 +193,9 @@ def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, 
                 if not futures:  # nothing going and nothing may start: the time is up
                     break
                 finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+                if interrupted():  # the slots going stop too: wait for them, judge nothing
+                    wait(futures)
+                    break
                 for f in finished:
                     job = futures.pop(f)
                     try:
@@ -202,4 +208,5 @@ def run_scheduled(scheduler: Scheduler, launch_one, slots: int, after_run=None, 
                         after_run()
     wall = clock() - t0
     return {"wall_seconds": round(wall, 2), "busy_seconds": round(busy, 2), "slots": slots, "runs": runs,
-            "busy_fraction": round(busy / (slots * wall), 3) if wall > 0 else None, "stopped": not scheduler.done()}
+            "busy_fraction": round(busy / (slots * wall), 3) if wall > 0 else None, "stopped": not scheduler.done(),
+            "interrupted": interrupted()}

@@ -92,6 +92,11 @@ def hydra_task(cfg, hooks=None) -> dict | None:
         if (read_summary(run_dir) or {}).get("status") != Status.INTERRUPTED:  # stopped before training began
             mark_interrupted(run_dir)
             log.warning("interrupted by %s before training: start again with: %s", e, hydra_resume_command(run_dir))
+        if multirun and _in_boundary_slot(hc):
+            # The boundary sweeper's process stops the search on the same Ctrl-C once its slots
+            # return. A worker that raised here would make joblib abort the pool the slots share,
+            # killing the other slot's worker mid-checkpoint (seen: one run left "running", no checkpoint).
+            return read_summary(run_dir)  # status "interrupted": the search does not judge it
         raise SystemExit(e.exit_code)
     except FolderTaken as e:  # another run's folder: Hydra rewrote its .hydra/ files, nothing else is touched
         restore_hydra_files(run_dir)
@@ -112,6 +117,12 @@ def hydra_task(cfg, hooks=None) -> dict | None:
             raise SystemExit(code)
         log.error("job failed: %s (the sweep goes on)", message)
     return None
+
+
+def _in_boundary_slot(hc) -> bool:
+    """Whether this job runs in a joblib worker, launched by one of the boundary sweeper's slots."""
+    return ("joblib" in str(hc.launcher.get("_target_", "")).lower()
+            and "boundary" in str(hc.sweeper.get("_target_", "")).lower())
 
 
 def _refused(message: str, multirun: bool) -> None:

@@ -109,6 +109,12 @@ def release_early_signals() -> None:
     exit_if_early_signal()
 
 
+def pending_signal() -> int:
+    """The signal remembered since start-up and not yet acted on (0: none). A sweep whose jobs
+    run in other processes keeps the start-up handlers: it asks this between runs."""
+    return _early_signum
+
+
 def exit_if_early_signal() -> None:
     """Exit 128+signum with one line if a signal came during start-up."""
     if _early_signum:
