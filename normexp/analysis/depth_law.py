@@ -435,6 +435,7 @@ PROB = 0.5                      # the limit is the lr at which half the seeds le
 W_MIN, W_MAX = 0.02, 5.0        # σ, the seeds' scatter in log lr
 TAU_MAX = 3.0                   # τ, the depths' scatter about the law, in log lr
 TAU_ZERO = 1e-6                 # τ below this is no depth term (the integral is the point δ = 0)
+TAU_STARTS = (0.3,)             # a profile point is refitted from τ̂ and from each of these too (see _profile_interval)
 PROFILE_SPAN = 12.0             # how far (in slope units, or log lr) a profile edge is looked for
 CHI2_95 = 3.841458820694124     # scipy.stats.chi2.ppf(0.95, 1)
 LEGENDRE_NODES = 32
@@ -578,15 +579,32 @@ def _least(objective, bounds: list, fixed: dict, starts) -> tuple[float, np.ndar
     return best
 
 
-def _profile_interval(refit, index: int, nll_min: float, theta: np.ndarray, threshold: float) -> tuple[float, float]:
+def _profile_starts(theta: np.ndarray, tau_index: int | None) -> list[np.ndarray]:
+    """The starts a profile point is refitted from: the best fit θ̂ and, where τ is free
+    (`tau_index` not None), θ̂ with τ set to each of TAU_STARTS. Why: below TAU_ZERO the
+    likelihood does not depend on τ, so from τ̂ = 0 the numerical gradient in τ is zero and τ
+    never leaves 0 — the profile would be the τ = 0 one, narrower than the documented interval."""
+    starts = [theta]
+    if tau_index is not None:
+        for tau in TAU_STARTS:
+            start = np.array(theta, float)
+            start[tau_index] = tau
+            starts.append(start)
+    return starts
+
+
+def _profile_interval(refit, index: int, nll_min: float, theta: np.ndarray, threshold: float,
+                      tau_index: int | None = None) -> tuple[float, float]:
     """The 95 % profile-likelihood interval of parameter `index`: where twice the drop stays
     under `threshold` (see the section's comment). refit(fixed, starts) -> (least negative
-    log-likelihood, θ) with the parameters in `fixed` held."""
+    log-likelihood, θ) with the parameters in `fixed` held; each profile point is refitted from
+    `_profile_starts` (τ̂ and a positive τ where `tau_index`, τ's place in θ, is free)."""
     if not math.isfinite(threshold):
         return -math.inf, math.inf
+    starts = _profile_starts(theta, tau_index)
 
     def excess(v):
-        return 2 * (refit({index: v}, [theta])[0] - nll_min) - threshold
+        return 2 * (refit({index: v}, starts)[0] - nll_min) - threshold
 
     edges = []
     for sign in (-1, 1):
@@ -621,12 +639,14 @@ def likelihood_fit(lows, highs, z, at_depths=(), intervals: bool = True, scatter
     out.update(slope=float(theta[1]), width=float(math.exp(theta[2])), depth_scatter=float(theta[3]))
     if intervals:
         out["slope_low"], out["slope_high"] = _profile_interval(
-            lambda held, starts: _minimize(seeds, z0, {**fixed, **held}, starts), 1, nll, theta, threshold)
+            lambda held, starts: _minimize(seeds, z0, {**fixed, **held}, starts), 1, nll, theta, threshold,
+            tau_index=3 if scatter else None)
     for depth in at_depths:
         zd = math.log(depth)
         shifted = theta + np.array([theta[1] * (zd - z0), 0, 0, 0])   # the same fit, its intercept at depth L
         low, high = (_profile_interval(lambda held, starts: _minimize(seeds, zd, {**fixed, **held}, starts),
-                                       0, nll, shifted, threshold) if intervals else (math.nan,) * 2)
+                                       0, nll, shifted, threshold, tau_index=3 if scatter else None)
+                     if intervals else (math.nan,) * 2)
         out["limits"][depth] = (math.exp(shifted[0]), math.exp(low), math.exp(high))
     return out
 
@@ -645,7 +665,7 @@ def slope_inside(lows, highs, z, slope: float, scatter: bool = True) -> bool | N
     threshold = drop_threshold(depths) if scatter else CHI2_95
     if not math.isfinite(threshold):
         return True
-    drop = _minimize(seeds, z0, {**fixed, 1: slope}, starts=[theta])[0] - nll
+    drop = _minimize(seeds, z0, {**fixed, 1: slope}, starts=_profile_starts(theta, 3 if scatter else None))[0] - nll
     return bool(2 * drop <= threshold)
 
 
@@ -676,7 +696,7 @@ def slope_difference(line_a, line_b, scatter: bool = True) -> dict:
     threshold = drop_threshold(sum(out["depths"]), 4) if scatter else CHI2_95
     out.update(difference=float(phi[4]), depth_scatter=float(phi[6]))
     out["low"], out["high"] = _profile_interval(lambda held, starts: _least(nll, bounds, {**fixed, **held}, starts),
-                                                4, least, phi, threshold)
+                                                4, least, phi, threshold, tau_index=6 if scatter else None)
     return out
 
 # ------------------------------------------------------------ the optimal lr (lowest mean loss)

@@ -4,6 +4,7 @@ brackets placed around a known power law lr* = c·L^s, so the fit must return s 
 import csv
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -115,3 +116,38 @@ def test_a_study_where_nothing_learned_at_any_depth_is_drawn_not_a_crash(tmp_pat
     assert lines and (tmp_path / "depth_law.png").stat().st_size > 0
     drawn = pd.read_csv(tmp_path / "depth_law.csv")
     assert sorted(drawn["layers"]) == [2, 4] and set(drawn["kind"]) == {"none"}
+
+
+def _on_the_law_seeds():
+    """Three seeds at 2, 4 and 8 blocks, each seed's limit log 0.04 − log(L/2) + ε (ε −0.25, 0,
+    0.25 at every depth), bracketed on a ×1.25 lr grid: the depths sit on the law, so τ̂ = 0."""
+    grid = [math.log(3e-4 * 1.25 ** k) for k in range(40)]
+    lows, highs, z = [], [], []
+    for depth in (2, 4, 8):
+        for eps in (-0.25, 0.0, 0.25):
+            limit = math.log(0.04) - math.log(depth / 2) + eps
+            k = max(i for i, v in enumerate(grid) if v < limit)
+            lows.append(grid[k])
+            highs.append(grid[k + 1])
+            z.append(math.log(depth))
+    return lows, highs, z
+
+
+def test_the_profile_interval_ends_where_the_profile_over_tau_crosses_its_threshold():
+    """With τ̂ = 0 the slope's profile must still let τ rise: at each end of the interval the least
+    twice-drop over a grid of fixed τ (c and σ refitted at each) equals the threshold, and it is
+    reached at τ > 0. Before the fix τ stayed at its start 0 (zero numerical gradient below
+    TAU_ZERO): the ends were the τ = 0 profile's, [−1.84, −0.20], where this drop is only 10.3
+    (at τ 0.5) against 15.3."""
+    lows, highs, z = _on_the_law_seeds()
+    fit = depth_law.likelihood_fit(lows, highs, z)
+    assert fit["depth_scatter"] < depth_law.TAU_ZERO
+    seeds, z0 = depth_law._Seeds(*(np.asarray(v, float) for v in (lows, highs, z))), float(np.mean(z))
+    nll = depth_law._minimize(seeds, z0)[0]
+    threshold = depth_law.drop_threshold(3)
+    taus = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
+    for end in (fit["slope_low"], fit["slope_high"]):
+        drops = [2 * (depth_law._minimize(seeds, z0, {1: end, 3: tau})[0] - nll) for tau in taus]
+        assert min(drops) == pytest.approx(threshold, abs=0.3)
+        assert taus[int(np.argmin(drops))] > 0
+    assert fit["slope_low"] < -2.5 and fit["slope_high"] > 0.5   # ~[−2.93, 0.89]; τ held at 0: [−1.84, −0.20]
