@@ -419,7 +419,8 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
 # [0, TAU_MAX]; τ̂ = 0 (the depths sit on the law as closely as their seeds allow) is the fit
 # without the depth term.
 #
-# 95 % intervals: profile likelihood (the parameter fixed, the others refitted), the interval
+# 95 % intervals: profile likelihood (the parameter fixed, the others refitted from τ̂ and from
+# each τ in TAU_STARTS, the best kept: from τ̂ = 0 alone τ could not leave 0), the interval
 # where twice the log-likelihood drop stays under a threshold; an edge the profile does not reach
 # within PROFILE_SPAN is open (±inf). With J depths the law has J − 2 degrees of freedom for the
 # depth scatter, and the threshold is the one that is exact when τ dominates (a normal linear
