@@ -36,6 +36,8 @@ from scipy.optimize import brentq, minimize
 from scipy.special import ndtr
 
 from . import study
+from ..runs import outcomes
+from ..runs.outcomes import LEARNED
 
 from .boundary import (TOO_SLOW_FOR_THE_BUDGET, at_search_budget, bracket_words, is_stability_limit, row_edge_class,
                        stable_bracket)
@@ -199,15 +201,19 @@ RULE_HEAD = ["upper edge per depth (failure rule)", "stability limits among the 
              "max stable lr per depth (failure rule)", "slope, likelihood, stability limits only [95 %]"]
 
 
-def likelihood_inputs(rows: list[dict], points) -> tuple[tuple[list, list, list], list[tuple[int, str]]]:
+def likelihood_inputs(rows: list[dict], points, per_seed: bool = False) -> tuple[tuple[list, list, list],
+                                                                                list[tuple[int, str]]]:
     """((lows, highs, log depths) for likelihood_fit, [(depth, why left out)]) of one line: its
     boundary.csv rows and its boundary_points rows at the search's budget. A depth whose upper edge
     learns at N× the steps (the budget check) bounds the budget, not stability: like the
     bootstrap, the likelihood fit leaves it out and says so (also a depth with no window whose
-    lowest failing point learns at N× the steps: stuck everywhere); so is a depth where no seed learned."""
+    lowest failing point learns at N× the steps: stuck everywhere); so is a depth where no seed learned.
+    `per_seed`: each seed's limit by the failure rule read per seed (`seed_rule_side`; `points`
+    then with the budget check's reruns), not by whether it learned within the budget."""
     budget_limited = sorted({int(r["layers"]) for r in rows if r.get("upper_edge") == TOO_SLOW_FOR_THE_BUDGET
                              or TOO_SLOW_FOR_THE_BUDGET in str(r.get("upper_budget", ""))})
-    lows, highs, z, no_seed = upper_side(points[~points["layers"].astype(int).isin(budget_limited)])
+    kept = points[~points["layers"].astype(int).isin(budget_limited)]
+    lows, highs, z, no_seed = seed_rule_side(kept) if per_seed else upper_side(at_search_budget(kept))
     left = sorted([(d, "no seed learned") for d in no_seed] + [(d, TOO_SLOW_FOR_THE_BUDGET) for d in budget_limited])
     return (lows, highs, z), left
 
@@ -478,6 +484,48 @@ def upper_side(points) -> tuple[list, list, list, list[int]]:
     return lows, highs, z, dropped
 
 
+def seed_rule_side(points) -> tuple[list, list, list, list[int]]:
+    """upper_side by the failure rule read per seed (issue 57): one line's boundary_points rows,
+    the budget check's reruns included (steps_factor > 1; columns layers, lr, seed, learned,
+    outcome). A seed's limit lies above the largest lr where *it* learned (at the search's budget
+    or at ×N the steps: a run that learns at ×N is stable there) and at or below the smallest lr
+    above that where *it* failed as the rule counts a failure: it collapsed or diverged (at any
+    budget), or it stalled and its own rerun at ×N stalled too (a confirmed stall). A stall with no
+    rerun, or one whose rerun learned, bounds nothing from above; no such failure above: at least
+    that lr (+inf). The upper side and the depths left out (no seed learned at the search's
+    budget) are upper_side's. Rows without an outcome column: upper_side's reading."""
+    if "outcome" not in points.columns:
+        return upper_side(points)
+    searched = at_search_budget(points)
+    factor = points["steps_factor"].astype(int) if "steps_factor" in points.columns else pd.Series(1, points.index)
+    reruns = points[factor > 1]
+    lows, highs, z, dropped = [], [], [], []
+    for depth, rows in searched.groupby("layers", sort=True):
+        learned = rows["learned"].astype(str) == "yes"
+        if not learned.any():
+            dropped.append(int(depth))
+            continue
+        start = rows.loc[learned, "lr"].astype(float).min()
+        mine = reruns[reruns["layers"].astype(int) == int(depth)]
+        for seed, runs in rows[rows["lr"].astype(float) >= start].groupby("seed", sort=True):
+            again = {float(r["lr"]): str(r["outcome"]) for r in mine[mine["seed"] == seed].to_dict("records")
+                     if float(r["lr"]) >= start}
+            stable, failed = [], []
+            for r in runs.to_dict("records"):
+                lr, seen = float(r["lr"]), str(r["outcome"])
+                rerun = again.get(lr)
+                if seen == LEARNED or rerun == LEARNED:
+                    stable.append(lr)
+                elif outcomes.is_unstable(seen) or outcomes.is_unstable(rerun) or rerun is not None:
+                    failed.append(lr)          # collapsed, diverged, or a stall its rerun confirmed
+            low = max(stable) if stable else None
+            above = [lr for lr in failed if low is None or lr > low]
+            lows.append(math.log(low) if low is not None else -math.inf)
+            highs.append(math.log(min(above)) if above else math.inf)
+            z.append(math.log(float(depth)))
+    return lows, highs, z, dropped
+
+
 class _Seeds:
     """The seed intervals grouped by depth: a (J, K) array of lows and of highs (a depth with
     fewer seeds padded with (-inf, inf), probability 1), the depths' log depth, and per depth
@@ -666,8 +714,12 @@ def slope_inside(lows, highs, z, slope: float, scatter: bool = True) -> bool | N
     threshold = drop_threshold(depths) if scatter else CHI2_95
     if not math.isfinite(threshold):
         return True
-    drop = _minimize(seeds, z0, {**fixed, 1: slope}, starts=_profile_starts(theta, 3 if scatter else None))[0] - nll
-    return bool(2 * drop <= threshold)
+    # the profile at `slope` is the least over the starts: inside as soon as one start's fit is
+    # under the threshold (the same answer as refitting from all of them, at the cost of one fit mostly)
+    for start in _profile_starts(theta, 3 if scatter else None):
+        if 2 * (_minimize(seeds, z0, {**fixed, 1: slope}, starts=[start])[0] - nll) <= threshold:
+            return True
+    return False
 
 
 def slope_difference(line_a, line_b, scatter: bool = True) -> dict:

@@ -151,3 +151,41 @@ def test_the_profile_interval_ends_where_the_profile_over_tau_crosses_its_thresh
         assert min(drops) == pytest.approx(threshold, abs=0.3)
         assert taus[int(np.argmin(drops))] > 0
     assert fit["slope_low"] < -2.5 and fit["slope_high"] > 0.5   # ~[−2.93, 0.89]; τ held at 0: [−1.84, −0.20]
+
+
+def _points(rows):
+    """boundary_points rows from (lr, seed, outcome, steps factor) at 2 blocks."""
+    return pd.DataFrame([{"layers": 2, "lr": lr, "seed": seed, "learned": "yes" if o == "learned" else "no",
+                          "outcome": o, "steps_factor": f} for lr, seed, o, f in rows])
+
+
+def test_a_seed_limit_comes_from_that_seeds_own_failures_by_the_rule():
+    """Per seed (issue 57): seed 0 stalls at 0.04 but learns there at ×2 steps, seed 1 is stuck at
+    0.04 with no rerun: neither caps its limit; seed 2's stall at 0.04 is confirmed (stuck at ×2
+    too) and caps it; every seed fails at 0.08 (collapsed or diverged). Hand-read brackets: seeds 0
+    and 1 (0.04, 0.08] and (0.02, 0.08], seed 2 (0.02, 0.04]. The per-depth reading (upper_side:
+    every run that did not learn within the budget caps) gave (0.02, 0.04] to all three."""
+    pts = _points([(0.01, s, "learned", 1) for s in range(3)] + [
+        (0.02, 0, "learned", 1), (0.02, 1, "learned", 1), (0.02, 2, "learned", 1),
+        (0.04, 0, "slow", 1), (0.04, 0, "learned", 2), (0.04, 1, "stuck", 1),
+        (0.04, 2, "stuck", 1), (0.04, 2, "stuck", 2),
+        (0.08, 0, "collapsed", 1), (0.08, 1, "collapsed", 1), (0.08, 2, "diverged", 1)])
+    lows, highs, z, dropped = depth_law.seed_rule_side(pts)
+    got = [(round(math.exp(a), 4), round(math.exp(b), 4)) for a, b in zip(lows, highs)]
+    assert got == [(0.04, 0.08), (0.02, 0.08), (0.02, 0.04)] and dropped == [] and z == [math.log(2)] * 3
+    old = depth_law.upper_side(pts[pts["steps_factor"] == 1])
+    assert [(round(math.exp(a), 4), round(math.exp(b), 4)) for a, b in zip(*old[:2])] == \
+        [(0.02, 0.04)] * 3
+    (per_seed_lows, per_seed_highs, _), left = depth_law.likelihood_inputs([], pts, per_seed=True)
+    assert (per_seed_lows, per_seed_highs, left) == (lows, highs, [])
+
+
+def test_a_seed_that_learns_at_n_times_the_steps_bounds_nothing_from_above():
+    """A seed whose only failures are stalls that learn at ×4 has no upper bound (+inf), and a
+    collapse in a rerun counts as a failure of that seed."""
+    pts = _points([(0.01, 0, "learned", 1), (0.02, 0, "stuck", 1), (0.02, 0, "learned", 4),
+                   (0.04, 0, "slow", 1), (0.04, 0, "learned", 4),
+                   (0.01, 1, "learned", 1), (0.02, 1, "slow", 1), (0.02, 1, "collapsed", 4)])
+    lows, highs, _, _ = depth_law.seed_rule_side(pts)
+    assert [math.exp(lows[0]), highs[0]] == [pytest.approx(0.04), math.inf]
+    assert [math.exp(lows[1]), math.exp(highs[1])] == [pytest.approx(0.01), pytest.approx(0.02)]
