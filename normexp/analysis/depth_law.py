@@ -36,6 +36,8 @@ from scipy.optimize import brentq, minimize
 from scipy.special import ndtr
 
 from . import study
+from ..runs import outcomes
+from ..runs.outcomes import LEARNED
 
 from .boundary import (TOO_SLOW_FOR_THE_BUDGET, at_search_budget, bracket_words, is_stability_limit, row_edge_class,
                        stable_bracket)
@@ -199,15 +201,19 @@ RULE_HEAD = ["upper edge per depth (failure rule)", "stability limits among the 
              "max stable lr per depth (failure rule)", "slope, likelihood, stability limits only [95 %]"]
 
 
-def likelihood_inputs(rows: list[dict], points) -> tuple[tuple[list, list, list], list[tuple[int, str]]]:
+def likelihood_inputs(rows: list[dict], points, per_seed: bool = False) -> tuple[tuple[list, list, list],
+                                                                                list[tuple[int, str]]]:
     """((lows, highs, log depths) for likelihood_fit, [(depth, why left out)]) of one line: its
     boundary.csv rows and its boundary_points rows at the search's budget. A depth whose upper edge
     learns at N× the steps (the budget check) bounds the budget, not stability: like the
     bootstrap, the likelihood fit leaves it out and says so (also a depth with no window whose
-    lowest failing point learns at N× the steps: stuck everywhere); so is a depth where no seed learned."""
+    lowest failing point learns at N× the steps: stuck everywhere); so is a depth where no seed learned.
+    `per_seed`: each seed's limit by the failure rule read per seed (`seed_rule_side`; `points`
+    then with the budget check's reruns), not by whether it learned within the budget."""
     budget_limited = sorted({int(r["layers"]) for r in rows if r.get("upper_edge") == TOO_SLOW_FOR_THE_BUDGET
                              or TOO_SLOW_FOR_THE_BUDGET in str(r.get("upper_budget", ""))})
-    lows, highs, z, no_seed = upper_side(points[~points["layers"].astype(int).isin(budget_limited)])
+    kept = points[~points["layers"].astype(int).isin(budget_limited)]
+    lows, highs, z, no_seed = seed_rule_side(kept) if per_seed else upper_side(at_search_budget(kept))
     left = sorted([(d, "no seed learned") for d in no_seed] + [(d, TOO_SLOW_FOR_THE_BUDGET) for d in budget_limited])
     return (lows, highs, z), left
 
@@ -419,7 +425,8 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
 # [0, TAU_MAX]; τ̂ = 0 (the depths sit on the law as closely as their seeds allow) is the fit
 # without the depth term.
 #
-# 95 % intervals: profile likelihood (the parameter fixed, the others refitted), the interval
+# 95 % intervals: profile likelihood (the parameter fixed, the others refitted from τ̂ and from
+# each τ in TAU_STARTS, the best kept: from τ̂ = 0 alone τ could not leave 0), the interval
 # where twice the log-likelihood drop stays under a threshold; an edge the profile does not reach
 # within PROFILE_SPAN is open (±inf). With J depths the law has J − 2 degrees of freedom for the
 # depth scatter, and the threshold is the one that is exact when τ dominates (a normal linear
@@ -435,6 +442,7 @@ PROB = 0.5                      # the limit is the lr at which half the seeds le
 W_MIN, W_MAX = 0.02, 5.0        # σ, the seeds' scatter in log lr
 TAU_MAX = 3.0                   # τ, the depths' scatter about the law, in log lr
 TAU_ZERO = 1e-6                 # τ below this is no depth term (the integral is the point δ = 0)
+TAU_STARTS = (0.3,)             # a profile point is refitted from τ̂ and from each of these too (see _profile_interval)
 PROFILE_SPAN = 12.0             # how far (in slope units, or log lr) a profile edge is looked for
 CHI2_95 = 3.841458820694124     # scipy.stats.chi2.ppf(0.95, 1)
 LEGENDRE_NODES = 32
@@ -472,6 +480,48 @@ def upper_side(points) -> tuple[list, list, list, list[int]]:
             above = lr[~ok & (lr > low)] if low is not None else lr[~ok]
             lows.append(math.log(low) if low is not None else -math.inf)
             highs.append(math.log(float(above.min())) if len(above) else math.inf)
+            z.append(math.log(float(depth)))
+    return lows, highs, z, dropped
+
+
+def seed_rule_side(points) -> tuple[list, list, list, list[int]]:
+    """upper_side by the failure rule read per seed (issue 57): one line's boundary_points rows,
+    the budget check's reruns included (steps_factor > 1; columns layers, lr, seed, learned,
+    outcome). A seed's limit lies above the largest lr where *it* learned (at the search's budget
+    or at ×N the steps: a run that learns at ×N is stable there) and at or below the smallest lr
+    above that where *it* failed as the rule counts a failure: it collapsed or diverged (at any
+    budget), or it stalled and its own rerun at ×N stalled too (a confirmed stall). A stall with no
+    rerun, or one whose rerun learned, bounds nothing from above; no such failure above: at least
+    that lr (+inf). The upper side and the depths left out (no seed learned at the search's
+    budget) are upper_side's. Rows without an outcome column: upper_side's reading."""
+    if "outcome" not in points.columns:
+        return upper_side(points)
+    searched = at_search_budget(points)
+    factor = points["steps_factor"].astype(int) if "steps_factor" in points.columns else pd.Series(1, points.index)
+    reruns = points[factor > 1]
+    lows, highs, z, dropped = [], [], [], []
+    for depth, rows in searched.groupby("layers", sort=True):
+        learned = rows["learned"].astype(str) == "yes"
+        if not learned.any():
+            dropped.append(int(depth))
+            continue
+        start = rows.loc[learned, "lr"].astype(float).min()
+        mine = reruns[reruns["layers"].astype(int) == int(depth)]
+        for seed, runs in rows[rows["lr"].astype(float) >= start].groupby("seed", sort=True):
+            again = {float(r["lr"]): str(r["outcome"]) for r in mine[mine["seed"] == seed].to_dict("records")
+                     if float(r["lr"]) >= start}
+            stable, failed = [], []
+            for r in runs.to_dict("records"):
+                lr, seen = float(r["lr"]), str(r["outcome"])
+                rerun = again.get(lr)
+                if seen == LEARNED or rerun == LEARNED:
+                    stable.append(lr)
+                elif outcomes.is_unstable(seen) or outcomes.is_unstable(rerun) or rerun is not None:
+                    failed.append(lr)          # collapsed, diverged, or a stall its rerun confirmed
+            low = max(stable) if stable else None
+            above = [lr for lr in failed if low is None or lr > low]
+            lows.append(math.log(low) if low is not None else -math.inf)
+            highs.append(math.log(min(above)) if above else math.inf)
             z.append(math.log(float(depth)))
     return lows, highs, z, dropped
 
@@ -578,15 +628,32 @@ def _least(objective, bounds: list, fixed: dict, starts) -> tuple[float, np.ndar
     return best
 
 
-def _profile_interval(refit, index: int, nll_min: float, theta: np.ndarray, threshold: float) -> tuple[float, float]:
+def _profile_starts(theta: np.ndarray, tau_index: int | None) -> list[np.ndarray]:
+    """The starts a profile point is refitted from: the best fit θ̂ and, where τ is free
+    (`tau_index` not None), θ̂ with τ set to each of TAU_STARTS. Why: below TAU_ZERO the
+    likelihood does not depend on τ, so from τ̂ = 0 the numerical gradient in τ is zero and τ
+    never leaves 0 — the profile would be the τ = 0 one, narrower than the documented interval."""
+    starts = [theta]
+    if tau_index is not None:
+        for tau in TAU_STARTS:
+            start = np.array(theta, float)
+            start[tau_index] = tau
+            starts.append(start)
+    return starts
+
+
+def _profile_interval(refit, index: int, nll_min: float, theta: np.ndarray, threshold: float,
+                      tau_index: int | None = None) -> tuple[float, float]:
     """The 95 % profile-likelihood interval of parameter `index`: where twice the drop stays
     under `threshold` (see the section's comment). refit(fixed, starts) -> (least negative
-    log-likelihood, θ) with the parameters in `fixed` held."""
+    log-likelihood, θ) with the parameters in `fixed` held; each profile point is refitted from
+    `_profile_starts` (τ̂ and a positive τ where `tau_index`, τ's place in θ, is free)."""
     if not math.isfinite(threshold):
         return -math.inf, math.inf
+    starts = _profile_starts(theta, tau_index)
 
     def excess(v):
-        return 2 * (refit({index: v}, [theta])[0] - nll_min) - threshold
+        return 2 * (refit({index: v}, starts)[0] - nll_min) - threshold
 
     edges = []
     for sign in (-1, 1):
@@ -621,12 +688,14 @@ def likelihood_fit(lows, highs, z, at_depths=(), intervals: bool = True, scatter
     out.update(slope=float(theta[1]), width=float(math.exp(theta[2])), depth_scatter=float(theta[3]))
     if intervals:
         out["slope_low"], out["slope_high"] = _profile_interval(
-            lambda held, starts: _minimize(seeds, z0, {**fixed, **held}, starts), 1, nll, theta, threshold)
+            lambda held, starts: _minimize(seeds, z0, {**fixed, **held}, starts), 1, nll, theta, threshold,
+            tau_index=3 if scatter else None)
     for depth in at_depths:
         zd = math.log(depth)
         shifted = theta + np.array([theta[1] * (zd - z0), 0, 0, 0])   # the same fit, its intercept at depth L
         low, high = (_profile_interval(lambda held, starts: _minimize(seeds, zd, {**fixed, **held}, starts),
-                                       0, nll, shifted, threshold) if intervals else (math.nan,) * 2)
+                                       0, nll, shifted, threshold, tau_index=3 if scatter else None)
+                     if intervals else (math.nan,) * 2)
         out["limits"][depth] = (math.exp(shifted[0]), math.exp(low), math.exp(high))
     return out
 
@@ -645,8 +714,12 @@ def slope_inside(lows, highs, z, slope: float, scatter: bool = True) -> bool | N
     threshold = drop_threshold(depths) if scatter else CHI2_95
     if not math.isfinite(threshold):
         return True
-    drop = _minimize(seeds, z0, {**fixed, 1: slope}, starts=[theta])[0] - nll
-    return bool(2 * drop <= threshold)
+    # the profile at `slope` is the least over the starts: inside as soon as one start's fit is
+    # under the threshold (the same answer as refitting from all of them, at the cost of one fit mostly)
+    for start in _profile_starts(theta, 3 if scatter else None):
+        if 2 * (_minimize(seeds, z0, {**fixed, 1: slope}, starts=[start])[0] - nll) <= threshold:
+            return True
+    return False
 
 
 def slope_difference(line_a, line_b, scatter: bool = True) -> dict:
@@ -676,7 +749,7 @@ def slope_difference(line_a, line_b, scatter: bool = True) -> dict:
     threshold = drop_threshold(sum(out["depths"]), 4) if scatter else CHI2_95
     out.update(difference=float(phi[4]), depth_scatter=float(phi[6]))
     out["low"], out["high"] = _profile_interval(lambda held, starts: _least(nll, bounds, {**fixed, **held}, starts),
-                                                4, least, phi, threshold)
+                                                4, least, phi, threshold, tau_index=6 if scatter else None)
     return out
 
 # ------------------------------------------------------------ the optimal lr (lowest mean loss)

@@ -4,6 +4,7 @@ brackets placed around a known power law lr* = c·L^s, so the fit must return s 
 import csv
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -115,3 +116,76 @@ def test_a_study_where_nothing_learned_at_any_depth_is_drawn_not_a_crash(tmp_pat
     assert lines and (tmp_path / "depth_law.png").stat().st_size > 0
     drawn = pd.read_csv(tmp_path / "depth_law.csv")
     assert sorted(drawn["layers"]) == [2, 4] and set(drawn["kind"]) == {"none"}
+
+
+def _on_the_law_seeds():
+    """Three seeds at 2, 4 and 8 blocks, each seed's limit log 0.04 − log(L/2) + ε (ε −0.25, 0,
+    0.25 at every depth), bracketed on a ×1.25 lr grid: the depths sit on the law, so τ̂ = 0."""
+    grid = [math.log(3e-4 * 1.25 ** k) for k in range(40)]
+    lows, highs, z = [], [], []
+    for depth in (2, 4, 8):
+        for eps in (-0.25, 0.0, 0.25):
+            limit = math.log(0.04) - math.log(depth / 2) + eps
+            k = max(i for i, v in enumerate(grid) if v < limit)
+            lows.append(grid[k])
+            highs.append(grid[k + 1])
+            z.append(math.log(depth))
+    return lows, highs, z
+
+
+def test_the_profile_interval_ends_where_the_profile_over_tau_crosses_its_threshold():
+    """With τ̂ = 0 the slope's profile must still let τ rise: at each end of the interval the least
+    twice-drop over a grid of fixed τ (c and σ refitted at each) equals the threshold, and it is
+    reached at τ > 0. Before the fix τ stayed at its start 0 (zero numerical gradient below
+    TAU_ZERO): the ends were the τ = 0 profile's, [−1.84, −0.20], where this drop is only 10.3
+    (at τ 0.5) against 15.3."""
+    lows, highs, z = _on_the_law_seeds()
+    fit = depth_law.likelihood_fit(lows, highs, z)
+    assert fit["depth_scatter"] < depth_law.TAU_ZERO
+    seeds, z0 = depth_law._Seeds(*(np.asarray(v, float) for v in (lows, highs, z))), float(np.mean(z))
+    nll = depth_law._minimize(seeds, z0)[0]
+    threshold = depth_law.drop_threshold(3)
+    taus = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
+    for end in (fit["slope_low"], fit["slope_high"]):
+        drops = [2 * (depth_law._minimize(seeds, z0, {1: end, 3: tau})[0] - nll) for tau in taus]
+        assert min(drops) == pytest.approx(threshold, abs=0.3)
+        assert taus[int(np.argmin(drops))] > 0
+    assert fit["slope_low"] < -2.5 and fit["slope_high"] > 0.5   # ~[−2.93, 0.89]; τ held at 0: [−1.84, −0.20]
+
+
+def _points(rows):
+    """boundary_points rows from (lr, seed, outcome, steps factor) at 2 blocks."""
+    return pd.DataFrame([{"layers": 2, "lr": lr, "seed": seed, "learned": "yes" if o == "learned" else "no",
+                          "outcome": o, "steps_factor": f} for lr, seed, o, f in rows])
+
+
+def test_a_seed_limit_comes_from_that_seeds_own_failures_by_the_rule():
+    """Per seed (issue 57): seed 0 stalls at 0.04 but learns there at ×2 steps, seed 1 is stuck at
+    0.04 with no rerun: neither caps its limit; seed 2's stall at 0.04 is confirmed (stuck at ×2
+    too) and caps it; every seed fails at 0.08 (collapsed or diverged). Hand-read brackets: seeds 0
+    and 1 (0.04, 0.08] and (0.02, 0.08], seed 2 (0.02, 0.04]. The per-depth reading (upper_side:
+    every run that did not learn within the budget caps) gave (0.02, 0.04] to all three."""
+    pts = _points([(0.01, s, "learned", 1) for s in range(3)] + [
+        (0.02, 0, "learned", 1), (0.02, 1, "learned", 1), (0.02, 2, "learned", 1),
+        (0.04, 0, "slow", 1), (0.04, 0, "learned", 2), (0.04, 1, "stuck", 1),
+        (0.04, 2, "stuck", 1), (0.04, 2, "stuck", 2),
+        (0.08, 0, "collapsed", 1), (0.08, 1, "collapsed", 1), (0.08, 2, "diverged", 1)])
+    lows, highs, z, dropped = depth_law.seed_rule_side(pts)
+    got = [(round(math.exp(a), 4), round(math.exp(b), 4)) for a, b in zip(lows, highs)]
+    assert got == [(0.04, 0.08), (0.02, 0.08), (0.02, 0.04)] and dropped == [] and z == [math.log(2)] * 3
+    old = depth_law.upper_side(pts[pts["steps_factor"] == 1])
+    assert [(round(math.exp(a), 4), round(math.exp(b), 4)) for a, b in zip(*old[:2])] == \
+        [(0.02, 0.04)] * 3
+    (per_seed_lows, per_seed_highs, _), left = depth_law.likelihood_inputs([], pts, per_seed=True)
+    assert (per_seed_lows, per_seed_highs, left) == (lows, highs, [])
+
+
+def test_a_seed_that_learns_at_n_times_the_steps_bounds_nothing_from_above():
+    """A seed whose only failures are stalls that learn at ×4 has no upper bound (+inf), and a
+    collapse in a rerun counts as a failure of that seed."""
+    pts = _points([(0.01, 0, "learned", 1), (0.02, 0, "stuck", 1), (0.02, 0, "learned", 4),
+                   (0.04, 0, "slow", 1), (0.04, 0, "learned", 4),
+                   (0.01, 1, "learned", 1), (0.02, 1, "slow", 1), (0.02, 1, "collapsed", 4)])
+    lows, highs, _, _ = depth_law.seed_rule_side(pts)
+    assert [math.exp(lows[0]), highs[0]] == [pytest.approx(0.04), math.inf]
+    assert [math.exp(lows[1]), math.exp(highs[1])] == [pytest.approx(0.01), pytest.approx(0.02)]
