@@ -7,8 +7,8 @@ from __future__ import annotations
 
 def auto_notes(cfg) -> dict[str, str]:
     """`--cfg job`: {dotted key: the value the run will use, and why} for every setting of the job
-    config `cfg` left "auto", worked out as the run works it out (imports torch for the device and
-    the norm's and placement's numbers)."""
+    config `cfg` left "auto", worked out as the run works it out (imports torch for the norm's and
+    placement's numbers, and for the device where a GPU may be)."""
     import os
     import sys
 
@@ -28,9 +28,9 @@ def auto_notes(cfg) -> dict[str, str]:
                     notes[f"{group}.{key}"] = f"{value:.6g} for layers={cfg.layers}: what the run uses"
     device_type = str(cfg.device).split(":")[0]
     if cfg.device == "auto":
-        from ..train.loop import select_device
+        from .devices import auto_device_type  # torch only where a GPU may be
 
-        device_type = select_device("auto").type
+        device_type = auto_device_type()
         notes["device"] = f"{device_type} here: cuda if there is one, else mps, else cpu"
     if cfg.threads == "auto":
         from ..train.threads import available_cores, threads_per_job

@@ -87,7 +87,7 @@ def run_train(args: list[str], hooks=None) -> None:
     plan = LaunchPlan.parse(args)
     plan, cfg = preflight(plan)
     exit_if_early_signal()  # a Ctrl-C during the pre-flight: stop before Hydra makes a folder
-    if plan.completion or plan.has_flag("--help", "-h", "--hydra-help", "--info", "-i"):
+    if plan.completion or plan.cfg is not None or plan.has_flag("--help", "-h", "--hydra-help", "--info", "-i"):
         run_hydra(plan)  # Hydra's answer alone: nothing trains, so torch (seconds to import) stays unloaded
         return
     from ..train import distributed  # imports torch: only for a command that trains

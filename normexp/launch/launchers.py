@@ -8,11 +8,8 @@ import os
 import shutil
 from pathlib import Path
 
-import torch
-
 from ..config.compose import compose_config
 from ..config.keys import hydra_quoted
-from ..train import distributed
 from .plan import LaunchPlan
 
 
@@ -38,6 +35,10 @@ def join_run(plan: LaunchPlan) -> LaunchPlan:
     the ranks. Each rank would otherwise resolve `runs/<date>/<time>` on its own clock and may land in
     another second, so rank 0 resolves the folder and sends it to the others. Ranks other
     than 0 keep Hydra from writing there: no `.hydra/` copy and no logging (no train.log)."""
+    import torch  # here, not at the top: a sweep's pre-flight asks launcher_problem without torch
+
+    from ..train import distributed
+
     distributed.init_from_env()
     cfg = compose_config(list(plan.overrides), hydra=True)
     distributed.local_batch_size(cfg.batch_size)  # raises ConfigError before Hydra makes a run folder

@@ -16,6 +16,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from ..config.checks import ConfigError
 from ..config.compose import CONFIG_NAME, compose_config, config_groups, group_options, hydra_groups, sweep_jobs
 from ..config.keys import did_you_mean, dotted, hydra_quoted, override_key, suggest_key
+from ..config.defaults import option_default
 from ..config.registry import build
 from ..config.resources import data_problem, training_memory_bytes
 from ..data.files import cache_root
@@ -218,16 +219,38 @@ def _suggest_override(key: str, others: list[str], hydra: bool) -> str:
 
 def check_job(job, explicit) -> None:
     """Everything about one job's settings that needs no data: validate.py's rules, then the
-    norm's and placement's own (their classes, so this imports torch)."""
+    norm's, placement's and init's own (their classes, so this imports torch), unless all three
+    are as shipped."""
     validate(job, explicit)
-    from ..model import INITS, check_settings  # imports torch: the norm's and placement's own classes
+    if not model_settings_as_shipped(job):
+        from ..model import INITS, check_settings  # imports torch: the norm's and placement's own classes
 
-    check_settings(job.norm, job.placement, job.layers)
-    build(INITS, "init", job.init, job.d_model, job.layers)  # settings the init does not take, and bad values
-    # (found at model build otherwise)
+        check_settings(job.norm, job.placement, job.layers)
+        build(INITS, "init", job.init, job.d_model, job.layers)  # settings the init does not take, and bad values
+        # (found at model build otherwise)
 
     check_memory(job)
     check_data_fits(job)
+
+
+def model_settings_as_shipped(job) -> bool:
+    """True when the norm's, placement's and init's settings are each exactly their shipped yaml
+    (configs/<group>/<name>.yaml; same keys, values of the same type): their classes' own checks
+    pass on every shipped option (tests/model/test_shipped_options.py), so the pre-flight need not
+    import torch (seconds) to ask them again. Any setting given or changed by a preset: False."""
+    for group in ("norm", "placement", "init"):
+        spec = job.get(group)
+        spec = OmegaConf.to_container(spec, resolve=True) if OmegaConf.is_config(spec) else spec
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            return False
+        try:
+            shipped = option_default(group, spec["name"])
+        except (OSError, ValueError):  # not a shipped option (a custom --config-dir's)
+            return False
+        if spec.keys() != shipped.keys() or any(type(spec[k]) is not type(shipped[k]) or spec[k] != shipped[k]
+                                                for k in spec):
+            return False
+    return True
 
 
 def check_data_fits(job) -> None:
@@ -349,7 +372,7 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
         if multirun:
             _check_boundary_search(cfg.hydra.sweeper, parsed)
     if multirun:
-        from .launchers import launcher_problem  # imports torch: only sweeps need it
+        from .launchers import launcher_problem
         if launcher_problem(cfg.hydra.launcher):
             fail(launcher_problem(cfg.hydra.launcher))
         try:

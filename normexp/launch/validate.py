@@ -29,6 +29,7 @@ from ..config.resources import (available_memory_bytes, batch_norm_needs, memory
                                  memory_problem, training_memory_bytes)
 from ..data.files import cache_root
 from ..runs.resume import check_creatable
+from .devices import auto_device_type, cuda_available, mps_available
 
 # Keys that moved, and where to: the old key gets one line naming the new one.
 MOVED_KEYS = {"deepnorm.alpha": "placement.alpha", "deepnorm.beta": "placement.beta", "deepnorm": "placement.alpha"}
@@ -147,14 +148,10 @@ def _device(device) -> None:
     if device not in ("auto", "cpu", "cuda", "mps") and not str(device).startswith("cuda:"):
         raise ConfigError("device", device, "choose auto, cpu, cuda, cuda:N or mps")
     if str(device).startswith("cuda"):
-        import torch  # only for this question: the usual path stays torch-free
-
-        if not torch.cuda.is_available():
+        if not cuda_available():  # torch only where an NVIDIA driver is (devices.py)
             raise ConfigError("device", device, "no CUDA device is available here; use device=auto or device=cpu")
     if device == "mps":
-        import torch
-
-        if not torch.backends.mps.is_available():
+        if not mps_available():
             raise ConfigError("device", device, "no Apple MPS device is available here; use device=auto or device=cpu")
 
 
@@ -201,10 +198,7 @@ def _on_cpu(device) -> bool:
     if str(device).startswith(("cuda", "mps")):
         return False
     if device == "auto":
-        import torch
-
-        if torch.cuda.is_available() or torch.backends.mps.is_available():
-            return False
+        return auto_device_type() == "cpu"
     return True
 
 

@@ -1,0 +1,82 @@
+"""The command line answers help, `--cfg job` and its refusals without importing torch (seconds
+on a small machine) or the report's statistics and figures (scipy, pandas, matplotlib): torch
+loads only for a run, the bench, or a setting only the model's own classes can check."""
+
+import subprocess
+import sys
+
+import pytest
+from conftest import cli_environment
+
+from normexp.launch.devices import cuda_driver_loadable
+
+HEAVY = ("torch", "scipy", "pandas", "matplotlib")
+# runs `normexp ARGS` as main() does, then names on the last line of stderr the heavy libraries it imported
+PROBE = ("import atexit, sys\n"
+         f"atexit.register(lambda: print('heavy imports:', [m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr))\n"
+         "from normexp.cli import main\n"
+         "sys.argv = ['normexp', *sys.argv[1:]]\n"
+         "main()\n")
+
+
+def normexp_without_torch(args, tmp_path) -> subprocess.CompletedProcess:
+    env = {**cli_environment(tmp_path / "cache"), "PYTHONUTF8": "1"}
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.stderr.splitlines()[-1] == "heavy imports: []", proc.stderr[-2000:]
+    return proc
+
+
+def test_importing_the_command_line_leaves_torch_unloaded(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", "import sys, normexp.cli; print('torch' in sys.modules)"],
+                          env=cli_environment(tmp_path / "cache"), capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "False", proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["train", "--cfg", "job"]])
+def test_help_and_the_config_display_leave_torch_unloaded(args, tmp_path):
+    proc = normexp_without_torch(args, tmp_path)
+    assert proc.returncode == 0
+    if args[-1] == "job":  # the display still annotates "auto" (the device's without torch here)
+        assert "device: auto  # " in proc.stdout and "threads: auto  # " in proc.stdout
+
+
+REFUSALS = [
+    (["train", "placement.alpha=abc"], "placement.alpha=abc: no such setting"),
+    (["train", "layers=0"], "layers=0: must be a positive integer"),
+    (["train", "-m", "layers=0,-1"], "every one of the 2 jobs of the sweep would fail"),  # a sweep's pre-flight too
+    (["report", "runs/nonexistent"], "runs/nonexistent: no such folder"),
+]
+
+
+@pytest.mark.parametrize("args, says", REFUSALS, ids=[" ".join(a) for a, _ in REFUSALS])
+def test_refusals_leave_torch_unloaded(args, says, tmp_path):
+    proc = normexp_without_torch(args, tmp_path)
+    assert proc.returncode == 2 and says in proc.stderr
+    assert not (tmp_path / "runs").exists()  # refused before any folder was written
+
+
+@pytest.mark.skipif(cuda_driver_loadable(), reason="an NVIDIA driver is here: torch answers whether CUDA works")
+def test_device_cuda_is_refused_without_torch_where_no_nvidia_driver_is(tmp_path):
+    proc = normexp_without_torch(["train", "device=cuda"], tmp_path)
+    assert proc.returncode == 2 and "device=cuda: no CUDA device is available here" in proc.stderr
+
+
+def test_a_changed_model_setting_is_still_checked_by_the_model(tmp_path):
+    """Only the model's classes know their settings' rules: a changed one is asked of them (torch)."""
+    env = {**cli_environment(tmp_path / "cache"), "PYTHONUTF8": "1"}
+    proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "placement=deepnorm", "placement.alpha=abc"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and 'placement.alpha=abc: must be "auto" or a number > 0' in proc.stderr
+
+
+def test_model_settings_as_shipped_only_for_the_shipped_yaml_values():
+    from normexp.config.compose import compose_config
+    from normexp.launch.preflight import model_settings_as_shipped
+
+    assert model_settings_as_shipped(compose_config([]))
+    assert model_settings_as_shipped(compose_config(["norm=rms", "placement=deepnorm", "init=torchscale"]))
+    assert not model_settings_as_shipped(compose_config(["norm.eps=1e-3"]))
+    assert not model_settings_as_shipped(compose_config(["placement=deepnorm", "placement.alpha=2"]))
+    # equal in Python (1 == True) but not what the init takes: the type counts too
+    assert not model_settings_as_shipped(compose_config(["init.scale_positions=1"]))
