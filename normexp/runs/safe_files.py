@@ -45,7 +45,7 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
-def _link_target(path: Path) -> str:
+def link_target(path: Path) -> str:
     try:
         return os.readlink(path)
     except OSError:
@@ -68,7 +68,7 @@ def _open_below(folder: Path, relative: str | Path, flags: int) -> int:
                 fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
             except OSError as e:
                 if e.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(here):
-                    raise FolderFileRefused(here, f"is a symbolic link (to {_link_target(here)}); normexp reads and "
+                    raise FolderFileRefused(here, f"is a symbolic link (to {link_target(here)}); normexp reads and "
                                             "writes a run folder's own files only, never through a link") from None
                 raise
             os.close(dir_fd)
@@ -78,7 +78,7 @@ def _open_below(folder: Path, relative: str | Path, flags: int) -> int:
             return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.EMLINK) and os.path.islink(here):
-                raise FolderFileRefused(here, f"is a symbolic link (to {_link_target(here)}); normexp reads and "
+                raise FolderFileRefused(here, f"is a symbolic link (to {link_target(here)}); normexp reads and "
                                         "writes a run folder's own files only, never through a link") from None
             raise
     finally:
@@ -198,15 +198,3 @@ def folder_links(folder: Path, limit: int = 20) -> list[Path]:
                 if len(found) >= limit:
                     return found
     return found
-
-
-def refuse_links(folder: Path, key: str) -> None:
-    """FolderFileRefused naming the first symbolic link inside `folder`, a run's or a sweep's folder
-    about to be written into (`key`: the setting that names it, for the fix)."""
-    links = folder_links(folder, limit=1)
-    if links:
-        link = links[0]
-        raise FolderFileRefused(link, f"is a symbolic link (to {_link_target(link)}) inside {key}={folder}; a run "
-                                "writes only inside its folder, never through a link (train.log, .hydra, checkpoints "
-                                "would reach its target)", "replace it with the file or folder itself, or choose "
-                                "another folder")
