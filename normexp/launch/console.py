@@ -6,6 +6,19 @@ from __future__ import annotations
 import logging
 
 
+class OneLine(logging.Formatter):
+    """Each message on one line: a control character in it (a newline in a shared folder's name)
+    is written as its escape (`\\n`), so no text from a name starts a line of train.log or the
+    terminal of its own. A traceback keeps its lines: it comes from the code, not from a name."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        message = record.message
+        if not message.isprintable():
+            record = logging.makeLogRecord({**record.__dict__,
+                                            "message": "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)})
+        return super().formatMessage(record)
+
+
 class Labelled(logging.Formatter):
     """Another formatter's lines with a sweep job's label before each message."""
 

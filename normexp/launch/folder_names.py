@@ -16,6 +16,7 @@ from omegaconf import OmegaConf, open_dict
 from ..config.checks import ConfigError
 from ..config.compose import compose_config
 from ..config.keys import override_key
+from ..runs.safe_files import read_yaml
 from ..runs.schema import is_execution_setting
 from ..runs.settings import canonical_value
 
@@ -124,7 +125,7 @@ def _holds_job(folder: Path, job: list[str], ignore: set[str]) -> bool:
     """Does `folder` hold a run of this job: its .hydra/overrides.yaml has the job's task overrides
     (but the keys in `ignore`: resume=true, threads, ...)?"""
     try:
-        recorded = {str(o) for o in OmegaConf.load(folder / ".hydra" / "overrides.yaml")}
+        recorded = {str(o) for o in read_yaml(folder, Path(".hydra") / "overrides.yaml")}
     except Exception:  # noqa: BLE001 - no run there, or an unreadable record
         return False
     return {o for o in job if not override_key(o).startswith("hydra") and override_key(o) not in ignore} <= recorded
@@ -142,7 +143,8 @@ def _named_without(sweep_dir: Path, jobs: list[list[str]], ignore: set[str], key
     for child in children:
         if any(_holds_job(child, job, ignore) for job in jobs):
             try:
-                named = OmegaConf.load(child / ".hydra" / "hydra.yaml").hydra.job.config.override_dirname.exclude_keys
+                named = read_yaml(child, Path(".hydra") / "hydra.yaml")["hydra"]["job"]["config"]["override_dirname"][
+                    "exclude_keys"]
             except Exception:  # noqa: BLE001 - no readable record of how it was named
                 return False
             return keys <= set(named)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import OmegaConf
 
 from ..config.keys import override_key
 from . import sweep
@@ -37,8 +36,10 @@ def hydra_resume_command(run_dir: Path) -> str:
         hc = HydraConfig.get()
         if not in_sweep():
             return resume_command(run_dir, list(hc.overrides.task))
-        started = OmegaConf.load(Path(hc.sweep.dir) / "multirun.yaml")
-        return resume_command(run_dir, list(started.hydra.overrides.task), Path(hc.sweep.dir))
+        from ..runs.safe_files import read_yaml  # a shared folder's file: no link, bounded, nothing resolved
+
+        started = read_yaml(Path(hc.sweep.dir), "multirun.yaml")
+        return resume_command(run_dir, [str(o) for o in started["hydra"]["overrides"]["task"]], Path(hc.sweep.dir))
     except Exception:  # noqa: BLE001 - not inside a Hydra job, or no multirun.yaml
         return resume_command(run_dir)
 

@@ -25,6 +25,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from ..config.checks import ConfigError
+from .console import OneLine
 
 log = logging.getLogger("normexp")
 
@@ -173,7 +174,7 @@ class member_logs:
         for h in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
             root.removeHandler(h)
             h.close()
-        fmt = logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+        fmt = OneLine("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
         for i, m in enumerate(self.members):
             for path in m.log_files:
                 handler = logging.FileHandler(path, mode="a")

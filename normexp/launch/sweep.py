@@ -63,7 +63,9 @@ def varied_keys(sweep_dir: Path, sweeper, searched: bool = True) -> set[str]:
     from ..config.keys import override_key
 
     try:
-        typed = OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra.overrides.task
+        from ..runs.safe_files import read_yaml  # a shared folder's file: no link, bounded, nothing resolved
+
+        typed = read_yaml(Path(sweep_dir), "multirun.yaml")["hydra"]["overrides"]["task"]
         parsed = OverridesParser.create().parse_overrides([str(o) for o in typed])
     except Exception:  # noqa: BLE001 - no readable multirun.yaml
         parsed = []

@@ -123,6 +123,10 @@ def save(run_dir: Path, state: dict, keep: int = 2) -> Path:
     """Write step_XXXXXXXX.pt atomically, then delete all but the newest `keep` checkpoints
     and any temp file a killed process left behind."""
     folder = checkpoint_dir(run_dir)
+    if folder.is_symlink():  # the pre-flight refuses such a folder; never write or prune where a link points
+        from .safe_files import FolderFileRefused, link_target
+        raise FolderFileRefused(folder, f"is a symbolic link (to {link_target(folder)}); checkpoints are written and "
+                                "pruned only inside the run folder", "replace it with a folder, then resume")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{state['step']:08d}.pt"
     # plain values beside the tensors, so that load_latest reads it weights-only

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 from .process import process_alive, process_identity
+from .safe_files import read_json
 from .record import RECORD
 from .schema import Status
 from .summary import read_summary
@@ -40,8 +41,8 @@ def new_launch() -> None:
 
 def read_claim(folder: Path) -> dict | None:
     try:
-        claim = json.loads((Path(folder) / CLAIM).read_text())
-    except (OSError, ValueError):
+        claim = read_json(folder, CLAIM)
+    except (OSError, ValueError):  # FolderFileRefused (a link, a pipe, too large) is a ValueError
         return None if not (Path(folder) / CLAIM).exists() else {}
     return claim if isinstance(claim, dict) else {}
 

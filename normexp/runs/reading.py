@@ -29,9 +29,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from ..config.run_config import effective_warmup
+from . import safe_files
 from .process import process_alive as _process_alive
 from .schema import NUMERIC_FIELDS, OUTCOME_FIELDS, STATUSES, TOKENS_PER_SECOND, TRAIN_LOSS, VAL_LOSS
 from .schema import Status
@@ -83,7 +82,7 @@ class Run:
     summary: dict                  # {} if there is no summary.json yet
     scalars: dict = field(default_factory=dict)  # tag -> [(step, value)], sorted by step
     index: int = 0
-    problem: str | None = None     # why summary.json could not be read ("malformed"), else None
+    problem: str | None = None     # why summary.json or the config could not be used ("malformed"), else None
 
     @property
     def status(self) -> str:
@@ -155,12 +154,15 @@ def summary_problem(summary) -> str | None:
 
 def read_summary_checked(run_dir: Path) -> tuple[dict, str | None]:
     """(summary, None), or ({}, the problem naming the file) if summary.json cannot be used;
-    ({}, None) if there is none yet."""
+    ({}, None) if there is none yet. Read as runs.safe_files reads a shared folder's records (no
+    link followed, a regular file, bounded in size)."""
     path = Path(run_dir) / "summary.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}, None
     try:
-        data = json.loads(path.read_text())
+        data = safe_files.read_json(run_dir, "summary.json")
+    except safe_files.FolderFileRefused as e:
+        return {}, str(e)
     except OSError as e:
         return {}, f"{path}: cannot be read ({e.strerror})"
     except ValueError as e:  # written atomically by normexp, so never half a file: damaged
@@ -181,15 +183,39 @@ def flatten(node, prefix: str = "") -> dict:
     return {k: shown(v) if isinstance(v, tuple) else v for k, v in flat_settings(node, prefix).items()}
 
 
+def read_config(run_dir: Path) -> tuple[dict, str | None]:
+    """(flattened .hydra/config.yaml, None), or (what could be read, the problem naming the file).
+
+    Read as plain YAML, nothing resolved (runs.safe_files): a folder is shared, and OmegaConf would
+    resolve a planted `lr: ${oc.env:SECRET}` to the environment's value as it loads, into every
+    table and figure. normexp never records an interpolation (resume refuses one: runs.replay), so a
+    run whose config holds one is reported with the `${...}` as written and its problem (the report
+    leaves it out of every statistic; its settings hold None where the `${...}` was). A config that is no readable YAML makes the run anonymous
+    ({}); one normexp will not read (a link, not a regular file, an alias) is a problem too."""
+    path = Path(run_dir) / ".hydra" / "config.yaml"
+    try:
+        node = safe_files.read_yaml(run_dir, Path(".hydra") / "config.yaml")
+    except safe_files.FolderFileRefused as e:
+        return {}, str(e)
+    except OSError:
+        return {}, None
+    if not isinstance(node, dict):
+        return {}, None
+    config = flatten(node)
+    found = safe_files.interpolation_in(node)
+    if found is None:
+        return config, None
+    # the value as written is in the problem (and so the run's error); the settings hold none, so no
+    # table, figure or statistic sorts or pools a "${...}" beside numbers
+    return ({k: None if isinstance(v, str) and "${" in v else v for k, v in config.items()},
+            safe_files.printable(f"{path}: {found[0]} holds an interpolation ({found[1]}), which normexp never "
+                                 "records and does not resolve (it would read another setting or the environment); "
+                                 "fix or remove that file"))
+
+
 def load_config(run_dir: Path) -> dict:
-    try:
-        cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    except Exception:  # noqa: BLE001 - a damaged config makes the run anonymous, not the report fail
-        return {}
-    try:
-        return flatten(OmegaConf.to_container(cfg, resolve=True))
-    except Exception:  # noqa: BLE001 - interpolations that need Hydra's resolvers
-        return flatten(OmegaConf.to_container(cfg, resolve=False))
+    """The flattened .hydra/config.yaml as written, nothing resolved (read_config); {} if unreadable."""
+    return read_config(run_dir)[0]
 
 
 def warmup_as_run(config: dict, overrides: list[str]) -> dict:
@@ -206,9 +232,10 @@ def warmup_as_run(config: dict, overrides: list[str]) -> dict:
 
 def load_overrides(run_dir: Path) -> list[str]:
     try:
-        return [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")]
-    except Exception:  # noqa: BLE001 - optional file
+        overrides = safe_files.read_yaml(run_dir, Path(".hydra") / "overrides.yaml")
+    except (OSError, ValueError):  # optional file; a refused one (a link) is named by read_config's problem
         return []
+    return [str(o) for o in overrides] if isinstance(overrides, list) else []
 
 
 def load_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -248,9 +275,10 @@ def read_runs(root: str | Path) -> list[Run]:
     for run_dir in find_runs(root):
         rel = relative_name(run_dir, root)
         summary, problem = read_summary_checked(run_dir)
+        config, config_problem = read_config(run_dir)
         overrides = load_overrides(run_dir)
-        runs.append(Run(run_dir, rel, warmup_as_run(load_config(run_dir), overrides), overrides, summary,
-                        load_scalars(run_dir), problem=problem))
+        runs.append(Run(run_dir, rel, warmup_as_run(config, overrides), overrides, summary,
+                        load_scalars(run_dir), problem=config_problem or problem))
     return runs
 
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from ..data.files import atomic_write_bytes, file_content_id
+from .safe_files import read_json, read_text
 
 RECORD = "normexp_run.json"
 
@@ -54,7 +55,7 @@ def data_files(data) -> list[str]:
 def write_record(run_dir: Path, data) -> None:
     """Keep the job config Hydra just wrote into <run>/.hydra, and the data files' identity."""
     hydra_dir = Path(run_dir) / ".hydra"
-    record = {name: (hydra_dir / f"{name}.yaml").read_text() for name in ("config", "overrides")
+    record = {name: read_text(run_dir, Path(".hydra") / f"{name}.yaml") for name in ("config", "overrides")
               if (hydra_dir / f"{name}.yaml").is_file()}
     record["data_files"] = [file_identity(f) for f in data_files(data)]
     atomic_write_bytes(Path(run_dir) / RECORD, (json.dumps(record, indent=1) + "\n").encode())
@@ -62,8 +63,8 @@ def write_record(run_dir: Path, data) -> None:
 
 def read_record(run_dir: Path) -> dict | None:
     try:
-        record = json.loads((Path(run_dir) / RECORD).read_text())
-    except (OSError, ValueError):
+        record = read_json(run_dir, RECORD)
+    except (OSError, ValueError):  # FolderFileRefused (a link, not a regular file, too large) is a ValueError
         return None
     return record if isinstance(record, dict) and isinstance(record.get("config"), str) else None
 

@@ -79,6 +79,20 @@ def check_own_folder(key: str, given, folder: Path) -> None:
         raise ConfigError(key, given, f"is {what}; give the run a folder of its own ({key}=PATH)")
 
 
+def refuse_links(folder: Path, key: str) -> None:
+    """A folder a run or sweep is about to write into holds no symbolic link: Hydra opens
+    train.log and .hydra/*.yaml following links, and checkpoints would be written and pruned where
+    a link points. ConfigError naming the first link (runs.safe_files.folder_links)."""
+    from .safe_files import folder_links, link_target, printable
+
+    links = folder_links(folder, limit=1)
+    if links:
+        raise ConfigError(key, printable(folder), printable(
+            f"{links[0]} is a symbolic link (to {link_target(links[0])}); a run writes only inside its folder, never "
+            "through a link (train.log, .hydra and checkpoints would reach its target): replace it with the file or "
+            "folder itself, or choose another folder"))
+
+
 def _flat(cfg) -> dict:
     """{dotted.key: value} of a job config, for comparing two of them."""
     return dotted(OmegaConf.to_container(cfg, resolve=False))
@@ -87,10 +101,13 @@ def _flat(cfg) -> dict:
 def _recorded_settings(run_dir: Path) -> dict | None:
     """The run's own settings (runs.settings.result_settings): normexp's record, or for a run made
     before there was one, .hydra/config.yaml (only trustworthy before Hydra rewrites it for a new job)."""
+    from .safe_files import parse_yaml, read_yaml  # plain data: nothing resolved, no alias, bounded
+
     record = read_record(run_dir)
     try:
-        return result_settings(OmegaConf.create(record["config"]) if record else
-                               OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
+        config = (parse_yaml(record["config"], Path(run_dir) / RECORD) if record else
+                  read_yaml(run_dir, Path(".hydra") / "config.yaml"))
+        return result_settings(config) if isinstance(config, dict) else None
     except (OSError, OmegaConfBaseException, ValueError):
         return None
 
@@ -136,6 +153,7 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
         sweep_dir = output_folder(cfg, "hydra.sweep.dir")
         check_own_folder("hydra.sweep.dir", OmegaConf.select(cfg, "hydra.sweep.dir"), sweep_dir)
         check_creatable("hydra.sweep.dir", sweep_dir)
+        refuse_links(sweep_dir, "hydra.sweep.dir")
         if "hydra.sweep.dir" in explicit and not resume and sweep_dir.is_dir():
             held = [r for r in find_runs(sweep_dir) if run_artefacts(r)]
             if held:
@@ -145,6 +163,7 @@ def check_output_folder(cfg: DictConfig, multirun: bool, explicit: set[str] | fr
     run_dir = output_folder(cfg, "hydra.run.dir")
     check_own_folder("hydra.run.dir", OmegaConf.select(cfg, "hydra.run.dir"), run_dir)
     check_creatable("hydra.run.dir", run_dir)
+    refuse_links(run_dir, "hydra.run.dir")
     claim = read_claim(run_dir)
     if "hydra.run.dir" in explicit and claim and claim_alive(claim) and os.environ.get("RANK", "0") == "0":
         # another process is starting or training in the folder the user named: what it has written
@@ -197,13 +216,14 @@ def unreadable_summary(run_dir: Path) -> str:
 def _read_yaml(source: Path, text: str | None = None):
     """A record as plain YAML: OmegaConf would resolve `${...}` in it as it is read (an
     environment variable, another setting), before any check could see it."""
-    import yaml
+    from .safe_files import FolderFileRefused, parse_yaml, read_text  # no link, bounded, no alias
 
     try:
-        return yaml.safe_load(source.read_text(encoding="utf-8") if text is None else text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        return parse_yaml(read_text(source.parent, source.name) if text is None else text, source)
+    except (OSError, FolderFileRefused) as e:
+        why = e.strerror if isinstance(e, OSError) else str(e).split(": ", 1)[-1]
         raise ConfigError("FOLDER", source.parent, f"its {source.name} does not read "
-                          f"({' '.join(str(e).split())[:120]}); resume it with its own command and resume=true") from None
+                          f"({' '.join(str(why).split())[:200]}); resume it with its own command and resume=true") from None
 
 
 def _override_list(value, source: Path) -> list:

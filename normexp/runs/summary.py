@@ -82,8 +82,10 @@ def set_status(run_dir: Path, status: Status, base: dict | None = None, **facts)
 def read_summary(run_dir: Path) -> dict | None:
     """summary.json as a dict; None if there is none, or it is no JSON object (damaged or
     hand-edited: a list, a string), which the pre-flight refuses by name (resume.py)."""
+    from .safe_files import read_json  # no link followed, a regular file, bounded (a shared folder's file)
+
     try:
-        summary = json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, ValueError):
+        summary = read_json(run_dir, "summary.json")
+    except (OSError, ValueError):  # FolderFileRefused is a ValueError
         return None
     return summary if isinstance(summary, dict) else None

@@ -215,7 +215,7 @@ def test_a_folder_no_run_of_which_can_be_used_is_one_line_exit_2_and_writes_noth
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "no run could be used" in lines[0] and "3 summary.json do not read" in lines[0], lines[0]
+    assert "no run could be used" in lines[0] and "3 have a summary.json or config that does not read" in lines[0], lines[0]
     assert "6 say completed beside a final_val_loss that is not a finite number" in lines[0], lines[0]
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
 

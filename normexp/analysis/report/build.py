@@ -57,7 +57,7 @@ def transfer_skipped(runs, keys: list[str]) -> list[str]:
 
 
 def _nothing_usable(runs, root: Path) -> str | None:
-    """Why no run can be reported, in one line, when every run's summary.json is malformed
+    """Why no run can be reported, in one line, when every run's summary.json or config is malformed
     (truncated, not JSON, not a summary) or says it finished beside a final loss that is no
     finite number (study.untrusted_reason); None when some run can be used. A run still going,
     failed or interrupted is usable: the report shows its curve or its error."""
@@ -65,11 +65,12 @@ def _nothing_usable(runs, root: Path) -> str | None:
     untrusted = [r for r in runs if study.untrusted_reason(r)]
     if len(malformed) + len(untrusted) < len(runs):
         return None
-    parts = [f"{len(malformed)} summary.json do not read ({malformed[0].problem})"] if malformed else []
+    parts = [f"{len(malformed)} have a summary.json or config that does not read ({malformed[0].problem})"] \
+        if malformed else []
     parts += [f"{len(untrusted)} say {untrusted[0].status} beside a final_val_loss that is not a finite number "
               f"({untrusted[0].metrics().get('final_val_loss')} in {untrusted[0].rel}/summary.json)"] if untrusted else []
     return (f"{root}: no run could be used, so no report was written: {len(runs)} run{'s' * (len(runs) != 1)}, "
-            f"{'; '.join(parts)}; fix or remove those summary.json files (the runs' events and checkpoints are "
+            f"{'; '.join(parts)}; fix or remove those files (the runs' events and checkpoints are "
             "untouched), or report another folder")
 
 

@@ -155,12 +155,22 @@ register_section("depth", order=40, applies=lambda f: not f.searched and swept(f
 
 def _fixed_setting(sweep: Path, key: str):
     """The value a sweep held fixed for a setting it did not search (its boundary.csv has no
-    column for it), from the sweep's multirun.yaml; a config group by its option's name."""
-    from omegaconf import DictConfig, OmegaConf
+    column for it), from the sweep's multirun.yaml; a config group by its option's name. Read as
+    plain YAML, nothing resolved (runs.safe_files): a `${...}` there counts as no value."""
+    from ...runs import safe_files
 
-    config = sweep / "multirun.yaml"
-    value = OmegaConf.select(OmegaConf.load(config), key) if config.is_file() else None
-    value = value.get("name") if isinstance(value, DictConfig) else value
+    value = None
+    if (sweep / "multirun.yaml").is_file():
+        try:
+            value = safe_files.read_yaml(sweep, "multirun.yaml")
+        except (OSError, ValueError) as e:
+            raise ReportError(f"{sweep}: its boundary.csv has no {key} column and its multirun.yaml does not read "
+                              f"({e}); report this sweep apart from the others (normexp report {sweep})") from None
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+    value = value.get("name") if isinstance(value, dict) else value
+    if isinstance(value, str) and "${" in value:
+        value = None
     if value is None:
         raise ReportError(f"{sweep}: its boundary.csv has no {key} column and no multirun.yaml says its {key}; "
                          f"report this sweep apart from the others (normexp report {sweep})")
