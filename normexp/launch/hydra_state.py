@@ -8,7 +8,6 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import OmegaConf
 
 from ..config.keys import override_key
 from . import sweep
@@ -29,16 +28,18 @@ def in_sweep() -> bool:
 
 
 def hydra_resume_command(run_dir: Path) -> str:
-    """runs.checkpoint.resume_command with this job's overrides; in a sweep, the sweep's
-    (read from the multirun.yaml Hydra writes first) and its folder."""
+    """runs.checkpoint.resume_command with this job's overrides; in a sweep, the sweep's, Hydra's
+    own among them (runs.resume.sweep_resume_overrides: from the multirun.yaml Hydra writes
+    first), and its folder."""
     from ..runs.checkpoint import resume_command  # imports torch: only once a job has run
 
     try:
         hc = HydraConfig.get()
         if not in_sweep():
             return resume_command(run_dir, list(hc.overrides.task))
-        started = OmegaConf.load(Path(hc.sweep.dir) / "multirun.yaml")
-        return resume_command(run_dir, list(started.hydra.overrides.task), Path(hc.sweep.dir))
+        from ..runs.resume import sweep_resume_overrides
+
+        return resume_command(run_dir, sweep_resume_overrides(Path(hc.sweep.dir)), Path(hc.sweep.dir))
     except Exception:  # noqa: BLE001 - not inside a Hydra job, or no multirun.yaml
         return resume_command(run_dir)
 
