@@ -220,9 +220,10 @@ def check_job(job, explicit) -> None:
     """Everything about one job's settings that needs no data: validate.py's rules, then the
     norm's and placement's own (their classes, so this imports torch)."""
     validate(job, explicit)
-    from ..model import INITS, check_settings  # imports torch: the norm's and placement's own classes
+    from ..model import INITS, check_settings, check_settings_read  # imports torch: the norm's and placement's own classes
 
     check_settings(job.norm, job.placement, job.layers)
+    check_settings_read(job.norm, job.placement, job.qk_norm, job.scale_embeddings)  # no setting that changes nothing
     build(INITS, "init", job.init, job.d_model, job.layers)  # settings the init does not take, and bad values
     # (found at model build otherwise)
 
