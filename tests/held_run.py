@@ -8,7 +8,10 @@ runs the real command line (`normexp.cli.main`) with ARGS, and:
 * STEP a number: once step STEP is done (its evaluation and checkpoint, if any, written), the
   run touches FOLDER/held and waits, at that step boundary, until FOLDER/release exists;
 * STEP "begin": the run touches FOLDER/held as step 0 begins, and goes on (a test that must
-  signal a run in the middle of a long step).
+  signal a run in the middle of a long step);
+* STEP "pack:N": a pack's (hydra/launcher=packed) first member to begin step N touches
+  FOLDER/held and waits there until FOLDER/release exists (the pack's members take their logging
+  steps one by one: with log_every=1 every step; a pack does not call the solo run's hooks).
 
 Only the wait is added: the run trains exactly as without it (tests compare it bit for bit).
 """
@@ -52,6 +55,19 @@ def _main(folder: Path, at: str, args: list[str]) -> None:
 
     def run_train(argv, hooks=None):
         from normexp.train import loop
+
+        if at.startswith("pack:"):
+            pack_step = loop.Trainer.train_step
+
+            def held_train_step(self):
+                if self.step == int(at.split(":")[1]) and not (folder / HELD).exists():
+                    (folder / HELD).touch()
+                    while not (folder / RELEASE).exists():
+                        time.sleep(0.01)
+                return pack_step(self)
+
+            loop.Trainer.train_step = held_train_step
+            return original(argv, hooks)
 
         if at == "begin":
             step = loop.Trainer.train_step

@@ -108,7 +108,7 @@ class PackedLauncher(Launcher):
 
     def _run_pack(self, configs: list[DictConfig], indices: list[int], returns: list) -> None:
         from normexp.train.pack import train_pack
-        from normexp.train.signals import Interrupted
+        from normexp.train.signals import Interrupted, StopSignals
         from normexp.launch.sweep import job_label
 
         members = []
@@ -122,10 +122,12 @@ class PackedLauncher(Launcher):
         if not members:
             return
         labels = [job_label(configs[indices.index(m.index)].hydra) for m in members]
+        stop = StopSignals(on_hard_stop=lambda signum: hard_stop(members, signum, stop.grace))
         with member_logs(members, labels):
             try:
-                summaries = train_pack([m.config for m in members], [m.run_dir for m in members],
-                                       jobs=[m.job for m in members], cuda_graph=self.cuda_graph)
+                with stop:
+                    summaries = train_pack([m.config for m in members], [m.run_dir for m in members], stop=stop,
+                                           jobs=[m.job for m in members], cuda_graph=self.cuda_graph)
             except Interrupted as e:
                 raise SystemExit(e.exit_code)
             except Exception as e:  # noqa: BLE001 - the sweep goes on past one broken pack
@@ -144,3 +146,19 @@ class PackedLauncher(Launcher):
             m.job_return._return_value = summary
             returns[m.index] = m.job_return
             self.hydra_context.callbacks.on_job_end(config=configs[indices.index(m.index)], job_return=m.job_return)
+
+
+def hard_stop(members: list[Member], signum: int, grace: float) -> None:
+    """A pack stopped at once (a second signal, or no step boundary within the grace): every
+    member recorded "interrupted" at its newest checkpoint, with the line that resumes it in its
+    own log (as a solo job's hard stop, launch/job_status.mark_interrupted). Runs on the stop
+    watchdog's thread just before the process exits; one member's failure does not skip the rest."""
+    from normexp.launch.job_status import mark_interrupted
+    from normexp.train.pack import as_member
+
+    for i, m in enumerate(members):
+        with as_member(i):
+            try:
+                mark_interrupted(m.run_dir, signum, resume=m.job.resume, grace=grace)
+            except Exception as e:  # noqa: BLE001 - the others are still recorded
+                log.error("could not record %s as interrupted: %s", m.run_dir, e)

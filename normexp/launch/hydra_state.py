@@ -28,18 +28,18 @@ def in_sweep() -> bool:
 
 
 def hydra_resume_command(run_dir: Path) -> str:
-    """runs.checkpoint.resume_command with this job's overrides; in a sweep, the sweep's
-    (read from the multirun.yaml Hydra writes first) and its folder."""
+    """runs.checkpoint.resume_command with this job's overrides; in a sweep, the sweep's, Hydra's
+    own among them (runs.resume.sweep_resume_overrides: from the multirun.yaml Hydra writes
+    first), and its folder."""
     from ..runs.checkpoint import resume_command  # imports torch: only once a job has run
 
     try:
         hc = HydraConfig.get()
         if not in_sweep():
             return resume_command(run_dir, list(hc.overrides.task))
-        from ..runs.safe_files import read_yaml  # a shared folder's file: no link, bounded, nothing resolved
+        from ..runs.resume import sweep_resume_overrides
 
-        started = read_yaml(Path(hc.sweep.dir), "multirun.yaml")
-        return resume_command(run_dir, [str(o) for o in started["hydra"]["overrides"]["task"]], Path(hc.sweep.dir))
+        return resume_command(run_dir, sweep_resume_overrides(Path(hc.sweep.dir)), Path(hc.sweep.dir))
     except Exception:  # noqa: BLE001 - not inside a Hydra job, or no multirun.yaml
         return resume_command(run_dir)
 

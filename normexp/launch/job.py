@@ -37,6 +37,10 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
     if previous is None and (run_dir / "summary.json").exists():  # a sweep's job folder: no pre-flight saw it
         raise FolderTaken(f"{run_dir}: {unreadable_summary(run_dir)}")
     validate(cfg, explicit)
+    from ..model import check_settings_read  # imports torch, as training does next
+
+    # the pre-flight checks some jobs of a sweep: a job with a setting nothing reads is refused here
+    check_settings_read(cfg.norm, cfg.placement, cfg.qk_norm, cfg.scale_embeddings)
     existing = previous is not None and not trained_nothing(run_dir, previous)
     if existing and (cfg.resume or previous.get("status") == Status.REQUEUED):
         same_settings(run_dir, cfg)  # a sweep job's only check: the pre-flight cannot see job folders

@@ -25,9 +25,12 @@ def _is_main() -> bool:
     return is_main()
 
 
-def mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None) -> None:
+def mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None, resume: str = "", grace: float = 0) -> None:
     """Status "interrupted" in summary.json (unless the run had finished), steps_completed the
-    newest checkpoint's: what a stop that could not wait for a step boundary leaves behind."""
+    newest checkpoint's: what a stop that could not wait for a step boundary leaves behind.
+    `resume`: the command that continues it, where the caller knows it (a pack's member: its
+    JobContext's); else read from Hydra's job state. `grace`: the wait the stop signals allowed
+    (StopSignals.grace), for the line; GRACE_SECONDS at least."""
     from ..runs.checkpoint import list_checkpoints  # imports torch
 
     summary = read_summary(run_dir) or {}
@@ -38,8 +41,8 @@ def mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None) -> None
     if hard_stop_signum is not None:
         logging.getLogger("normexp").warning(
             "interrupted by %s: stopped at once (a second signal, or no step boundary within %.0f s); "
-            "%s; resume with: %s", signal.Signals(hard_stop_signum).name, GRACE_SECONDS,
-            f"the checkpoint of step {kept} is kept" if saved else "no checkpoint yet", hydra_resume_command(run_dir))
+            "%s; resume with: %s", signal.Signals(hard_stop_signum).name, max(grace, GRACE_SECONDS),
+            f"the checkpoint of step {kept} is kept" if saved else "no checkpoint yet", resume or hydra_resume_command(run_dir))
 
 
 def leave_resumable(run_dir: Path, cfg, previous: dict | None, message: str, code: int) -> None:

@@ -87,8 +87,15 @@ def members_that_fit(cfg: DictConfig) -> int | None:
 
 def pack_sizes(n: int, max_members: int | str, cfg: DictConfig) -> list[int]:
     """How `n` jobs of one shape split into packs: `max_members` each at most (`auto`: as many as
-    fit); an explicit size that does not fit is refused, saying how many would."""
+    fit); an explicit size that does not fit is refused, saying how many would, and a shape of
+    which not one member fits is refused whatever the size."""
     fit = members_that_fit(cfg)
+    if fit == 0:  # not even one: a "pack" of one would need ~1.5x the memory of the solo run it replaces
+        raise ConfigError("hydra.launcher.max_members", max_members,
+                          f"not one member of this shape fits in the free memory (a member needs about "
+                          f"{member_memory_bytes(cfg) / 2**30:.1f} GiB, the model's memory and half as much again "
+                          "for its row of the pack); train these jobs unpacked (hydra/launcher=basic or joblib), "
+                          "or choose a smaller shape")
     if max_members == "auto":
         size = max(1, min(n, fit if fit is not None else n, 64))
     else:

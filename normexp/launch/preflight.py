@@ -16,7 +16,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from ..config.checks import ConfigError
 from ..config.compose import CONFIG_NAME, compose_config, config_groups, group_options, hydra_groups, sweep_jobs
 from ..config.keys import did_you_mean, dotted, hydra_quoted, override_key, suggest_key
-from ..config.defaults import option_default
+from ..config.defaults import group_default, option_default, train_default
 from ..config.registry import build
 from ..config.resources import data_problem, training_memory_bytes
 from ..data.files import cache_root
@@ -228,9 +228,21 @@ def check_job(job, explicit) -> None:
         check_settings(job.norm, job.placement, job.layers)
         build(INITS, "init", job.init, job.d_model, job.layers)  # settings the init does not take, and bad values
         # (found at model build otherwise)
+    if may_set_something_unread(job):
+        from ..model import check_settings_read  # imports torch: what the classes declare they read
+
+        check_settings_read(job.norm, job.placement, job.qk_norm, job.scale_embeddings)  # no setting that changes nothing
 
     check_memory(job)
     check_data_fits(job)
+
+
+def may_set_something_unread(job) -> bool:
+    """Whether check_settings_read could refuse this job: only a norm or a qk_norm/scale_embeddings
+    other than the default can be a setting nothing reads, so the default ones need no torch."""
+    norm = job.norm.get("name") if OmegaConf.is_config(job.norm) or isinstance(job.norm, dict) else job.norm
+    return (not model_settings_as_shipped(job) or norm != group_default("norm")
+            or any(job.get(key) != train_default(key) for key in ("qk_norm", "scale_embeddings")))
 
 
 def model_settings_as_shipped(job) -> bool:

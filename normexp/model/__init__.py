@@ -17,11 +17,11 @@ configs/<group>/.
 """
 
 from ..config.model_config import ModelConfig
-from .gpt import GPT, IGNORE_TARGET, check_settings
+from .gpt import GPT, IGNORE_TARGET, check_settings, check_settings_read
 from .inits import INITS
 from .norms import NORMS
 from .placements import PLACEMENTS
 from .readouts import Readout, read_outputs
 
-__all__ = ["GPT", "IGNORE_TARGET", "INITS", "NORMS", "PLACEMENTS", "ModelConfig", "Readout", "check_settings",
+__all__ = ["GPT", "IGNORE_TARGET", "INITS", "NORMS", "PLACEMENTS", "ModelConfig", "Readout", "check_settings", "check_settings_read",
            "read_outputs"]

@@ -284,3 +284,41 @@ def check_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -
     placement_cls, placement_settings = variant(PLACEMENTS, "placement", placement)
     stand_in = Sublayer(8)  # width 8, no norm slots: only the placement's own settings are checked
     placement_cls(stand_in, lambda width=8: norm_cls(width, **norm_settings), index=0, depth=layers, **placement_settings)
+
+
+def check_settings_read(norm: str | Mapping, placement: str | Mapping, qk_norm: bool, scale_embeddings: bool) -> None:
+    """Refuse a model setting that nothing of this run reads, set to other than its default: it
+    would train the same run as the default under another name (and a sweep over it, several
+    folders of one run). What is read comes from the classes' declarations: the placement's
+    `reads` (placements/base.py) and the norm's `normalizes` (norms/base.py). The norm type is
+    read where the placement builds norms, or through QK-norm when that is on."""
+    from ..config.checks import ConfigError
+    from ..config.defaults import group_default, train_default
+
+    norm_cls, norm_settings = variant(NORMS, "norm", norm)
+    placement_cls, _ = variant(PLACEMENTS, "placement", placement)
+    where = f"placement={_name(placement)}"
+    unread = {"qk_norm": (f"{where} does not read it" if "qk_norm" not in placement_cls.reads else
+                          None if getattr(norm_cls, "normalizes", True) else f"norm={_name(norm)} normalizes nothing"),
+              "scale_embeddings": None if "scale_embeddings" in placement_cls.reads else f"{where} does not read it"}
+    for key, value in (("qk_norm", qk_norm), ("scale_embeddings", scale_embeddings)):
+        default = train_default(key)
+        if unread[key] and value != default:
+            raise ConfigError(key, str(value).lower(), f"{unread[key]}, so it would train the same run as "
+                              f"{key}={str(default).lower()}; drop it (in a sweep, give these settings a sweep of their own)")
+    norm_read = "norm" in placement_cls.reads or (unread["qk_norm"] is None and qk_norm is True)
+    default_norm = group_default("norm")
+    default_cls, default_settings = variant(NORMS, "norm", default_norm)
+    if not norm_read and (norm_cls, norm_settings) != (default_cls, default_settings):
+        key, value = "norm", _name(norm)
+        if norm_cls is default_cls:  # the default norm with other settings: name the first that differs
+            key = next(f"norm.{k}" for k in sorted(norm_settings) if norm_settings[k] != default_settings[k])
+            value = norm_settings[key.split(".", 1)[1]]
+        raise ConfigError(key, value, f"{where} builds no norm (nor QK-norm here), so every norm trains the same "
+                          f"run as the default norm={default_norm}; leave norm out with {where} (a sweep over norms: "
+                          f"give {_name(placement)} a sweep of its own)")
+
+
+def _name(spec: str | Mapping) -> str:
+    """A registry name, or a config node's `name`."""
+    return spec if isinstance(spec, str) else spec.get("name")

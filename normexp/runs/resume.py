@@ -235,6 +235,38 @@ def _override_list(value, source: Path) -> list:
     return value
 
 
+def sweep_overrides(folder: Path) -> tuple[list, list, Path]:
+    """The command line that started the sweep in `folder`, as Hydra recorded it: (its Hydra
+    overrides, such as hydra/sweeper=boundary, hydra.sweeper.*, hydra/launcher=packed,
+    hydra.launcher.*; its task overrides; the file they came from), read from multirun.yaml, or
+    from a boundary search's record where that is all the folder holds. Read as plain YAML
+    (`_read_yaml`: no interpolation resolved). Raises ConfigError when neither file holds them."""
+    folder = Path(folder)
+    if (folder / "multirun.yaml").is_file():
+        source = folder / "multirun.yaml"
+        started = _read_yaml(source)
+        node = started.get("hydra") if isinstance(started, dict) else None
+        overrides = node.get("overrides") if isinstance(node, dict) else None
+    else:  # a boundary search's record alone, copied from another machine: its header has the command
+        source = folder / SEARCH_RECORD
+        overrides = SearchRecord.read(source).header.get("overrides")
+    if not isinstance(overrides, dict):
+        raise ConfigError("FOLDER", folder, f"its {source.name} holds no hydra.overrides; resume it with the "
+                          "sweep's own command and resume=true")
+    hydra, task = (_override_list(overrides.get(part), source) for part in ("hydra", "task"))
+    return hydra, task, source
+
+
+def sweep_resume_overrides(sweep_dir: Path) -> list[str]:
+    """What the line printed when a sweep's job stops says to run again (with -m, resume=true
+    and the sweep's folder, runs.checkpoint.resume_command): every override that shaped the
+    sweep, Hydra's (its sweeper and launcher and their settings: without them a boundary search
+    would come back as a grid of one job, a packed or SLURM sweep as local solo jobs) before
+    its task overrides. hydra.mode is -m's own; the folder and resume are set anew."""
+    hydra, task, _ = sweep_overrides(sweep_dir)
+    return [o for o in [*hydra, *task] if isinstance(o, str) and override_key(o) != "hydra.mode"]
+
+
 def resume_arguments(folder: Path) -> list[str]:
     """The `normexp train` arguments that continue the run or sweep in `folder` with its own
     settings (`normexp resume FOLDER`): a sweep folder (multirun.yaml) gives the sweep's command
@@ -253,18 +285,7 @@ def resume_arguments(folder: Path) -> list[str]:
 
     search_record = folder / SEARCH_RECORD
     if (folder / "multirun.yaml").is_file() or search_record.is_file():
-        if (folder / "multirun.yaml").is_file():
-            source = folder / "multirun.yaml"
-            started = _read_yaml(source)
-            node = started.get("hydra") if isinstance(started, dict) else None
-            overrides = node.get("overrides") if isinstance(node, dict) else None
-        else:  # a boundary search's record alone, copied from another machine: its header has the command
-            source = search_record
-            overrides = SearchRecord.read(search_record).header.get("overrides")
-        if not isinstance(overrides, dict):
-            raise ConfigError("FOLDER", folder, f"its {source.name} holds no hydra.overrides; resume it with the "
-                              "sweep's own command and resume=true")
-        hydra, task = (_override_list(overrides.get(part), source) for part in ("hydra", "task"))
+        hydra, task, source = sweep_overrides(folder)
         return ["-m", *kept(hydra, source), *kept(task, source), "resume=true",
                 f"hydra.sweep.dir={hydra_quoted(str(folder))}"]
     record = read_record(folder)

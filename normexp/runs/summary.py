@@ -53,10 +53,22 @@ def beat_baseline(final_val_loss, baseline_loss, margin: float) -> bool:
     return baseline_loss is None or final_val_loss <= (1 - margin) * baseline_loss
 
 
+def _as_declared(key: str, value):
+    """A whole number given for a setting whose shipped default is a float (`z_loss=0`, `lr=1`)
+    as that float: the HParams table writes ints as text (logbook.write_hparams), so an explicit
+    0 would read '0' beside the default's 0.0 in one column."""
+    from ..config.defaults import shipped
+
+    default = shipped("train").get(key)
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
 def hparams_row(summary: dict) -> dict:
     """The HParams row of a run: HPARAMS in order, then the variant settings the run used
     (a placement without settings adds none, rather than a 0 that reads as a value)."""
-    row = {k: summary.get(k) for k in HPARAMS}
+    row = {k: _as_declared(k, summary.get(k)) for k in HPARAMS}
     for group, field in SETTINGS_FIELDS.items():
         row.update({f"{group}.{k}": v for k, v in (summary.get(field) or {}).items()})
     return row

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,6 +42,10 @@ from .loop import Diverged, Hooks, JobContext, Trainer, is_logging_step, set_up_
 from .signals import Interrupted, StopSignals
 
 log = logging.getLogger("normexp")
+
+# a first signal waits for the next step boundary this many times the longest step so far (at least
+# signals.GRACE_SECONDS) before the pack stops at once: a step's time varies with evaluations and load
+STEP_GRACE_FACTOR = 3.0
 
 # the member whose code runs now (None: the pack's own), for the launcher's per-member logs
 current_member: contextvars.ContextVar[int | None] = contextvars.ContextVar("current_member", default=None)
@@ -181,7 +186,10 @@ def train_pack(configs: Sequence[DictConfig | TrainConfig], run_dirs: Sequence[P
     """Train the runs `configs` describe (one shape: launch/packs.py groups them) as one pack,
     each into its run folder; returns their summaries, as `train` returns one. On SIGINT or
     SIGTERM every running member saves a checkpoint and records "interrupted" (or "requeued"),
-    then `Interrupted` is raised, as for a solo run. `packed_optimizer`: one AdamW step for all
+    then `Interrupted` is raised, as for a solo run. The first signal waits for the next step
+    boundary up to STEP_GRACE_FACTOR × the longest step so far (`stop.grace` raised to it); a
+    stop that cannot wait (a second signal, the grace spent) is `stop`'s on_hard_stop's to record
+    (the launcher's: every member "interrupted" at its newest checkpoint). `packed_optimizer`: one AdamW step for all
     members (train/packed_adamw.py); None = on CUDA only. `cuda_graph`: plain steps as a CUDA
     graph (train/pack_graph.py); None = where it fits."""
     configs = [c if isinstance(c, TrainConfig) else TrainConfig.from_composed(c) for c in configs]
@@ -200,9 +208,15 @@ def train_pack(configs: Sequence[DictConfig | TrainConfig], run_dirs: Sequence[P
                     if trainers[i].step == 0:
                         with as_member(i):
                             trainers[i].evaluate_initial()
+                longest = 0.0
                 while pack.running():
                     stop.check()
+                    began = time.monotonic()
                     pack.step()
+                    # a pack's step (K members, their evaluations and checkpoints) may outlast the
+                    # solo grace: a first signal waits for the next boundary as long as steps take
+                    longest = max(longest, time.monotonic() - began)
+                    stop.grace = max(stop.grace, STEP_GRACE_FACTOR * longest)
         except Interrupted as e:
             for i in pack.running():
                 with as_member(i):

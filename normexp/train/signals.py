@@ -124,7 +124,9 @@ def exit_if_early_signal() -> None:
 
 
 class StopSignals:
-    """Install with `with StopSignals(on_hard_stop) as stop:`; see the module docstring."""
+    """Install with `with StopSignals(on_hard_stop) as stop:`; see the module docstring. `grace`
+    may be raised while it is in place (a pack sizes it to its step, train/pack.py): a deadline
+    reads it when the signal comes."""
 
     def __init__(self, on_hard_stop: Callable[[int], None] | None = None, grace: float = GRACE_SECONDS):
         self.on_hard_stop = on_hard_stop
@@ -132,6 +134,7 @@ class StopSignals:
         self.signum = 0            # the first signal received, 0 = none
         self._deferred = False
         self._acted = threading.Event()  # the main thread has begun to stop
+        self._hard_stopping = threading.Lock()
         self._old: dict = {}
         self._old_wakeup = -1
         self._pair = None
@@ -230,8 +233,10 @@ class StopSignals:
             self._hard_stop(signum)
 
     def _hard_stop(self, signum: int) -> None:
-        try:
-            if self.on_hard_stop is not None:
-                self.on_hard_stop(signum)
-        finally:
-            os._exit(128 + signum)
+        # one recording only: a third signal (or the deadline) while the first records waits for its exit
+        with self._hard_stopping:
+            try:
+                if self.on_hard_stop is not None:
+                    self.on_hard_stop(signum)
+            finally:
+                os._exit(128 + signum)

@@ -11,6 +11,9 @@
 * `bounds_scale = False` on a norm whose output's scale is not bounded whatever its input's (the
   identity): tests/train/test_numerics.py then lets its runs' rounding differences end the pinned
   steps early (True when absent).
+* `normalizes = False` on a norm that leaves its input as it is (the identity): QK-norm with it
+  computes nothing, so the pre-flight refuses qk_norm=true beside it (model/gpt.py
+  `check_settings_read`; True when absent).
 * The class docstring gives the formula and the paper it comes from: docs and `normexp` list
   them from there.
 """

@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 
 PLACEMENTS: dict[str, type[Placement]] = {}
+# the run's model settings a placement may read or leave unread (Placement.reads)
+MODEL_SETTINGS = ("norm", "qk_norm", "scale_embeddings")
 
 
 class ModelPolicy:
@@ -89,6 +91,11 @@ class Placement(nn.Module):
     * `model_policy`: the class of its model-level half (`ModelPolicy`, above): the standard
       one unless the placement changes what enters or leaves the blocks, the optimizer's
       groups, or what happens after a step.
+    * `reads`: which of the run's model settings outside its own node (MODEL_SETTINGS: the norm
+      type, qk_norm, scale_embeddings) change what it computes: all by default; a placement that
+      builds no norm (ReZero) or replaces them (nGPT) leaves them out, and the pre-flight refuses
+      a value other than the default for a setting that nothing reads (model/gpt.py
+      `check_settings_read`): it would train the same run under another name.
     * `sublayer` is a `Sublayer` (layers.py): its `norm_slots` declare where a placement may
       put norms of its own inside F (INNER_NORM, before the output projection; QKV_NORM, on
       queries, keys and values), filled with `sublayer.fill_slot(slot, norms)`; a placement
@@ -100,6 +107,7 @@ class Placement(nn.Module):
     needs_calibration = False
     init_gain = 1.0
     model_policy: type[ModelPolicy] = ModelPolicy
+    reads: frozenset[str] = frozenset(MODEL_SETTINGS)
 
     def resolved(self) -> dict:
         return {}

@@ -129,6 +129,9 @@ class NormalizedTransformer(Placement):
 
     model_policy = OnTheSphere
     needs_final_norm = False
+    # its unit maps replace every norm and QK-norm (the slots' run-wide norms), and the input is
+    # normalized as it enters, so its √d scale (scale_embeddings) cancels
+    reads = frozenset()
 
     def __init__(self, sublayer, make_norm, index: int, depth: int, *, alpha_init: float):
         super().__init__()

@@ -18,6 +18,8 @@ class ReZero(Placement):
     model has no final norm."""
 
     needs_final_norm = False
+    # no norm of its own: the norm type reaches the model only through QK-norm (qk_norm=true)
+    reads = frozenset({"qk_norm", "scale_embeddings"})
 
     def __init__(self, sublayer, make_norm, index: int, depth: int, *, init_alpha: float):
         super().__init__()

@@ -1,0 +1,50 @@
+"""The line a sweep's job prints when it is interrupted ("resume with: ...") continues the same
+sweep: pasted, it composes the sweeper and launcher the sweep was started with, with their
+settings, into the same folder (not a one-job grid with the basic sweeper, or local solo jobs)."""
+
+import shlex
+import signal
+import subprocess
+import sys
+
+import yaml
+from conftest import TINY, make_corpus
+
+import held_run
+
+
+def test_interrupted_boundary_search_in_packs_prints_a_line_that_keeps_its_sweeper_and_launcher(tmp_path, cli_env):
+    corpus = make_corpus(tmp_path / "corpus.txt", 20_000)
+    sweep = tmp_path / "search"
+    hydra_settings = ["hydra/sweeper=boundary", "hydra.sweeper.key=lr", "hydra.sweeper.lower=0.001",
+                      "hydra.sweeper.upper=0.01", "hydra.sweeper.initial_points=2", "hydra/launcher=packed",
+                      "hydra.launcher.max_members=2"]
+    args = ["train", "-m", *hydra_settings, *TINY, "data=text", f"data.files=[{corpus}]", "steps=200", "warmup=0",
+            f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(held_run.command(tmp_path / "hold", "begin", args), env=cli_env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        held_run.wait_until_held(tmp_path / "hold", proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    lines = [line.split("resume with: ", 1)[1] for line in err.splitlines() if "resume with: " in line]
+    assert lines and len(set(lines)) == 1, err[-3000:]  # every job running (the search's schedule) says the same
+    pasted = shlex.split(lines[0])
+    assert pasted[:3] == ["normexp", "train", "-m"]
+    for setting in hydra_settings:
+        assert setting in pasted, (setting, lines[0])
+    assert pasted[-2:] == ["resume=true", f"hydra.sweep.dir={sweep}"]
+
+    # the line, pasted, composes the search and the packs it was started with (shown, not run)
+    shown = subprocess.run([sys.executable, "-m", "normexp.cli", *pasted[1:], "--cfg", "hydra"], env=cli_env,
+                           capture_output=True, text=True, timeout=600)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    hydra = yaml.safe_load(shown.stdout)["hydra"]
+    assert hydra["sweeper"]["_target_"].endswith("BoundarySweeper"), hydra["sweeper"]
+    assert (hydra["sweeper"]["key"], hydra["sweeper"]["lower"], hydra["sweeper"]["upper"],
+            hydra["sweeper"]["initial_points"]) == ("lr", 0.001, 0.01, 2)
+    assert hydra["launcher"]["_target_"].endswith("PackedLauncher") and hydra["launcher"]["max_members"] == 2
