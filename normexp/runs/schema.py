@@ -37,6 +37,11 @@ GRAD_NORM_TOP_OVER_BOTTOM = "stability/grad_norm_top_over_bottom"
 # its log10: Custom Scalars has no per-chart log axis, and the ratio spans decades across a sweep
 # (a linear axis to 1.2e5 flattened every other run to 0)
 GRAD_NORM_LOG10_LAST_OVER_FIRST = "stability/log10_grad_norm_last_over_first"
+# the first and the last block's gradient norms as log10, for the same reason: across a sweep they
+# span 8 decades (Post-LN's first block at 2.5e-8 against Pre-LN's 0.19 at step 199), which a
+# linear axis (and its smoothing) draws as 0
+GRAD_NORM_LOG10_FIRST = "stability/log10_grad_norm_first"
+GRAD_NORM_LOG10_LAST = "stability/log10_grad_norm_last"
 DEPTH_PROFILE = "depth_profile"                  # image: act_std, grad_norm, update_ratio over depth
 ACT_HIST = "act_hist"                            # histograms act_hist/layer_XX (log.histograms)
 CONFIG_TEXT = "config"                           # text: the resolved config
