@@ -24,7 +24,7 @@ FIELD_KEYS = {
     "optim.lr": "lr", "optim.eps": "optim.eps", "optim.weight_decay": "optim.weight_decay",
     "optim.grad_clip": "grad_clip",
     "schedule.name": "schedule.name", "schedule.steps": "steps", "schedule.warmup": "warmup",
-    "log.log_every": "log_every", "log.eval_batches": "eval_batches",
+    "log.eval_batches": "eval_batches",
     "log.histograms": "log.histograms", "log.model_update": "log.model_update",
     "log.model_update_every": "log.model_update_every", "log.extra_signals": "log.extra_signals",
     "log.progress": "log.progress", "log.profiles_every": "log.profiles_every",
@@ -41,7 +41,8 @@ FIELD_KEYS = {
 }
 # fields whose value is not the key's value as it is (checked one by one below)
 SPECIAL = {"optim.betas", "schedule.settings", "model.norm", "model.placement", "model.init", "model.attn_softcap",
-           "model.logit_softcap", "data", "tokenizer", "composed", "log.eval_every"}
+           "model.logit_softcap", "data", "tokenizer", "composed", "log.eval_every",
+           "log.log_every"}
 
 
 def fields(obj, prefix=""):
@@ -58,7 +59,8 @@ def fields(obj, prefix=""):
 
 OVERRIDES = [[], ["norm=rms", "placement=deepnorm", "placement.alpha=2", "layers=12", "warmup=0", "schedule=linear",
                   "grad_clip=1.0", "attn_softcap=50", "logit_softcap=0", "optim.betas=[0.8,0.95]", "log.progress=off",
-                  "log.profiles_every=7", "tokenizer=bpe", "z_loss=1e-4", "loss_spike.k=3.0", "eval_every=70"]]
+                  "log.profiles_every=7", "tokenizer=bpe", "z_loss=1e-4", "loss_spike.k=3.0", "eval_every=70",
+                  "log_every=7"]]
 
 
 def test_every_field_is_listed():
@@ -76,6 +78,8 @@ def test_the_typed_config_holds_what_the_composed_config_says(overrides):
     assert got["optim.betas"] == tuple(cfg.optim.betas)
     # eval_every: a step count as given, or "auto" resolved (600 steps, 8 eval batches: every 30)
     assert got["log.eval_every"] == (30 if cfg.eval_every == "auto" else cfg.eval_every) == (70 if overrides else 30)
+    # log_every: as given, or "auto" resolved (600 steps: every 600 // 40 = 15)
+    assert got["log.log_every"] == (15 if cfg.log_every == "auto" else cfg.log_every) == (7 if overrides else 15)
     schedule = OmegaConf.to_container(cfg.schedule)
     assert got["schedule.settings"] == {k: v for k, v in schedule.items() if k != "name"}
     for group in ("norm", "placement", "init"):
