@@ -15,7 +15,6 @@ from ..runs.schema import FINISHED, Status
 from ..runs.summary import read_summary, set_status, summary_record, write_summary
 from ..train.signals import GRACE_SECONDS
 from .exits import EXIT_BAD_INPUT
-from .hydra_state import hydra_resume_command
 
 
 def _is_main() -> bool:
@@ -28,7 +27,7 @@ def _is_main() -> bool:
 def mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None) -> None:
     """Status "interrupted" in summary.json (unless the run had finished), steps_completed the
     newest checkpoint's: what a stop that could not wait for a step boundary leaves behind."""
-    from ..runs.checkpoint import list_checkpoints  # imports torch
+    from ..runs.checkpoint import list_checkpoints, resume_folder_command  # imports torch
 
     summary = read_summary(run_dir) or {}
     saved = list_checkpoints(run_dir)
@@ -39,7 +38,7 @@ def mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None) -> None
         logging.getLogger("normexp").warning(
             "interrupted by %s: stopped at once (a second signal, or no step boundary within %.0f s); "
             "%s; resume with: %s", signal.Signals(hard_stop_signum).name, GRACE_SECONDS,
-            f"the checkpoint of step {kept} is kept" if saved else "no checkpoint yet", hydra_resume_command(run_dir))
+            f"the checkpoint of step {kept} is kept" if saved else "no checkpoint yet", resume_folder_command(run_dir))
 
 
 def leave_resumable(run_dir: Path, cfg, previous: dict | None, message: str, code: int) -> None:

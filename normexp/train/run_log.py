@@ -158,7 +158,7 @@ class RunLog:
                         "the job is requeued and resumes from it", e, step)
         else:
             log.warning("interrupted by %s at step %d: checkpoint saved; resume with: %s", e, step,
-                        self.job.resume or ckpt.resume_command(self.run_dir))
+                        ckpt.resume_folder_command(self.run_dir))
 
     def finish(self, status: str, step: int, best_val: float, last_train_loss: float | None,
                tokens_per_second: float | None, **extra) -> dict:
