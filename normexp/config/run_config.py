@@ -114,17 +114,18 @@ class ScheduleConfig(Settings):
 
     @property
     def warmup_shortened(self) -> str | None:
-        """The warning for a (default) warmup longer than the run, or None."""
+        """The warning for a warmup longer than the run, or None."""
         if self.warmup <= self.steps:
             return None
         return f"warmup={self.warmup} is longer than steps={self.steps}: warming up over all {self.steps} steps"
 
     def check(self, warmup_given: bool = False) -> None:
-        """`warmup_given`: the user set warmup on the command line. A default warmup longer than
-        a short run is shortened (with a warning, `warmup_shortened`); a given one is refused."""
+        """One rule for a warmup longer than the run, default or given (`warmup_given`, kept for
+        callers, changes nothing): it warms up over all the steps, with a warning
+        (`warmup_shortened`); the same number means the same run, however it was set."""
         w = self.warmup
-        if not is_integer(w) or w < 0 or (w > self.steps and warmup_given):
-            raise ConfigError("warmup", w, f"must be an integer step count from 0 to steps={self.steps}")
+        if not is_integer(w) or w < 0:
+            raise ConfigError("warmup", w, "must be an integer step count >= 0 (0 = none; longer than steps: all of them)")
         if self.name not in declared_names("schedule"):  # the shipped options: train/schedules.py's SCHEDULES
             raise ConfigError("schedule", self.name, f"choose from {', '.join(declared_names('schedule'))}")
         floor = self.settings.get("min_lr_ratio")

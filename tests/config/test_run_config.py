@@ -119,6 +119,25 @@ def test_a_default_warmup_longer_than_the_run_is_shortened_with_a_warning():
     assert ScheduleConfig.from_composed(compose_config(["steps=400"])).warmup_shortened is None
 
 
+@pytest.mark.parametrize("given", [False, True])
+def test_a_warmup_longer_than_the_run_follows_one_rule_default_or_given(given, cli_env):
+    """warmup=100 steps=40 given on the command line is what the default warmup at steps=40 is:
+    accepted by the pre-flight, shortened to 40 with the same warning (issue 58: an explicit one
+    was refused, the default stretched)."""
+    overrides = ["steps=40", "warmup=100"] if given else ["steps=40"]
+    cfg = compose_config(overrides)
+    check_job(cfg, {"steps", "warmup"} if given else {"steps"})  # no ConfigError
+    schedule = ScheduleConfig.from_composed(cfg)
+    assert schedule.effective_warmup == 40
+    assert schedule.warmup_shortened == "warmup=100 is longer than steps=40: warming up over all 40 steps"
+
+
+def test_the_help_states_the_warmup_rule():
+    from normexp.config.compose import key_meanings
+
+    assert "longer than steps (default or given): warms up over all the steps" in key_meanings()["warmup"]
+
+
 def test_the_summary_records_the_warmup_as_run():
     from normexp.runs.summary import hyperparameters
 
@@ -152,9 +171,8 @@ RULES = [
      "optim.betas=0.9: must be two numbers in [0, 1), e.g. optim.betas=[0.9,0.98]"),
     (OptimizerConfig, ["optim.eps=0"], (), "optim.eps=0: must be a finite number > 0"),
     (OptimizerConfig, ["optim.weight_decay=-0.1"], (), "optim.weight_decay=-0.1: must be a finite number >= 0"),
-    (ScheduleConfig, ["warmup=-1"], (), "warmup=-1: must be an integer step count from 0 to steps=600"),
-    (ScheduleConfig, ["warmup=2.5"], (), "warmup=2.5: must be an integer step count from 0 to steps=600"),
-    (ScheduleConfig, ["steps=40", "warmup=50"], ("warmup",), "warmup=50: must be an integer step count from 0 to steps=40"),
+    (ScheduleConfig, ["warmup=-1"], (), "warmup=-1: must be an integer step count >= 0 (0 = none; longer than steps: all of them)"),
+    (ScheduleConfig, ["warmup=2.5"], (), "warmup=2.5: must be an integer step count >= 0 (0 = none; longer than steps: all of them)"),
     (ScheduleConfig, ["schedule.min_lr_ratio=1.5"], (),
      "schedule.min_lr_ratio=1.5: must be a number in [0, 1] (the final lr as a fraction of lr)"),
     (LogConfig, ["log.profiles_every=-1"], (), 'log.profiles_every=-1: must be "auto" or a step count >= 0 (0 = no images)'),
