@@ -12,7 +12,6 @@ from .train.threads import configure as _configure_threads_env
 _configure_threads_env()  # before anything imports torch: OpenMP reads it once, when torch loads
 
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -107,7 +106,9 @@ def resume(folder: Path = typer.Argument(..., help="A run's folder (runs/<date>/
         args = resume_arguments(folder)
     except ConfigError as e:
         fail(str(e))
-    typer.echo(f"normexp: resuming with: normexp train {shlex.join(args)}", err=True)
+    from .config.keys import shown_command
+
+    typer.echo(f"normexp: resuming with: normexp train {shown_command(args)}", err=True)
     run_train(args)
 
 

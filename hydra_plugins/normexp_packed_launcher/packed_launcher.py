@@ -159,6 +159,6 @@ def hard_stop(members: list[Member], signum: int, grace: float) -> None:
     for i, m in enumerate(members):
         with as_member(i):
             try:
-                mark_interrupted(m.run_dir, signum, resume=m.job.resume, grace=grace)
+                mark_interrupted(m.run_dir, signum, grace=grace)
             except Exception as e:  # noqa: BLE001 - the others are still recorded
                 log.error("could not record %s as interrupted: %s", m.run_dir, e)

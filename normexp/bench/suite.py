@@ -295,9 +295,11 @@ def bench_profiles(shape: Shape, ms_per_step: float | None, say, repeats: int = 
 # ---------------------------------------------------------------------- summary
 
 def default_log_every() -> int:
+    """The default run's log_every as a step count ("auto" resolved at its steps)."""
     from ..config.compose import compose_config
+    from ..config.run_config import LogConfig
 
-    return int(compose_config([]).log_every)
+    return int(LogConfig.from_composed(compose_config([])).log_every)
 
 
 def run_row(shape: Shape, pool: Pool, peak: float) -> dict:

@@ -39,6 +39,24 @@ def hydra_quoted(value: str) -> str:
     return f"{quote}{text}{quote}"
 
 
+# Hydra's folder-naming exclude list: normexp records it on a sweep's command line (launch/
+# folder_names.py), where it holds every execution and path key (~900 characters)
+DIRNAME_EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"
+
+
+def shown_command(args: list[str]) -> str:
+    """A command's arguments as a line to show (shell-quoted), the recorded folder-naming
+    exclude list as its count: the line stays readable; the command run keeps the list."""
+    def shown(arg: str) -> str:
+        if override_key(arg) != DIRNAME_EXCLUDE_KEYS:
+            return arg
+        keys = arg.split("=", 1)[1].strip("[]").split(",")
+        return f"{DIRNAME_EXCLUDE_KEYS}=[…{len(keys)} keys, as recorded…]"
+    import shlex
+
+    return shlex.join(shown(a) for a in args)
+
+
 def dotted(node, prefix: str = "") -> dict:
     """Every leaf of a nested mapping by its dotted key, values as they are (a list is a leaf)."""
     if isinstance(node, Mapping):

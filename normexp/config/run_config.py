@@ -52,6 +52,13 @@ def _eval_every(value, cfg):
     return value
 
 
+def _log_every(value, cfg):
+    """log_every=auto as a step count (log_interval); as written when `check` must name it."""
+    if value == "auto" and is_integer(cfg["steps"]) and cfg["steps"] > 0:
+        return log_interval(cfg["steps"])
+    return value
+
+
 def effective_warmup(warmup: int, steps: int) -> int:
     """The warmup a run trains with: a warmup longer than the run warms up over all its steps.
     The one home of this rule: the schedule, summary.json's `warmup` and the report's read it."""
@@ -107,17 +114,18 @@ class ScheduleConfig(Settings):
 
     @property
     def warmup_shortened(self) -> str | None:
-        """The warning for a (default) warmup longer than the run, or None."""
+        """The warning for a warmup longer than the run, or None."""
         if self.warmup <= self.steps:
             return None
         return f"warmup={self.warmup} is longer than steps={self.steps}: warming up over all {self.steps} steps"
 
     def check(self, warmup_given: bool = False) -> None:
-        """`warmup_given`: the user set warmup on the command line. A default warmup longer than
-        a short run is shortened (with a warning, `warmup_shortened`); a given one is refused."""
+        """One rule for a warmup longer than the run, default or given (`warmup_given`, kept for
+        callers, changes nothing): it warms up over all the steps, with a warning
+        (`warmup_shortened`); the same number means the same run, however it was set."""
         w = self.warmup
-        if not is_integer(w) or w < 0 or (w > self.steps and warmup_given):
-            raise ConfigError("warmup", w, f"must be an integer step count from 0 to steps={self.steps}")
+        if not is_integer(w) or w < 0:
+            raise ConfigError("warmup", w, "must be an integer step count >= 0 (0 = none; longer than steps: all of them)")
         if self.name not in declared_names("schedule"):  # the shipped options: train/schedules.py's SCHEDULES
             raise ConfigError("schedule", self.name, f"choose from {', '.join(declared_names('schedule'))}")
         floor = self.settings.get("min_lr_ratio")
@@ -140,13 +148,25 @@ def eval_interval(steps: int, eval_batches: int) -> int:
     return max(1, by_count, by_cost)
 
 
+LOGGING_POINTS_PER_RUN = 40  # log_every=auto: at least this many logging steps a run (where it has that many)
+
+
+def log_interval(steps: int) -> int:
+    """log_every=auto: steps between logging steps, steps // LOGGING_POINTS_PER_RUN, at least 1.
+    Rounded down, so a run has at least LOGGING_POINTS_PER_RUN points per tag (steps 0, k, 2k, ...
+    and the last): 200 steps log every 5 (41 points), the default 600 every 15 (41 points); a
+    run under 80 steps logs every step. A sparse curve hides what the instruments are for:
+    TensorBoard's smoothing mixes each point with the ones before it (docs/tensorboard.md)."""
+    return max(1, steps // LOGGING_POINTS_PER_RUN)
+
+
 @dataclass(frozen=True)
 class LogConfig(Settings):
     """When the run measures and writes: the instruments and train scalars every `log_every`
     steps (train/loop.is_logging_step), the validation loss every `eval_every` over
     `eval_batches` batches, and train.yaml's log.* settings."""
 
-    log_every: int = setting("log_every", rule=POSITIVE)
+    log_every: int = setting("log_every", read=_log_every)  # a step count: "auto" resolved on reading
     eval_every: int = setting("eval_every", read=_eval_every)  # a step count: "auto" resolved on reading
     eval_batches: int = setting("eval_batches", rule=POSITIVE)
     histograms: bool = setting("log.histograms")
@@ -164,6 +184,8 @@ class LogConfig(Settings):
         return int(self.profiles_every)
 
     def check(self) -> None:
+        if not is_integer(self.log_every) or self.log_every <= 0:
+            raise ConfigError("log_every", self.log_every, 'must be "auto" or a positive integer (steps)')
         if not is_integer(self.eval_every) or self.eval_every <= 0:
             raise ConfigError("eval_every", self.eval_every, 'must be "auto" or a positive integer (steps)')
         every = self.profiles_every

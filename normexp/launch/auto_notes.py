@@ -37,12 +37,15 @@ def auto_notes(cfg) -> dict[str, str]:
 
         notes["threads"] = f"{threads_per_job(None)} here: this process's {available_cores()} cores ÷ 1 job"
     log = LogConfig.from_composed(cfg)
+    if cfg.log_every == "auto":
+        notes["log_every"] = (f"{log.log_every} for steps={cfg.steps}: "
+                              f"{len(range(0, cfg.steps, log.log_every)) + ((cfg.steps - 1) % log.log_every != 0)} logging steps")
     if cfg.eval_every == "auto":
         notes["eval_every"] = (f"{log.eval_every} for steps={cfg.steps}, eval_batches={cfg.eval_batches}: "
                                f"{-(-cfg.steps // log.eval_every)} evaluations after step 0")
     if OmegaConf.select(cfg, "log.profiles_every") == "auto":
         every = log.profile_interval(cfg.steps)
-        notes["log.profiles_every"] = f"{every} for steps={cfg.steps}, log_every={cfg.log_every}"
+        notes["log.profiles_every"] = f"{every} for steps={cfg.steps}, log_every={log.log_every}"
     if OmegaConf.select(cfg, "log.progress") == "auto":
         try:  # a captured stream (pytest's, a notebook's) has no file descriptor: not a terminal
             terminal = os.isatty(sys.stderr.fileno())

@@ -15,7 +15,6 @@ from ..runs.schema import FINISHED, Status
 from ..runs.summary import read_summary, set_status, summary_record, write_summary
 from ..train.signals import GRACE_SECONDS
 from .exits import EXIT_BAD_INPUT
-from .hydra_state import hydra_resume_command
 
 
 def _is_main() -> bool:
@@ -25,13 +24,12 @@ def _is_main() -> bool:
     return is_main()
 
 
-def mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None, resume: str = "", grace: float = 0) -> None:
+def mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None, grace: float = 0) -> None:
     """Status "interrupted" in summary.json (unless the run had finished), steps_completed the
     newest checkpoint's: what a stop that could not wait for a step boundary leaves behind.
-    `resume`: the command that continues it, where the caller knows it (a pack's member: its
-    JobContext's); else read from Hydra's job state. `grace`: the wait the stop signals allowed
-    (StopSignals.grace), for the line; GRACE_SECONDS at least."""
-    from ..runs.checkpoint import list_checkpoints  # imports torch
+    `grace`: the wait the stop signals allowed (StopSignals.grace), for the line; GRACE_SECONDS
+    at least. The line says `normexp resume FOLDER` (the sweep's folder for a sweep's job)."""
+    from ..runs.checkpoint import list_checkpoints, resume_folder_command  # imports torch
 
     summary = read_summary(run_dir) or {}
     saved = list_checkpoints(run_dir)
@@ -42,7 +40,7 @@ def mark_interrupted(run_dir: Path, hard_stop_signum: int | None = None, resume:
         logging.getLogger("normexp").warning(
             "interrupted by %s: stopped at once (a second signal, or no step boundary within %.0f s); "
             "%s; resume with: %s", signal.Signals(hard_stop_signum).name, max(grace, GRACE_SECONDS),
-            f"the checkpoint of step {kept} is kept" if saved else "no checkpoint yet", resume or hydra_resume_command(run_dir))
+            f"the checkpoint of step {kept} is kept" if saved else "no checkpoint yet", resume_folder_command(run_dir))
 
 
 def leave_resumable(run_dir: Path, cfg, previous: dict | None, message: str, code: int) -> None:

@@ -236,6 +236,16 @@ def check_settings(state: dict, settings: dict, path: str, run_dir: Path) -> Non
                               "with the checkpoint's own run, or remove that checkpoint")
 
 
+def resume_folder_command(run_dir: Path) -> str:
+    """`normexp resume FOLDER`, shell-quoted, for a stopped run: its sweep's folder when the run
+    is a sweep's job (the folder above holds Hydra's multirun.yaml: the sweep continues its
+    unfinished jobs), else its own. Short, and it replays the settings the folder recorded."""
+    folder = Path(run_dir).resolve()
+    if (folder.parent / "multirun.yaml").is_file():
+        folder = folder.parent
+    return shlex.join(["normexp", "resume", str(folder)])
+
+
 def resume_command(run_dir: Path, overrides: list[str] = (), sweep_dir: Path | None = None) -> str:
     """The command that continues this run, shell-quoted so it can be pasted: the job's own
     `overrides` plus resume=true and its folder (quoted for Hydra too: a default folder's name

@@ -37,6 +37,11 @@ GRAD_NORM_TOP_OVER_BOTTOM = "stability/grad_norm_top_over_bottom"
 # its log10: Custom Scalars has no per-chart log axis, and the ratio spans decades across a sweep
 # (a linear axis to 1.2e5 flattened every other run to 0)
 GRAD_NORM_LOG10_LAST_OVER_FIRST = "stability/log10_grad_norm_last_over_first"
+# the first and the last block's gradient norms as log10, for the same reason: across a sweep they
+# span 8 decades (Post-LN's first block at 2.5e-8 against Pre-LN's 0.19 at step 199), which a
+# linear axis (and its smoothing) draws as 0
+GRAD_NORM_LOG10_FIRST = "stability/log10_grad_norm_first"
+GRAD_NORM_LOG10_LAST = "stability/log10_grad_norm_last"
 DEPTH_PROFILE = "depth_profile"                  # image: act_std, grad_norm, update_ratio over depth
 ACT_HIST = "act_hist"                            # histograms act_hist/layer_XX (log.histograms)
 CONFIG_TEXT = "config"                           # text: the resolved config
@@ -160,7 +165,10 @@ OUTCOME_FIELDS = {
     "learned_margin": Field("the fraction below the baseline some loss must reach for a run that ended above it to "
                             "count as collapsed rather than slow or stuck"),
     "loss_spikes": Field("how many logged train losses the loss-spike rule flagged (normexp.train.spikes); the "
-                         "steps are in loss_spike_steps"),
+                         "steps are in loss_spike_steps; null where the rule never judged (fewer than "
+                         "loss_spike.min_points + 1 logged losses: it could not look, which is not 0)"),
+    "loss_spikes_judged_from": Field("the first logging step the loss-spike rule judged, or \"never\" (then "
+                                     "loss_spikes is null); absent in summaries written before it", number=False),
     "loss_spike_steps": Field("the logging steps the loss-spike rule flagged, in order", number=False),
     "loss_trajectory": Field("{train: [[step, loss], ...] at logging steps, val: [[step, loss], ...] at evaluations}",
                              number=False),
@@ -213,6 +221,8 @@ HPARAM_METRICS = (
     HParamMetric("hparams/best_val_loss", "best val loss", "best_val_loss"),
     HParamMetric("hparams/diverged_at_step", "diverged at step", "diverged_at_step"),
     HParamMetric("hparams/final_train_loss", "final train loss", "final_train_loss"),
+    # not written where the rule never judged (summary.json's loss_spikes null): blank, not 0
+    HParamMetric("hparams/loss_spikes", "loss spikes (blank: not evaluated)", "loss_spikes"),
 )
 
 

@@ -37,7 +37,8 @@ def summary_record(cfg, **facts) -> dict:
     record = {**dict.fromkeys(OUTCOME_FIELDS), "status": Status.RUNNING, "steps_completed": 0, "requeues": 0,
               "stall_margin": cfg.stall_margin,
               "learned_margin": cfg.outcome.learned_margin, LOSS_TRAJECTORY: {"train": [], "val": []},
-              "loss_spikes": 0, "loss_spike_steps": [],
+              # null until the loss-spike rule first judges (train/run_log.RunLog.check_spike)
+              "loss_spikes": None, "loss_spikes_judged_from": "never", "loss_spike_steps": [],
               **dict.fromkeys(EXECUTION_FACTS), **hyperparameters(cfg),
               **{f: {} for f in SETTINGS_FIELDS.values()}}
     record.update(facts)

@@ -25,7 +25,7 @@ from .layer_signals import FORWARD, GRADIENTS, LAYER_SIGNALS, MOMENTS, UPDATE, s
 from ..model import GPT, IGNORE_TARGET, read_outputs
 from ..model.layers import softcap as model_softcap
 from ..runs.schema import (ACT_STD_FIRST, ACT_STD_LAST, ACT_STD_MAX, GRAD_NORM_FIRST, GRAD_NORM_LAST, GRAD_NORM_MAX,
-                           GRAD_NORM_LOG10_LAST_OVER_FIRST, GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, head_tag,
+                           GRAD_NORM_LOG10_FIRST, GRAD_NORM_LOG10_LAST, GRAD_NORM_LOG10_LAST_OVER_FIRST, GRAD_NORM_TOP_OVER_BOTTOM, GROUP_TAGS, head_tag,
                            layer_tag)
 
 # batch rows whose attention the instruments recompute on a logging step: one sequence gives
@@ -448,7 +448,13 @@ def scalar_tags(values: dict[str, float | list[float]]) -> dict[str, float]:
         g = values["grad_norm"]
         tags[GRAD_NORM_MAX] = max(g)
         tags[GRAD_NORM_FIRST], tags[GRAD_NORM_LAST] = g[0], g[-1]
+        tags[GRAD_NORM_LOG10_FIRST], tags[GRAD_NORM_LOG10_LAST] = log10_or_inf(g[0]), log10_or_inf(g[-1])
         tags[GRAD_NORM_TOP_OVER_BOTTOM] = ratio = g[-1] / g[0] if g[0] > 0 else float("inf")
         # a zero last block gives -inf, a zero first one +inf (as the ratio), a NaN stays NaN
-        tags[GRAD_NORM_LOG10_LAST_OVER_FIRST] = -math.inf if ratio == 0 else math.log10(ratio) if ratio > 0 else ratio
+        tags[GRAD_NORM_LOG10_LAST_OVER_FIRST] = log10_or_inf(ratio)
     return tags
+
+
+def log10_or_inf(x: float) -> float:
+    """log10 of a norm or a ratio of norms: 0 gives -inf, +inf stays +inf, NaN stays NaN."""
+    return -math.inf if x == 0 else math.log10(x) if x > 0 else x

@@ -63,8 +63,9 @@ def plain_charts() -> dict:
             # by TensorBoard's marker shapes
             "activation std: first block": ["Multiline", [n.ACT_STD_FIRST]],
             "activation std: last block": ["Multiline", [n.ACT_STD_LAST]],
-            "gradient norm: first block": ["Multiline", [n.GRAD_NORM_FIRST]],
-            "gradient norm: last block": ["Multiline", [n.GRAD_NORM_LAST]],
+            # log10: across a sweep they span 8 decades, a linear axis drew the vanishing ones as 0
+            "log10 gradient norm: first block (-8: 1e-8)": ["Multiline", [n.GRAD_NORM_LOG10_FIRST]],
+            "log10 gradient norm: last block": ["Multiline", [n.GRAD_NORM_LOG10_LAST]],
             "log10 gradient norm last/first (0: equal, 1: last ×10)": ["Multiline", [n.GRAD_NORM_LOG10_LAST_OVER_FIRST]],
             "model update (DeepNet)": ["Multiline", [n.MODEL_UPDATE]],
         },

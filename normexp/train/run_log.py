@@ -80,14 +80,19 @@ class RunLog:
     def check_spike(self, trajectory: list) -> dict[str, float]:
         """The loss-spike rule (spikes.py) on the logged train losses, the newest last: its
         TensorBoard tags, and a spike's onset counted in the summary (loss_spikes, loss_spike_steps).
-        Only the last window + 2 points decide, so a logging step costs the same late in a run."""
+        Only the last window + 2 points decide, so a logging step costs the same late in a run.
+        Until the rule has min_points losses before this one it cannot judge: no tag is written
+        (a 0 flag would read "looked, found none") and loss_spikes stays null; the first step
+        it judges sets loss_spikes to 0 and loss_spikes_judged_from to that step."""
         onset, threshold = self.spike_rule.check([v for _, v in trajectory[-(self.spike_rule.window + 2):]])
-        tags = {schema.TRAIN_LOSS_SPIKE: float(onset)}
-        if threshold is not None:
-            tags[schema.TRAIN_LOSS_SPIKE_THRESHOLD] = threshold
+        if threshold is None:
+            return {}
+        step, loss = trajectory[-1]
+        if self.summary.get("loss_spikes") is None:
+            self.summary.update(loss_spikes=0, loss_spikes_judged_from=step)
+        tags = {schema.TRAIN_LOSS_SPIKE: float(onset), schema.TRAIN_LOSS_SPIKE_THRESHOLD: threshold}
         if onset:
-            step, loss = trajectory[-1]
-            self.summary["loss_spikes"] = self.summary.get("loss_spikes", 0) + 1
+            self.summary["loss_spikes"] += 1
             self.summary.setdefault("loss_spike_steps", []).append(step)
             log.warning("loss spike at step %d: train loss %.4f above the rule's threshold %.4f "
                         "(loss_spike.k=%g robust deviations over the last %d logged losses)",
@@ -153,7 +158,7 @@ class RunLog:
                         "the job is requeued and resumes from it", e, step)
         else:
             log.warning("interrupted by %s at step %d: checkpoint saved; resume with: %s", e, step,
-                        self.job.resume or ckpt.resume_command(self.run_dir))
+                        ckpt.resume_folder_command(self.run_dir))
 
     def finish(self, status: str, step: int, best_val: float, last_train_loss: float | None,
                tokens_per_second: float | None, **extra) -> dict:
@@ -169,6 +174,11 @@ class RunLog:
                             best_val_loss=None if best_val == math.inf else best_val,
                             tokens_per_second=tokens_per_second, wall_seconds=round(time.time() - self.t_start, 2))
         self.summary["outcome"] = outcomes.classify(self.summary)
+        if self.summary.get("loss_spikes") is None and status in (Status.COMPLETED, Status.STALLED):
+            log.info("loss spikes: not evaluated (%d logged train losses; the rule judges from logged loss %d on, "
+                     "loss_spike.min_points=%d; a smaller log_every logs more)",
+                     len(self.summary[schema.LOSS_TRAJECTORY]["train"]), self.spike_rule.min_points + 1,
+                     self.spike_rule.min_points)
         for tag, v in schema.hparam_metric_values(self.summary).items():
             if v is not None and math.isfinite(v):
                 self.writer.add_scalar(tag, v, step)

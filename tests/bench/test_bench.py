@@ -129,8 +129,8 @@ def summary_of(stamps_by_variant: dict, shape: Shape, peak: float, bytes_per_rou
 def test_summary_arithmetic_by_hand():
     """tiny 2×32 T32 B4 (128 tokens a step). N = 2·12·32² + 256·32 = 32,768; FLOPs a token
     6·32,768 + 12·2·32·32 = 221,184. normexp: plain steps 0.5 s, logging steps (10, 20) 1.5 s
-    → (9·0.5 + 1.5)/10 = 0.6 s a step at log_every=10, (49·0.5 + 1.5)/50 = 0.52 s at the
-    default 50; 128/0.6 = 213.3 tokens/s. Minimal GPT 0.4 s a step: 320 tokens/s, so normexp
+    → (9·0.5 + 1.5)/10 = 0.6 s a step at log_every=10, (14·0.5 + 1.5)/15 = 0.5667 s at the
+    default run's log_every (auto: 15 at 600 steps); 128/0.6 = 213.3 tokens/s. Minimal GPT 0.4 s a step: 320 tokens/s, so normexp
     runs at 0.4/0.6 = 2/3 of it. MFU at a 1 GFLOP/s peak: 221,184·128/0.6 / 1e9 = 0.04718592."""
     shape = Shape("tiny", 2, 32, 32, 4, heads=2)
     steady = lambda dt, slow=(): [sum(1.5 if s in slow else dt for s in range(1, n + 1)) for n in range(23)]  # noqa: E731
@@ -147,8 +147,8 @@ def test_summary_arithmetic_by_hand():
     assert costs["build_s"] == {"normexp": 1.5, "minimal": 0.5}  # best round of each
     assert costs["logging_step"] == pytest.approx({"plain_s": 0.5, "logged_s": 1.5, "extra_s": 1.0,
                                                    "extra_fraction": 2.0})
-    assert costs["default_log_every"] == 50
-    assert costs["s_per_step_at_default_log_every"] == pytest.approx(0.52)
+    assert costs["default_log_every"] == 15
+    assert costs["s_per_step_at_default_log_every"] == pytest.approx(8.5 / 15)
     assert costs["event_bytes_per_logging_step"] == 3000  # a round without a logging step is left out
 
 

@@ -14,7 +14,7 @@ from conftest import TINY, make_corpus, read_summary, scalar_events
 
 from normexp.config.compose import (annotate, config_groups, group_options, key_comments, key_meanings,
                                     top_level_keys, train_help)
-from normexp.config.run_config import LogConfig, eval_interval
+from normexp.config.run_config import LogConfig, eval_interval, log_interval
 
 
 def test_key_comments_reads_trailing_comments_their_continuations_and_blocks():
@@ -88,6 +88,55 @@ def test_an_explicit_eval_every_is_kept_and_auto_is_resolved_on_reading(cli_env)
     assert LogConfig.from_composed(compose_config(["steps=200", "eval_batches=2"])).eval_every == 10
 
 
+@pytest.mark.parametrize("steps, every", [(200, 5), (600, 15), (1, 1), (39, 1), (79, 1), (80, 2), (100_000, 2500)])
+def test_log_every_auto_logs_at_least_40_points_a_run(steps, every):
+    """log_every=auto: steps // 40, at least 1. Counted by the run's own logging-step rule
+    (train/loop.is_logging_step): every step of a run under 40 steps, else 40 to 81 points."""
+    from normexp.train.loop import is_logging_step
+
+    assert log_interval(steps) == every
+    points = sum(is_logging_step(s, every, steps) for s in range(steps))
+    assert points == steps if steps < 40 else 40 <= points <= 81
+
+
+def test_an_explicit_log_every_is_kept_and_auto_is_resolved_on_reading(cli_env):
+    from normexp.config.compose import compose_config
+
+    assert LogConfig.from_composed(compose_config(["log_every=50"])).log_every == 50
+    assert LogConfig.from_composed(compose_config(["log_every=50", "steps=200"])).log_every == 50
+    assert LogConfig.from_composed(compose_config([])).log_every == 15  # the default: auto at 600 steps
+    assert LogConfig.from_composed(compose_config(["steps=200"])).log_every == 5
+    assert LogConfig.from_composed(compose_config(["experiment=lr_sensitivity"])).log_every == 50  # a preset's own
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "often", "2.5"])
+def test_a_bad_log_every_is_one_line_naming_auto(cli_env, value):
+    out = subprocess.run([sys.executable, "-m", "normexp.cli", "train", f"log_every={value}"], env=cli_env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and 'must be "auto" or a positive integer' in out.stderr, out.stderr[-2000:]
+
+
+def test_the_readme_first_sweep_logs_at_least_40_points_a_tag(tmp_path, cli_env):
+    """A 200-step run at the default log_every: every train and per-layer tag has 41 points
+    (steps 0, 5, ..., 195 and 199); the same run at log_every=50 has 5 (an explicit value wins)."""
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
+    counts = {}
+    for every in ("default", "50"):
+        run = tmp_path / every
+        chosen = [] if every == "default" else [f"log_every={every}"]
+        out = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *TINY, "layers=1", "d_model=16",
+                              "seq_len=16", "batch_size=2", "eval_batches=1", "data=text", f"data.files=[{corpus}]",
+                              "steps=200", "eval_every=200", "log.model_update=false", *chosen,
+                              f"hydra.run.dir={run}"], env=cli_env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        events = scalar_events(run)
+        counts[every] = {tag: [s for s, _ in events[tag]] for tag in ("train/loss", "grad_norm/layer_00")}
+    expected = [*range(0, 200, 5), 199]
+    assert len(expected) == 41
+    assert counts["default"] == {"train/loss": expected, "grad_norm/layer_00": expected}
+    assert counts["50"]["train/loss"] == [0, 50, 100, 150, 199]
+
+
 def _cfg_job(env, *overrides):
     out = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "--cfg", "job", *overrides], env=env,
                          capture_output=True, text=True, timeout=300)
@@ -98,11 +147,12 @@ def _cfg_job(env, *overrides):
 def test_cfg_job_gives_every_auto_its_value(cli_env):
     text = _cfg_job(cli_env, "placement=deepnorm", "layers=48", "steps=200")
     autos = [ln for ln in text.splitlines() if re.search(r": auto\b", ln)]
-    assert len(autos) == 8 and all("  # " in ln for ln in autos), autos  # none left bare
+    assert len(autos) == 9 and all("  # " in ln for ln in autos), autos  # none left bare
     cores = len(os.sched_getaffinity(0))
     assert f"threads: auto  # {cores} here: this process's {cores} cores" in text
     assert "eval_every: auto  # 27 for steps=200, eval_batches=8: 8 evaluations after step 0" in text
-    assert "  profiles_every: auto  # 50 for steps=200, log_every=50" in text  # 5 images: every 40, at a logging step
+    assert "log_every: auto  # 5 for steps=200: 41 logging steps" in text  # 0, 5, ..., 195 and 199
+    assert "  profiles_every: auto  # 40 for steps=200, log_every=5" in text  # 5 images: every 40, at a logging step
     assert "  alpha: auto  # 3.13017 for layers=48" in text  # (2·48)^¼
     assert "device: auto  # cpu here" in text or "device: auto  # cuda here" in text
     assert "  every_step: auto  # true on cpu" in text or "  every_step: auto  # false on cuda" in text

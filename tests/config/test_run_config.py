@@ -24,7 +24,7 @@ FIELD_KEYS = {
     "optim.lr": "lr", "optim.eps": "optim.eps", "optim.weight_decay": "optim.weight_decay",
     "optim.grad_clip": "grad_clip",
     "schedule.name": "schedule.name", "schedule.steps": "steps", "schedule.warmup": "warmup",
-    "log.log_every": "log_every", "log.eval_batches": "eval_batches",
+    "log.eval_batches": "eval_batches",
     "log.histograms": "log.histograms", "log.model_update": "log.model_update",
     "log.model_update_every": "log.model_update_every", "log.extra_signals": "log.extra_signals",
     "log.progress": "log.progress", "log.profiles_every": "log.profiles_every",
@@ -41,7 +41,8 @@ FIELD_KEYS = {
 }
 # fields whose value is not the key's value as it is (checked one by one below)
 SPECIAL = {"optim.betas", "schedule.settings", "model.norm", "model.placement", "model.init", "model.attn_softcap",
-           "model.logit_softcap", "data", "tokenizer", "composed", "log.eval_every"}
+           "model.logit_softcap", "data", "tokenizer", "composed", "log.eval_every",
+           "log.log_every"}
 
 
 def fields(obj, prefix=""):
@@ -58,7 +59,8 @@ def fields(obj, prefix=""):
 
 OVERRIDES = [[], ["norm=rms", "placement=deepnorm", "placement.alpha=2", "layers=12", "warmup=0", "schedule=linear",
                   "grad_clip=1.0", "attn_softcap=50", "logit_softcap=0", "optim.betas=[0.8,0.95]", "log.progress=off",
-                  "log.profiles_every=7", "tokenizer=bpe", "z_loss=1e-4", "loss_spike.k=3.0", "eval_every=70"]]
+                  "log.profiles_every=7", "tokenizer=bpe", "z_loss=1e-4", "loss_spike.k=3.0", "eval_every=70",
+                  "log_every=7"]]
 
 
 def test_every_field_is_listed():
@@ -76,6 +78,8 @@ def test_the_typed_config_holds_what_the_composed_config_says(overrides):
     assert got["optim.betas"] == tuple(cfg.optim.betas)
     # eval_every: a step count as given, or "auto" resolved (600 steps, 8 eval batches: every 30)
     assert got["log.eval_every"] == (30 if cfg.eval_every == "auto" else cfg.eval_every) == (70 if overrides else 30)
+    # log_every: as given, or "auto" resolved (600 steps: every 600 // 40 = 15)
+    assert got["log.log_every"] == (15 if cfg.log_every == "auto" else cfg.log_every) == (7 if overrides else 15)
     schedule = OmegaConf.to_container(cfg.schedule)
     assert got["schedule.settings"] == {k: v for k, v in schedule.items() if k != "name"}
     for group in ("norm", "placement", "init"):
@@ -115,6 +119,25 @@ def test_a_default_warmup_longer_than_the_run_is_shortened_with_a_warning():
     assert ScheduleConfig.from_composed(compose_config(["steps=400"])).warmup_shortened is None
 
 
+@pytest.mark.parametrize("given", [False, True])
+def test_a_warmup_longer_than_the_run_follows_one_rule_default_or_given(given, cli_env):
+    """warmup=100 steps=40 given on the command line is what the default warmup at steps=40 is:
+    accepted by the pre-flight, shortened to 40 with the same warning (issue 58: an explicit one
+    was refused, the default stretched)."""
+    overrides = ["steps=40", "warmup=100"] if given else ["steps=40"]
+    cfg = compose_config(overrides)
+    check_job(cfg, {"steps", "warmup"} if given else {"steps"})  # no ConfigError
+    schedule = ScheduleConfig.from_composed(cfg)
+    assert schedule.effective_warmup == 40
+    assert schedule.warmup_shortened == "warmup=100 is longer than steps=40: warming up over all 40 steps"
+
+
+def test_the_help_states_the_warmup_rule():
+    from normexp.config.compose import key_meanings
+
+    assert "longer than steps (default or given): warms up over all the steps" in key_meanings()["warmup"]
+
+
 def test_the_summary_records_the_warmup_as_run():
     from normexp.runs.summary import hyperparameters
 
@@ -148,9 +171,8 @@ RULES = [
      "optim.betas=0.9: must be two numbers in [0, 1), e.g. optim.betas=[0.9,0.98]"),
     (OptimizerConfig, ["optim.eps=0"], (), "optim.eps=0: must be a finite number > 0"),
     (OptimizerConfig, ["optim.weight_decay=-0.1"], (), "optim.weight_decay=-0.1: must be a finite number >= 0"),
-    (ScheduleConfig, ["warmup=-1"], (), "warmup=-1: must be an integer step count from 0 to steps=600"),
-    (ScheduleConfig, ["warmup=2.5"], (), "warmup=2.5: must be an integer step count from 0 to steps=600"),
-    (ScheduleConfig, ["steps=40", "warmup=50"], ("warmup",), "warmup=50: must be an integer step count from 0 to steps=40"),
+    (ScheduleConfig, ["warmup=-1"], (), "warmup=-1: must be an integer step count >= 0 (0 = none; longer than steps: all of them)"),
+    (ScheduleConfig, ["warmup=2.5"], (), "warmup=2.5: must be an integer step count >= 0 (0 = none; longer than steps: all of them)"),
     (ScheduleConfig, ["schedule.min_lr_ratio=1.5"], (),
      "schedule.min_lr_ratio=1.5: must be a number in [0, 1] (the final lr as a fraction of lr)"),
     (LogConfig, ["log.profiles_every=-1"], (), 'log.profiles_every=-1: must be "auto" or a step count >= 0 (0 = no images)'),

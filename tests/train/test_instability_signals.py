@@ -223,8 +223,9 @@ def test_a_run_counts_and_marks_its_spikes(tmp_path, corpus, cli_env):
     assert onsets, "the loss never rose between two logging steps: the test shows nothing"
     summary = read_summary(run)
     assert summary["loss_spike_steps"] == onsets and summary["loss_spikes"] == len(onsets)
-    assert sorted(scalars["train/loss_spike"]) == steps
-    assert [s for s in steps if scalars["train/loss_spike"][s] == 1.0] == onsets
+    assert sorted(scalars["train/loss_spike"]) == steps[1:]  # step 0 has no loss before it: not judged
+    assert summary["loss_spikes_judged_from"] == steps[1]
+    assert [s for s in steps if scalars["train/loss_spike"].get(s) == 1.0] == onsets
     assert all(scalars["train/loss_spike_threshold"][s] == pytest.approx(loss[i - 1]) for i, s in enumerate(steps) if i)
 
 
@@ -247,16 +248,57 @@ def test_the_loops_spike_count_continues_across_a_resume():
         flags = []
         for step, loss in points:
             summary[LOSS_TRAJECTORY]["train"].append([step, loss])
-            flags.append(RunLog.check_spike(trainer, summary[LOSS_TRAJECTORY]["train"])[TRAIN_LOSS_SPIKE])
+            flags.append(RunLog.check_spike(trainer, summary[LOSS_TRAJECTORY]["train"]).get(TRAIN_LOSS_SPIKE))
         return flags
 
-    fresh = lambda: {LOSS_TRAJECTORY: {"train": []}, "loss_spikes": 0, "loss_spike_steps": []}  # noqa: E731
+    fresh = lambda: {LOSS_TRAJECTORY: {"train": []}, "loss_spikes": None, "loss_spikes_judged_from": "never",  # noqa: E731
+                     "loss_spike_steps": []}
     whole = fresh()
     flags = log(points, whole)
     assert whole["loss_spikes"] == 2 and whole["loss_spike_steps"] == [120, 300]
+    # RULE.min_points losses before it: the first judged is the (min_points + 1)-th, at step 10·min_points
+    assert whole["loss_spikes_judged_from"] == 10 * RULE.min_points
+    assert flags[:RULE.min_points] == [None] * RULE.min_points and flags[RULE.min_points] == 0.0
     assert [step for (step, _), f in zip(points, flags) if f] == [120, 300]
     first = fresh()
     log(points[:20], first)
     resumed = copy.deepcopy(first)  # what the checkpoint's summary holds
     log(points[20:], resumed)
     assert resumed == whole
+
+
+def test_a_rule_that_never_judged_says_so_not_zero():
+    """RunLog.check_spike on fewer losses than the rule needs (min_points before one): no flag
+    and no threshold tag at any step, loss_spikes stays null and judged_from "never"; one more
+    loss and it judges: 0 spikes from that step, both tags written there."""
+    from types import SimpleNamespace
+
+    from normexp.runs.schema import LOSS_TRAJECTORY, TRAIN_LOSS_SPIKE, TRAIN_LOSS_SPIKE_THRESHOLD
+    from normexp.train.run_log import RunLog
+
+    summary = {LOSS_TRAJECTORY: {"train": []}, "loss_spikes": None, "loss_spikes_judged_from": "never",
+               "loss_spike_steps": []}
+    trainer = SimpleNamespace(spike_rule=RULE, summary=summary)
+    for i in range(RULE.min_points):  # 200 steps at log_every=50 log exactly this many (0, 50, ..., 199)
+        summary[LOSS_TRAJECTORY]["train"].append([50 * i, 3.0 - 0.1 * i])
+        assert RunLog.check_spike(trainer, summary[LOSS_TRAJECTORY]["train"]) == {}
+    assert summary["loss_spikes"] is None and summary["loss_spikes_judged_from"] == "never"
+    summary[LOSS_TRAJECTORY]["train"].append([250, 2.4])
+    tags = RunLog.check_spike(trainer, summary[LOSS_TRAJECTORY]["train"])
+    assert tags[TRAIN_LOSS_SPIKE] == 0.0 and tags[TRAIN_LOSS_SPIKE_THRESHOLD] > 2.4
+    assert summary["loss_spikes"] == 0 and summary["loss_spikes_judged_from"] == 250
+
+
+def test_a_run_too_short_to_judge_records_null(tmp_path, corpus, cli_env):
+    """A real 20-step run at log_every=5 logs 5 losses (0, 5, 10, 15, 19): the default rule
+    (min_points 5) never judges. summary.json: loss_spikes null, judged_from "never"; TensorBoard:
+    no train/loss_spike, no threshold, no hparams/loss_spikes (HParams shows it blank)."""
+    run = tmp_path / "run"
+    run_cli(["train", f"data.files=[{corpus}]", "data=text", *TINY, "steps=20", "log_every=5", "eval_every=20",
+             f"hydra.run.dir={run}"], cli_env)
+    summary = read_summary(run)
+    assert summary["loss_spikes"] is None and summary["loss_spikes_judged_from"] == "never"
+    scalars = read_scalars(run)
+    assert sorted(scalars["train/loss"]) == [0, 5, 10, 15, 19]
+    assert not {"train/loss_spike", "train/loss_spike_threshold", "hparams/loss_spikes"} & set(scalars)
+    assert "hparams/final_val_loss" in scalars

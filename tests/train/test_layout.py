@@ -110,7 +110,8 @@ def drawn(patterns: list[str], tags: list[str]) -> list[str]:
 
 SWEEP_TAGS = ["val/loss", "stability/act_std_first", "stability/act_std_last", "stability/grad_norm_first",
               "stability/grad_norm_last", "stability/grad_norm_top_over_bottom",
-              "stability/log10_grad_norm_last_over_first", "stability/model_update", "stability/act_std_max"]
+              "stability/log10_grad_norm_last_over_first", "stability/model_update", "stability/act_std_max",
+              "stability/log10_grad_norm_first", "stability/log10_grad_norm_last"]
 
 
 def test_sweep_charts_draw_one_tag_each_first_and_last_block_apart():
@@ -121,13 +122,15 @@ def test_sweep_charts_draw_one_tag_each_first_and_last_block_apart():
     assert all(len(tags) == 1 for tags in charts.values()), charts
     by_tag = {tags[0]: title for title, tags in charts.items()}
     assert set(by_tag) == {"val/loss", "stability/act_std_first", "stability/act_std_last",
-                           "stability/grad_norm_first", "stability/grad_norm_last",
+                           "stability/log10_grad_norm_first", "stability/log10_grad_norm_last",
                            "stability/log10_grad_norm_last_over_first", "stability/model_update"}
+    assert "first block" in by_tag["stability/log10_grad_norm_first"] and "log10" in by_tag["stability/log10_grad_norm_first"]
     assert "first block" in by_tag["stability/act_std_first"] and "last block" in by_tag["stability/act_std_last"]
     assert "log10" in by_tag["stability/log10_grad_norm_last_over_first"]
-    # the linear ratio is charted nowhere (it is still logged: the Scalars tab shows it)
+    # the linear ratio and norms are charted nowhere (still logged: the Scalars tab shows them)
     every_chart = [list(c.multiline.tag) for cat in layout(6).category for c in cat.chart]
-    assert not any(drawn(p, ["stability/grad_norm_top_over_bottom"]) for p in every_chart)
+    linear = ["stability/grad_norm_top_over_bottom", "stability/grad_norm_first", "stability/grad_norm_last"]
+    assert not any(drawn(p, linear) for p in every_chart)
 
 
 def test_the_log10_ratio_is_the_log10_of_last_over_first():
@@ -140,6 +143,11 @@ def test_the_log10_ratio_is_the_log10_of_last_over_first():
 
     # 0.002 → 240: the ratio 1.2e5 of the issue, 5.079… decades (by hand: log10(1.2) + 5)
     got = tags([0.002, 1.0, 3.0, 240.0])
+    # the first and last block's norms: log10(0.002) = log10(2) − 3, log10(240) = log10(2.4) + 2
+    assert got["stability/log10_grad_norm_first"] == pytest.approx(-2.6989700, abs=1e-6)
+    assert got["stability/log10_grad_norm_last"] == pytest.approx(2.3802112, abs=1e-6)
+    assert tags([2.5e-8, 1.0])["stability/log10_grad_norm_first"] == pytest.approx(-7.6020600, abs=1e-6)
+    assert tags([0.0, 1.0])["stability/log10_grad_norm_first"] == -math.inf
     assert got["stability/grad_norm_top_over_bottom"] == pytest.approx(1.2e5)
     assert got["stability/log10_grad_norm_last_over_first"] == pytest.approx(5.0791812, abs=1e-6)
     assert tags([0.5, 0.05])["stability/log10_grad_norm_last_over_first"] == pytest.approx(-1.0)

@@ -212,3 +212,40 @@ def test_the_start_up_handler_is_in_place_before_hydra_and_torch_are_imported(tm
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == str({"hydra": ["_remember", "_remember"], "torch": ["_remember", "_remember"]})
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)])
+def test_a_stopped_run_says_normexp_resume_and_its_folder(tmp_path, cli_env, sig, code):
+    """Ctrl-C (SIGINT) and SIGTERM at a step boundary: the warning names `normexp resume FOLDER`
+    (the run's own folder, absolute), not the train command with its overrides and Hydra's
+    quoting."""
+    from conftest import TINY
+
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
+    run, hold = tmp_path / "run", tmp_path / "hold"
+    proc = subprocess.Popen(held_run.command(hold, 2, ["train", *TINY, "data=text", f"data.files=[{corpus}]",
+                                                       "steps=20", "log_every=1", "eval_every=20",
+                                                       f"hydra.run.dir={run}"]),
+                            env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        held_run.wait_until_held(hold, proc)
+        proc.send_signal(sig)
+        held_run.release(hold)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err[-2000:]
+    (line,) = [ln for ln in err.splitlines() if "resume with: " in ln]
+    assert line.endswith(f"resume with: normexp resume {run.resolve()}"), line
+    assert read_summary(run)["status"] == "interrupted"
+
+
+def test_a_sweep_job_is_resumed_by_its_sweep_folder(tmp_path):
+    from normexp.runs.checkpoint import resume_folder_command
+
+    sweep = tmp_path / "my sweep"
+    (sweep / "seed=0").mkdir(parents=True)
+    assert resume_folder_command(sweep / "seed=0") == f"normexp resume '{(sweep / 'seed=0').resolve()}'"
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    assert resume_folder_command(sweep / "seed=0") == f"normexp resume '{sweep.resolve()}'"
