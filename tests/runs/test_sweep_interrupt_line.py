@@ -1,5 +1,5 @@
-"""The line a sweep's job prints when it is interrupted ("resume with: ...") continues the same
-sweep: pasted, it composes the sweeper and launcher the sweep was started with, with their
+"""The line a sweep's job prints when it is interrupted ("resume with: normexp resume FOLDER")
+continues the same sweep: what it runs composes the sweeper and launcher the sweep was started with, with their
 settings, into the same folder (not a one-job grid with the basic sweeper, or local solo jobs)."""
 
 import shlex
@@ -11,6 +11,7 @@ import yaml
 from conftest import TINY, make_corpus
 
 import held_run
+from normexp.runs.resume import resume_arguments
 
 
 def test_interrupted_boundary_search_in_packs_prints_a_line_that_keeps_its_sweeper_and_launcher(tmp_path, cli_env):
@@ -33,11 +34,14 @@ def test_interrupted_boundary_search_in_packs_prints_a_line_that_keeps_its_sweep
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
     lines = [line.split("resume with: ", 1)[1] for line in err.splitlines() if "resume with: " in line]
     assert lines and len(set(lines)) == 1, err[-3000:]  # every job running (the search's schedule) says the same
-    pasted = shlex.split(lines[0])
+    assert shlex.split(lines[0]) == ["normexp", "resume", str(sweep)]  # short: the folder holds the rest
+    # what `normexp resume FOLDER` runs: the sweep's command, Hydra's settings kept, into the folder
+    pasted = ["normexp", "train", *resume_arguments(sweep)]
     assert pasted[:3] == ["normexp", "train", "-m"]
     for setting in hydra_settings:
-        assert setting in pasted, (setting, lines[0])
-    assert pasted[-2:] == ["resume=true", f"hydra.sweep.dir={sweep}"]
+        assert setting in pasted, (setting, pasted)
+    assert "resume=true" in pasted and any(a.startswith("hydra.sweep.dir=") and a.endswith(f"{sweep}'")
+                                           or a == f"hydra.sweep.dir={sweep}" for a in pasted), pasted
 
     # the line, pasted, composes the search and the packs it was started with (shown, not run)
     shown = subprocess.run([sys.executable, "-m", "normexp.cli", *pasted[1:], "--cfg", "hydra"], env=cli_env,
