@@ -1,5 +1,5 @@
 """What a run shows and writes as it goes: the TensorBoard event file (scalars, the
-custom-scalars layout, the HParams row) and the console progress (a bar or log lines)."""
+custom-scalars layout, the HParams row); the console progress is progress.py's."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import logging
 import re
 import sys
 from pathlib import Path
-
-from tqdm import tqdm
 
 from ..runs import schema as n
 from ..runs.schema import HPARAM_METRICS, HPARAMS
@@ -267,34 +265,3 @@ def plain_tick(x: float, ticks) -> str:
     if abs(x) >= 1:  # 120, not 1.2e+02
         digits = max(digits, math.floor(math.log10(abs(x))) + 1)
     return f"{x:.{digits}g}"
-
-
-class Progress:
-    """A tqdm bar on a terminal, plain log lines at logging steps otherwise. A sweep job
-    (`label` set) logs lines under "auto": the sweep's own line is the one the terminal
-    redraws, and parallel jobs' bars would overwrite each other; log.progress=bar still
-    gives it a bar, labelled."""
-
-    def __init__(self, mode: str, total: int, initial: int, label: str = ""):
-        self.bar = None
-        if mode == "bar" or (mode == "auto" and not label and sys.stderr.isatty()):
-            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, leave=True,
-                            desc=label or None)
-        self.lines = mode in ("auto", "lines")
-
-    def update(self, step: int, line: bool, loss: float | None, lr: float, tokens_per_second: float | None):
-        """The bar (or, on a logging step, a log line) after `step`: its loss, lr and tokens/s."""
-        fields = {} if loss is None else {"loss": f"{loss:.4f}"}
-        fields["lr"] = f"{lr:.2e}"
-        if tokens_per_second:
-            fields["tok/s"] = f"{tokens_per_second:,.0f}"
-        if self.bar is not None:
-            self.bar.update(step + 1 - self.bar.n)
-            if fields:
-                self.bar.set_postfix(fields, refresh=False)
-        elif self.lines and line:
-            log.info("step %d  %s", step, "  ".join(f"{k} {v}" for k, v in fields.items()))
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()

@@ -24,7 +24,8 @@ from ..runs.schema import Status
 from ..runs.summary import beat_baseline, hparams_row, write_summary
 from .config import TrainConfig
 from .instruments import scalar_tags
-from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
+from .logbook import depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
+from .progress import Progress
 from .signals import Interrupted, Preempted
 from .spikes import HampelSpikeRule
 
@@ -54,7 +55,8 @@ class RunLog:
         elif purge_step % self.config.log.eval_every == 0 and self.summary.get("final_val_loss") is not None:
             # purge_step hides the old file's events from the resume step on, val/loss there included
             self.log_val(self.summary["final_val_loss"], purge_step)
-        self.progress = Progress(self.config.log.progress if self.main else "off", self.config.steps, step, self.job.label)
+        self.progress = Progress(self.config.log.progress if self.main else "off", self.config.steps, step, self.job.label,
+                                 on_cpu=str(self.summary.get("device", "")).startswith("cpu"))
 
     def log_val(self, val: float, step: int) -> None:
         self.writer.add_scalar(schema.VAL_LOSS, val, step)

@@ -43,3 +43,50 @@ def test_the_shipped_sections_are_registered_in_the_report_order():
     shipped = ["boundary", "depth_law", "sensitivity", "depth", "depth_transfer", "width"]
     order = [s.name for s in sorted(report.SECTIONS.values(), key=lambda s: (s.order, s.name))]
     assert [name for name in order if name in shipped] == shipped
+
+
+def lr_grid_beside_one_point(root: Path) -> Path:
+    """Pre-LN at three lrs, Post-LN at one (the README's first sweep beside an lr sweep), one depth, two seeds."""
+    for placement, lrs in (("pre", (1e-3, 3e-3, 1e-2)), ("post", (1e-2,))):
+        for lr in lrs:
+            for seed in (0, 1):
+                write_run(root, {"placement": {"name": placement}, "lr": lr, "layers": 6, "seed": seed},
+                          [f"placement={placement}", f"lr={lr}", f"seed={seed}"],
+                          {"status": "completed", "final_val_loss": 2.0 + lr * 10 + seed / 100})
+    return root
+
+
+def test_a_setting_tried_at_one_lr_is_left_out_of_the_sensitivity_by_name(tmp_path):
+    said = []
+    report.make_report(lr_grid_beside_one_point(tmp_path / "sweep"), echo=said.append)
+    md = (tmp_path / "sweep" / "report.md").read_text()
+    section = md[md.index("## Learning-rate sensitivity"):md.index("## Runs")]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "LR sensitivity" not in line]
+    # only Pre-LN's row: Post-LN at one lr would read "0.0000" and a max stable lr from one run
+    assert [row.split("|")[1].strip() for row in rows] == ["pre"]
+    assert ("Left out of this section (an lr sensitivity needs 3 lr values or more per setting): "
+            "placement=post (1 lr value).") in section
+    sensitivity = (tmp_path / "sweep" / "sensitivity.csv").read_text().splitlines()
+    assert len(sensitivity) == 2 and sensitivity[1].startswith("pre,")
+    # one depth: no critical depth section; the one note names it, and the transfer sections, and why
+    assert "## Critical depth" not in md
+    note = next(line for line in said if line.startswith("note: sections left out: "))
+    assert note == ("note: sections left out: critical depth (layers takes 1 value; it needs 3 or more); "
+                    "lr transfer across depth (it needs 3 lrs or more crossed with 2 layers values or more; the runs "
+                    "hold 3 lrs and 1 layers value); lr transfer across width (it needs 3 lrs or more crossed with 2 "
+                    "d_model values or more; the runs hold 3 lrs and 0 d_model values)")
+    assert f"- {note[len('note: '):]}" in md
+
+
+def test_runs_at_a_single_lr_and_depth_draw_no_sensitivity_or_depth_section_and_say_so(tmp_path):
+    for placement in ("pre", "post"):
+        write_run(tmp_path / "sweep", {"placement": {"name": placement}, "lr": 1e-2, "layers": 6, "seed": 0},
+                  [f"placement={placement}"], {"status": "completed", "final_val_loss": 2.0})
+    said = []
+    report.make_report(tmp_path / "sweep", echo=said.append)
+    md = (tmp_path / "sweep" / "report.md").read_text()
+    assert "## Learning-rate sensitivity" not in md and "## Critical depth" not in md
+    assert not (tmp_path / "sweep" / "sensitivity.csv").exists()
+    note = next(line for line in said if line.startswith("note: sections left out: "))
+    assert note.startswith("note: sections left out: lr sensitivity and max stable lr (lr takes 1 value; it needs 3 or "
+                           "more); critical depth (layers takes 1 value; it needs 3 or more); ")

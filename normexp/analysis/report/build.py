@@ -15,7 +15,7 @@ from ...runs.schema import Status
 from ..boundary import PROGRESS_TABLE, TABLE, sweep_tables
 from .. import study, transfer
 from .figures import draw_figures
-from .registry import SECTIONS, Folder, ReportError, write_sections
+from .registry import SECTIONS, Folder, ReportError, left_out_line, write_sections
 from .sections import overview_line, run_notes, screening_notes
 from .verdict import verdict_markdown, verdict_text
 from .tables import (cell_rows, display_name, kept_apart_note, left_out_of_statistics, markdown_table, sets_the_unit,
@@ -35,8 +35,9 @@ def _analysis_sections(runs, keys, root: Path, out_dir: Path, echo) -> tuple[lis
     if in_progress:  # a search still running, or stopped before it finished: read what it had written so far
         notes.append("boundary search not finished (still running, or stopped: resume it with resume=true) in "
                      + ", ".join(relative_name(t.parent, root) for t in in_progress) + f": its {PROGRESS_TABLE} is read")
-    notes += [] if searched else transfer_skipped(runs, keys)
-    sections, extra = write_sections(Folder(runs, keys, root, searched), out_dir, echo)
+    notes += [] if searched else transfer_skipped(runs, keys)  # a grid cut short: its own note, with the counts
+    sections, extra, left_out = write_sections(Folder(runs, keys, root, searched), out_dir, echo)
+    notes += left_out_line(left_out)
     return sections, extra, notes
 
 

@@ -440,7 +440,7 @@ def plot_sweep(runs: list[Run], keys: list[str], x_key: str, path: Path, cell_ta
         ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else "", fontsize=10)
         ax.set_xlabel("learning rate" if x_key == "lr" else display_name(x_key))
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        legend_below(ax)  # outside the axes: it never covers a point or the y label
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel)
     for ax in list(axes.flat)[len(panels):]:

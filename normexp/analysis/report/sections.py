@@ -16,7 +16,7 @@ from ...runs.schema import Status
 from .. import depth_law, study
 from ..boundary import FAILURE_RULE, RESULT_COLUMNS, budget_check_rows, points_file, row_edge_class
 from .figures import plot_boundary_search, plot_sweep, save_figure
-from .registry import ReportError, register_section
+from .registry import Folder, ReportError, register_section
 from .tables import (display_name, ended_as, fmt, fmt_param, left_out_cell, markdown_table, same_columns, sort_key,
                      text_table)
 
@@ -88,12 +88,59 @@ def run_notes(runs: list[Run], folder: str | None = None) -> list[str]:
 MIN_SWEEP_POINTS = 3  # an lr (or depth) curve needs at least this many swept values
 
 
+def _values(runs: list[Run], key: str) -> set:
+    return {r.config.get(key) for r in runs if r.config.get(key) is not None}
+
+
 def swept(runs: list[Run], keys: list[str], key: str) -> bool:
-    return key in keys and len({r.config.get(key) for r in runs if r.config.get(key) is not None}) >= MIN_SWEEP_POINTS
+    """Some setting was tried at MIN_SWEEP_POINTS values of `key` or more (a curve to draw)."""
+    return key in keys and bool(on_enough_points(runs, keys, key)[0])
+
+
+def on_enough_points(runs: list[Run], keys: list[str], axis: str) -> tuple[list[Run], list[str]]:
+    """(the runs of the settings tried at MIN_SWEEP_POINTS values of `axis` or more, a label for
+    each other setting with its count): a setting tried at one lr has no lr sensitivity (it
+    would read 0) and no max stable lr worth the name, so it is left out of the section, by name."""
+    others = [k for k in keys if k != axis]
+    settings: dict[tuple, list[Run]] = {}
+    for r in runs:
+        settings.setdefault(tuple(repr(r.config.get(k)) for k in others), []).append(r)
+    kept, short = [], []
+    for members in settings.values():
+        n = len(_values(members, axis))
+        if n >= MIN_SWEEP_POINTS:
+            kept += members
+        else:
+            label = ", ".join(f"{display_name(k)}={fmt_param(members[0].config.get(k))}" for k in others) or "every run"
+            short.append(f"{label} ({n} {display_name(axis)} value{'s' * (n != 1)})")
+    return kept, short
+
+
+def axis_left_out(title: str, axis: str):
+    """A section's `left_out`: why `title` (over `axis`) is not drawn, for a folder that is no boundary search."""
+    def why(f: Folder) -> str | None:
+        if f.searched:
+            return None
+        n = len(_values(f.runs, axis))
+        if n < MIN_SWEEP_POINTS:
+            return f"{title} ({display_name(axis)} takes {n} value{'s' * (n != 1)}; it needs {MIN_SWEEP_POINTS} or more)"
+        return (f"{title} (no setting was tried at {MIN_SWEEP_POINTS} {display_name(axis)} values or more; "
+                f"{display_name(axis)} takes {n} across the runs)")
+    return why
+
+
+def short_settings_line(short: list[str], axis: str, what: str) -> list[str]:
+    """The line under a section's table naming the settings left out of it (none: no line)."""
+    if not short:
+        return []
+    return [f"Left out of this section ({what} needs {MIN_SWEEP_POINTS} {display_name(axis)} values or more "
+            f"per setting): {'; '.join(short)}.", ""]
 
 
 def sensitivity_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
-    """sensitivity.csv, lr_sensitivity.png and the report.md lines about them."""
+    """sensitivity.csv, lr_sensitivity.png and the report.md lines about them, over the settings
+    tried at MIN_SWEEP_POINTS lrs or more (the others named below the table)."""
+    runs, short = on_enough_points(runs, keys, "lr")
     table = study.sensitivity_table(runs, keys, sort_key)
     table.rename(columns=display_name).to_csv(out_dir / "sensitivity.csv", index=False)
     plot_sweep(runs, keys, "lr", out_dir / "lr_sensitivity.png")
@@ -113,16 +160,20 @@ def sensitivity_section(runs: list[Run], keys: list[str], out_dir: Path) -> list
             "see docs/results/methods). max stable lr: the largest lr "
             "at which every seed learned (completed at least stall_margin below the unigram baseline). "
             "Data: `sensitivity.csv`, `lr_sensitivity.csv`.", "",
-            markdown_table(head, rows), "", "![final validation loss vs lr](lr_sensitivity.png)", ""]
+            markdown_table(head, rows), "", *short_settings_line(short, "lr", "an lr sensitivity"),
+            "![final validation loss vs lr](lr_sensitivity.png)", ""]
 
 
 register_section("sensitivity", order=30, applies=lambda f: not f.searched and swept(f.runs, f.keys, "lr"),
                  write=lambda f, out_dir, echo: sensitivity_section(f.runs, f.keys, out_dir),
-                 files=("sensitivity.csv", "lr_sensitivity.png"))
+                 files=("sensitivity.csv", "lr_sensitivity.png"),
+                 left_out=axis_left_out("lr sensitivity and max stable lr", "lr"))
 
 
 def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
-    """depth.csv, depth.png and the report.md lines about them: the deepest stack that learns."""
+    """depth.csv, depth.png and the report.md lines about them: the deepest stack that learns,
+    for the settings tried at MIN_SWEEP_POINTS depths or more (the others named below the table)."""
+    runs, short = on_enough_points(runs, keys, "layers")
     table = study.depth_table(runs, keys, sort_key)
     table.rename(columns=display_name).to_csv(out_dir / "depth.csv", index=False)
     plot_sweep(runs, keys, "layers", out_dir / "depth_sweep.png")
@@ -134,7 +185,8 @@ def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
             for r in table.to_dict("records")]
     lines = ["## Critical depth", "", "The deepest stack at which every seed learned (completed at least stall_margin "
              "below the unigram baseline). Data: `depth.csv`; the figure's cells: `depth_sweep.csv`.", "",
-             markdown_table(head, rows), "", "![final validation loss vs depth](depth_sweep.png)", ""]
+             markdown_table(head, rows), "", *short_settings_line(short, "layers", "a critical depth"),
+             "![final validation loss vs depth](depth_sweep.png)", ""]
     if any(study.early_model_update(r) for r in runs):
         plot_sweep(runs, keys, "layers", out_dir / "depth_model_update.png", cell_table=study.model_update_table,
                    ylabel="early model update", log_y=True,
@@ -150,7 +202,7 @@ def depth_section(runs: list[Run], keys: list[str], out_dir: Path) -> list[str]:
 
 register_section("depth", order=40, applies=lambda f: not f.searched and swept(f.runs, f.keys, "layers"),
                  write=lambda f, out_dir, echo: depth_section(f.runs, f.keys, out_dir),
-                 files=("depth.csv", "depth_sweep.png"))
+                 files=("depth.csv", "depth_sweep.png"), left_out=axis_left_out("critical depth", "layers"))
 
 
 def _fixed_setting(sweep: Path, key: str):

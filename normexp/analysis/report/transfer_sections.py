@@ -13,7 +13,7 @@ from ...runs.reading import Run
 from .. import depth_law, study, transfer
 from ..boundary import FAILURE_RULE, bracket_words
 from .figures import pyplot, save_figure
-from .registry import register_section
+from .registry import Folder, register_section
 from .tables import display_name, fmt_param, markdown_table, same_columns, sort_key, text_table
 
 DEPTH_FILES = ["transfer_lrs.csv", "transfer.png", "transfer_edges.csv", "transfer_slopes.csv", "transfer_law.png",
@@ -231,10 +231,23 @@ def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo
             "![slopes against depth](transfer_law.png)", "", *lines_md]
 
 
+def grid_left_out(size_key: str, title: str):
+    """A transfer section's `left_out`: why `title` is not drawn (an lr grid crossed with `size_key`
+    too small for transfer.is_grid), for a folder that is no boundary search; where lr and
+    `size_key` both vary, build.transfer_skipped's note says it, with the counts."""
+    def why(f: Folder) -> str | None:
+        if f.searched or ("lr" in f.keys and size_key in f.keys):
+            return None
+        lrs, sizes = (len({r.config.get(k) for r in f.runs if r.config.get(k) is not None}) for k in ("lr", size_key))
+        return (f"{title} (it needs {transfer.MIN_LRS} lrs or more crossed with {transfer.MIN_SIZES} {size_key} values "
+                f"or more; the runs hold {lrs} lr{'s' * (lrs != 1)} and {sizes} {size_key} value{'s' * (sizes != 1)})")
+    return why
+
+
 register_section("depth_transfer", order=50,
                  applies=lambda f: not f.searched and transfer.is_grid(f.runs, f.keys, "layers"),
                  write=lambda f, out_dir, echo: depth_transfer_section(f.runs, f.keys, out_dir, echo),
-                 files=tuple(DEPTH_FILES))
+                 files=tuple(DEPTH_FILES), left_out=grid_left_out("layers", "lr transfer across depth"))
 
 
 def width_section(runs: list[Run], keys: list[str], out_dir: Path, echo) -> list[str]:
@@ -337,4 +350,4 @@ def _plot_signals(signals: pd.DataFrame, lines: list[str], path: Path) -> None:
 
 register_section("width", order=60, applies=lambda f: not f.searched and transfer.is_grid(f.runs, f.keys, "d_model"),
                  write=lambda f, out_dir, echo: width_section(f.runs, f.keys, out_dir, echo),
-                 files=tuple(WIDTH_FILES))
+                 files=tuple(WIDTH_FILES), left_out=grid_left_out("d_model", "lr transfer across width"))
