@@ -280,6 +280,19 @@ def _check_sweep(cfg, jobs: list[list[str]], explicit) -> list:
     return configs
 
 
+def check_max_members(launcher) -> None:
+    """The packed launcher's max_members is `auto` or a whole number >= 1: `abc`, `null` or a list
+    would fail only after the sweep's folder was made, and `1.5` or `true` would silently mean 1."""
+    if "normexp_packed_launcher" not in str(launcher.get("_target_")):
+        return
+    size = launcher.get("max_members")
+    if size == "auto" or (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
+        return
+    shown = "null" if size is None else OmegaConf.to_container(size) if OmegaConf.is_config(size) else size
+    raise ConfigError("hydra.launcher.max_members", str(shown).lower() if isinstance(shown, bool) else shown,
+                      "must be a whole number >= 1 (the largest pack), or auto (as many as fit)")
+
+
 def _settings(cfg):
     """A job's settings: its composed config without the hydra node (as compose_config(hydra=False))."""
     return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
@@ -354,6 +367,7 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
             fail(launcher_problem(cfg.hydra.launcher))
         try:
             check_launcher(cfg.hydra.launcher)
+            check_max_members(cfg.hydra.launcher)
         except ConfigError as e:
             fail(str(e))
     explicit = {o.key_or_group for o in parsed}
