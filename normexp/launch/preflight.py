@@ -70,6 +70,31 @@ def _check_config_name(plan: LaunchPlan) -> None:
          f"{CONFIG_NAME}); drop --config-name, and pick a preset with experiment=NAME")
 
 
+def _check_own_launcher(plan: LaunchPlan) -> None:
+    """A sweep's `hydra/launcher=NAME` from the user's own config folder (--config-dir, which skips
+    the rest of the pre-flight): its _target_ must name an installed Hydra launcher (check_launcher),
+    as Hydra would refuse it only after starting the sweep, with its whole traceback."""
+    if not plan.multirun:
+        return
+    folders = [Path(d).expanduser() for d in (plan.flag_value("--config-dir", "-cd"),
+                                              plan.flag_value("--config-path", "-cp")) if d]
+    names = [o.split("=", 1)[1] for o in plan.overrides if o.split("=", 1)[0] == "hydra/launcher" and "=" in o]
+    for folder in folders:
+        for name in names:
+            path = folder / "hydra" / "launcher" / f"{name}.yaml"
+            if not path.is_file():
+                continue
+            from ..runs.safe_files import FolderFileRefused, parse_yaml  # plain YAML: nothing resolved
+
+            try:
+                node = parse_yaml(path.read_text(encoding="utf-8"), path)
+                check_launcher(node if isinstance(node, dict) else {})
+            except (OSError, UnicodeDecodeError, FolderFileRefused) as e:
+                fail(f"hydra/launcher={name}: {path} does not read ({e}); fix it, or pick a shipped launcher")
+            except ConfigError as e:
+                fail(f"hydra/launcher={name} ({path}): {e}")
+
+
 def _parse(overrides: list[str]) -> list:
     try:
         return OverridesParser.create().parse_overrides(overrides)
@@ -339,6 +364,7 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
     a command that will train, else None."""
     _check_flags(plan)
     _check_config_name(plan)
+    _check_own_launcher(plan)
     if not plan.preflight:
         return plan, None
     multirun, show, overrides = plan.multirun, plan.cfg is not None, list(plan.overrides)

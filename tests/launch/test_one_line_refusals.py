@@ -54,3 +54,30 @@ def test_a_job_folder_name_over_255_bytes_is_refused(tmp_path, cli_env):
     assert "hydra.sweep.subdir=batch_size=4,d_model=32," in line and "file systems allow 255" in line, line
     size = int(re.search(r"would be (\d+) bytes", line).group(1))
     assert size > 255, line
+
+
+def test_a_launcher_config_of_ones_own_that_names_no_launcher_is_one_line(tmp_path, cli_env):
+    """--config-dir with hydra/launcher=mine whose _target_ is os.system: refused in one line naming
+    the file, not by Hydra's traceback after the sweep began. (Break caught: without
+    preflight._check_own_launcher, rc 1 and Hydra's `Invalid plugin 'os.system'` traceback.)"""
+    own = tmp_path / "own" / "hydra" / "launcher"
+    own.mkdir(parents=True)
+    (own / "mine.yaml").write_text("_target_: os.system\n")
+    line = refused(["-m", "--config-dir", str(tmp_path / "own"), "hydra/launcher=mine", *TINY, "seed=0,1",
+                    "hydra.sweep.dir=sw"], cli_env, tmp_path)
+    assert "hydra/launcher=mine" in line and "hydra.launcher._target_=os.system: names no installed Hydra launcher" \
+        in line, line
+
+
+def test_a_failure_inside_a_pack_is_one_line_and_the_sweep_closes(tmp_path, cli_env):
+    """seq_len=512 on a 300-token validation split fails inside the pack: `pack failed: ...` once,
+    then the sweep's own closing lines, no traceback. (Break caught: members returned as FAILED, as
+    before, make Hydra's sweeper raise the error again with its full traceback, and no closing line.)"""
+    (tmp_path / "small.txt").write_text(("the king and queen speak to the ghost at night. " * 70)[:3000])
+    proc = run_cli(["train", "-m", "data=text", f"data.files=[{tmp_path / 'small.txt'}]", "layers=2", "d_model=32",
+                    "heads=2", "seq_len=512", "batch_size=2", "threads=1", "steps=2", "seed=0,1",
+                    "hydra/launcher=packed", "hydra.sweep.dir=sw"], cli_env, check=False, timeout=600, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, out[-3000:]
+    assert sum("pack failed: seq_len=512" in line for line in out.splitlines()) == 1, out[-3000:]
+    assert "normexp: sweep finished: 2 jobs (2 failed)" in out and proc.returncode == 1, out[-3000:]
