@@ -4,6 +4,7 @@ is; this class is what Hydra instantiates (its plugins must live under hydra_plu
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -138,7 +139,12 @@ class PackedLauncher(Launcher):
                 log.error("pack failed: %s (the sweep goes on)", message)
                 for m in members:
                     leave_resumable(m.run_dir, m.config, None, message, code)
-                    m.job_return.status, m.job_return._return_value = JobStatus.FAILED, e
+                    # as a failed solo job ends (launch.job.hydra_task): returned without a summary, so the
+                    # sweep counts it failed and goes on to its closing line; a FAILED status would make
+                    # Hydra's sweeper raise it again, with its traceback (kept for HYDRA_FULL_ERROR=1)
+                    full = os.environ.get("HYDRA_FULL_ERROR") == "1"
+                    m.job_return.status = JobStatus.FAILED if full else JobStatus.COMPLETED
+                    m.job_return._return_value = e if full else None
                     returns[m.index] = m.job_return
                     self.hydra_context.callbacks.on_job_end(config=configs[indices.index(m.index)], job_return=m.job_return)
                 return

@@ -21,7 +21,7 @@ import torch
 from . import BenchError
 from .corpus import make_corpus
 from .loops import LOG_EVERY, build_seconds, bytes_per_logging_step, min_steps, minimal_step_times, normexp_run
-from .shapes import SHAPES, Shape, default_shape, find_shape, select_shapes
+from .shapes import SHAPES, Shape, default_shape, find_shape, parse_shape, select_shapes
 from ..config.defaults import bench_default
 from .timing import OFF, WARMUP, CPUShare, PeakRSS, Pool, load_average, matmul_gflops, paired_overhead
 from ..runs.schema import Status
@@ -55,6 +55,10 @@ def check_options(opts: BenchOptions, cores: int) -> tuple[dict[str, Shape], lis
     if not [n for n in opts.only.split(",") if n.strip()]:
         raise BenchError(f"--only {opts.only!r}: names no shape; give some of {', '.join(SHAPES)} (or a --shape "
                          "NAME), or --only none to time no shapes")
+    names = [parse_shape(s).name for s in opts.shape]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise BenchError(f"--shape {', '.join(twice)}: given more than once; give each shape a name of its own")
     known, shapes = select_shapes(opts.only, opts.shape)
     unknown = [n.strip() for n in opts.instruments.split(",")
                if n.strip() and n.strip() != "none" and n.strip() not in known and n.strip() not in SHAPES]
@@ -73,6 +77,7 @@ def check_options(opts: BenchOptions, cores: int) -> tuple[dict[str, Shape], lis
         if value < 1:
             raise BenchError(f"{flag} {value}: must be at least 1"
                              + (f" (this machine lets the process use {cores} cores)" if flag == "--threads" else ""))
+    check_memory(opts, known)
     out = opts.json
     if out.is_dir():
         raise BenchError(f"--json {out} is a folder; give a file name, e.g. {out / 'bench.json'}")
@@ -82,6 +87,34 @@ def check_options(opts: BenchOptions, cores: int) -> tuple[dict[str, Shape], lis
     if not os.access(folder, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise BenchError(f"--json {out}: cannot write there; choose another path")
     return known, shapes
+
+
+def check_memory(opts: BenchOptions, known: dict[str, Shape]) -> None:
+    """The peak matmul and every shape the bench will build fit in the free memory (checked
+    before building: a shape too large for the machine would otherwise swap for minutes or be
+    killed). The matmul holds three n×n fp32 matrices; a shape's step is estimated as `normexp
+    train`'s pre-flight estimates it (config.resources.memory_problem)."""
+    from omegaconf import OmegaConf
+
+    from ..config.resources import available_memory_bytes, memory_problem
+
+    free = available_memory_bytes()
+    if free is None:
+        return
+    need = 3 * 4 * opts.peak_size ** 2
+    if need > free:
+        most = int((free / 12) ** 0.5)
+        raise BenchError(f"--peak-size {opts.peak_size}: the {opts.peak_size}×{opts.peak_size} fp32 matmul holds three "
+                         f"matrices, {need / 2 ** 30:.1f} GiB, and {free / 2 ** 30:.1f} GiB is free; use at most "
+                         f"{most} (the default is {bench_default('peak_size')})")
+    for shape in known.values():
+        cfg = OmegaConf.create({"layers": shape.layers, "d_model": shape.d_model, "seq_len": shape.seq_len,
+                                "batch_size": shape.batch_size, "heads": shape.heads, "mlp_ratio": shape.mlp_ratio,
+                                "tokenizer": {"vocab_size": shape.vocab_size}})
+        problem = memory_problem(cfg, free, names={"layers": "LAYERS", "d_model": "WIDTH", "seq_len": "SEQ",
+                                                   "batch_size": "BATCH"})
+        if problem:
+            raise BenchError(f"shape {shape.label}: {problem}")
 
 
 @contextlib.contextmanager

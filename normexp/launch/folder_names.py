@@ -220,13 +220,38 @@ def _plain_value(cfg, key: str):
     return value
 
 
+NAME_MAX = 255  # the longest file name ext4, xfs, btrfs, tmpfs, APFS and NTFS allow, in bytes
+
+
+def _check_inside(sweep_dir: str, folder: str, job: list[str]) -> None:
+    """A job's folder lies inside the sweep's folder (a value such as `../../x` in its name would
+    put the run elsewhere, beyond what the sweep's report and resume see), and no name in it is
+    longer than a file system allows (Hydra would stop the sweep midway at that job). ConfigError
+    naming the override that makes it so."""
+    relative = os.path.relpath(folder, sweep_dir)
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        culprit = next((o for o in job if ".." in o.split("=", 1)[-1]), None)
+        key, value = (culprit.split("=", 1) if culprit and "=" in culprit else ("hydra.sweep.subdir", relative))
+        raise ConfigError(key, value, f"the job's folder would be {folder}, outside the sweep's folder {sweep_dir}; "
+                          "a job writes only inside it: give a value without `..` and `/`, or leave the key out of "
+                          "folder names (hydra.job.config.override_dirname.exclude_keys)")
+    for part in Path(relative).parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            raise ConfigError("hydra.sweep.subdir", f"{part[:60]}...", f"a job's folder name would be {size} bytes, "
+                              f"and file systems allow {NAME_MAX}: sweep fewer keys at once (the keys "
+                              "every job shares are left out of the names), or give the jobs short folders "
+                              "(hydra.sweep.subdir=${hydra.job.num})")
+
+
 def check_job_folders(cfg, jobs: list[list[str]], configs: list | None = None) -> None:
     """Refuse a sweep two of whose jobs would write into one folder (raises ConfigError), before
     any job runs: each job's folder resolved as Hydra will (job_folders), whatever places it
     (hydra.sweep.subdir of the user's own, an interpolation, hydra.sweep.dir). With the default
     subdir (${hydra.job.override_dirname}) a collision is a swept key that folder names leave
     out (train.yaml's exclude_keys: paths, presets, the run settings); one value spelled two
-    ways is refused too. Behind this, each job claims its folder, so a collision the check
+    ways is refused too; so is a folder outside the sweep's folder or a name over 255 bytes
+    (_check_inside). Behind this, each job claims its folder, so a collision the check
     cannot foresee (a ${now:...} subdir) still never merges two jobs. `configs`: the jobs'
     configs composed already (compose_job), else each job is composed here."""
     subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
@@ -234,9 +259,11 @@ def check_job_folders(cfg, jobs: list[list[str]], configs: list | None = None) -
     if default:  # a subdir of the user's own (${hydra.job.num}) may repeat a job on purpose
         _check_one_value_twice(jobs)
     seen: dict[str, list[str]] = {}
+    sweep_dir = os.path.abspath(os.path.expanduser(str(cfg.hydra.sweep.dir)))
     for job, folder in zip(jobs, job_folders(cfg, jobs, configs)):
         if folder is None:
             continue
+        _check_inside(sweep_dir, folder, job)
         if folder not in seen:
             seen[folder] = job
             continue

@@ -71,6 +71,31 @@ def _check_config_name(plan: LaunchPlan) -> None:
          f"{CONFIG_NAME}); drop --config-name, and pick a preset with experiment=NAME")
 
 
+def _check_own_launcher(plan: LaunchPlan) -> None:
+    """A sweep's `hydra/launcher=NAME` from the user's own config folder (--config-dir, which skips
+    the rest of the pre-flight): its _target_ must name an installed Hydra launcher (check_launcher),
+    as Hydra would refuse it only after starting the sweep, with its whole traceback."""
+    if not plan.multirun:
+        return
+    folders = [Path(d).expanduser() for d in (plan.flag_value("--config-dir", "-cd"),
+                                              plan.flag_value("--config-path", "-cp")) if d]
+    names = [o.split("=", 1)[1] for o in plan.overrides if o.split("=", 1)[0] == "hydra/launcher" and "=" in o]
+    for folder in folders:
+        for name in names:
+            path = folder / "hydra" / "launcher" / f"{name}.yaml"
+            if not path.is_file():
+                continue
+            from ..runs.safe_files import FolderFileRefused, parse_yaml  # plain YAML: nothing resolved
+
+            try:
+                node = parse_yaml(path.read_text(encoding="utf-8"), path)
+                check_launcher(node if isinstance(node, dict) else {})
+            except (OSError, UnicodeDecodeError, FolderFileRefused) as e:
+                fail(f"hydra/launcher={name}: {path} does not read ({e}); fix it, or pick a shipped launcher")
+            except ConfigError as e:
+                fail(f"hydra/launcher={name} ({path}): {e}")
+
+
 def _parse(overrides: list[str]) -> list:
     try:
         return OverridesParser.create().parse_overrides(overrides)
@@ -315,6 +340,19 @@ def _check_sweep(cfg, jobs: list[list[str]], explicit) -> list:
     return configs
 
 
+def check_max_members(launcher) -> None:
+    """The packed launcher's max_members is `auto` or a whole number >= 1: `abc`, `null` or a list
+    would fail only after the sweep's folder was made, and `1.5` or `true` would silently mean 1."""
+    if "normexp_packed_launcher" not in str(launcher.get("_target_")):
+        return
+    size = launcher.get("max_members")
+    if size == "auto" or (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
+        return
+    shown = "null" if size is None else OmegaConf.to_container(size) if OmegaConf.is_config(size) else size
+    raise ConfigError("hydra.launcher.max_members", str(shown).lower() if isinstance(shown, bool) else shown,
+                      "must be a whole number >= 1 (the largest pack), or auto (as many as fit)")
+
+
 def _settings(cfg):
     """A job's settings: its composed config without the hydra node (as compose_config(hydra=False))."""
     return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
@@ -361,6 +399,7 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
     a command that will train, else None."""
     _check_flags(plan)
     _check_config_name(plan)
+    _check_own_launcher(plan)
     if not plan.preflight:
         return plan, None
     multirun, show, overrides = plan.multirun, plan.cfg is not None, list(plan.overrides)
@@ -389,6 +428,7 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
             fail(launcher_problem(cfg.hydra.launcher))
         try:
             check_launcher(cfg.hydra.launcher)
+            check_max_members(cfg.hydra.launcher)
         except ConfigError as e:
             fail(str(e))
     explicit = {o.key_or_group for o in parsed}

@@ -122,8 +122,9 @@ def same_settings(run_dir: Path, job: DictConfig) -> None:
     the same contents in the data files the job names now (runs.record.changed_data_file)."""
     old = _recorded_settings(Path(run_dir))
     if old is None:
-        raise ConfigError("hydra.run.dir", run_dir, f"the run's settings are unreadable (no .hydra/config.yaml, "
-                          f"no {RECORD}), so a resume cannot be checked against them; train in a new folder")
+        raise ConfigError("hydra.run.dir", run_dir, f"the run's settings are unreadable (no .hydra/config.yaml or "
+                          f"{RECORD}, or not one normexp reads: a link, not plain YAML, aliases), so a resume cannot be "
+                          "checked against them; train in a new folder")
     new = result_settings(job)
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):

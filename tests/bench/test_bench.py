@@ -281,6 +281,10 @@ def test_the_help_lists_the_options(cli_env):
     (["--only", ""], "--only '': names no shape; give some of A, B, C, deep"),
     (["--only", " , "], "--only ' , ': names no shape"),
     (["--instruments", "B,Q"], "--instruments B,Q: unknown shape Q; choose from A, B, C, deep"),
+    # issue 59: checked before anything is built (12 TB of matrices, a 300 TB model: beyond any machine's memory)
+    (["--peak-size", "1000000"], "--peak-size 1000000: the 1000000×1000000 fp32 matmul holds three matrices, 11175.9 GiB"),
+    (["--only", "t", "--shape", "t=100000x4096,16,2"], "shape t: 100000×4096 T16 B2: one training step needs about"),
+    (["--only", "t", "--shape", "t=2x32,32,4", "--shape", "t=4x32,32,4"], "--shape t: given more than once"),
 ])
 def test_bad_bench_arguments_are_refused_before_anything_runs(tmp_path, capsys, monkeypatch, args, message):
     """In-process through the Typer app, with every measurement replaced by a tripwire: a bad

@@ -148,13 +148,14 @@ def test_checkpoints_are_never_written_or_pruned_through_a_link(tmp_path):
 
 
 def test_a_message_holding_a_newline_is_one_line_of_train_log(tmp_path):
-    """train.log's formatter (configs/hydra/job_logging/normexp.yaml) writes a control character of
+    """train.log's formatter (the job_logging config normexp ships) writes a control character of
     a message as its escape: a folder name holding a newline and an `import` line never starts a
     line. (Break caught: the plain logging.Formatter as before writes `import os` at a line start.)"""
     import logging
     import logging.config
 
-    config = yaml.safe_load((Path(__file__).parents[2] / "configs/hydra/job_logging/normexp.yaml").read_text())
+    shipped = Path(__file__).parents[2] / "configs" / "hydra" / "job_logging" / "normexp"
+    config = yaml.safe_load(shipped.with_suffix(".yaml").read_text())
     config["handlers"]["file"]["filename"] = str(tmp_path / "train.log")
     config["root"]["handlers"] = ["file"]
     root = logging.getLogger()
