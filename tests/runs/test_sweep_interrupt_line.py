@@ -26,7 +26,7 @@ def test_interrupted_boundary_search_in_packs_prints_a_line_that_keeps_its_sweep
     try:
         held_run.wait_until_held(tmp_path / "hold", proc)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=600)
+        _, err = proc.communicate(timeout=held_run.HELD_WITHIN_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -41,7 +41,7 @@ def test_interrupted_boundary_search_in_packs_prints_a_line_that_keeps_its_sweep
 
     # the line, pasted, composes the search and the packs it was started with (shown, not run)
     shown = subprocess.run([sys.executable, "-m", "normexp.cli", *pasted[1:], "--cfg", "hydra"], env=cli_env,
-                           capture_output=True, text=True, timeout=600)
+                           capture_output=True, text=True, timeout=held_run.HELD_WITHIN_S)
     assert shown.returncode == 0, shown.stderr[-3000:]
     hydra = yaml.safe_load(shown.stdout)["hydra"]
     assert hydra["sweeper"]["_target_"].endswith("BoundarySweeper"), hydra["sweeper"]
