@@ -99,7 +99,13 @@ def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     return {tag: dict(points) for tag, points in scalar_events(run_dir).items()}
 
 
-def run_cli(args, env, timeout=300, check=True, **kw) -> subprocess.CompletedProcess:
+# A subprocess's time limit in the tests: a safety net against a hung process, never a speed limit
+# (a command of seconds idle takes minutes at load 6-9 on 2 cores, or on the scalar CPU path), so
+# no test fails because the machine is slow or busy.
+SAFETY_NET_S = 3600
+
+
+def run_cli(args, env, timeout=SAFETY_NET_S, check=True, **kw) -> subprocess.CompletedProcess:
     """Run `normexp ARGS` as a user would (python -m normexp.cli, so no PATH is assumed)."""
     proc = subprocess.run([sys.executable, "-m", "normexp.cli", *args], env=env, capture_output=True,
                           text=True, timeout=timeout, **kw)

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_summary, run_cli
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, TINY, cli_environment, make_corpus, read_summary, run_cli
 
 from normexp.runs.reading import find_runs
 from normexp.config.compose import declared_names
@@ -214,7 +214,7 @@ def run_case(world, case):
                   [o.format(**fill) for o in overrides])
     before = folder_state(finished)
     proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *args], env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=SAFETY_NET_S)
     return proc, before, folder_state(finished), fill
 
 
@@ -323,7 +323,7 @@ CHECKPOINTED = [*BASE, "steps=6", "checkpoint_every=2", "keep_checkpoints=5"]
 
 def _train(env, args, code=None):
     cmd = [sys.executable, "-c", code, "train", *args] if code else [sys.executable, "-m", "normexp.cli", "train", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=SAFETY_NET_S)
 
 
 def _one_line(proc, code: int, expected: str) -> str:
@@ -372,7 +372,7 @@ def test_a_bug_of_ours_is_one_line_exit_1():
     code = ("import sys\nimport normexp.cli as cli\nimport normexp.launch.hydra_job as job\n"
             "def broken(args, hooks=None):\n    raise KeyError('boom')\n"
             "job.run_train = broken\nsys.argv = ['normexp', 'train']\ncli.main()\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip() == ("normexp: error: internal error (a bug in normexp; please report it): "
                                    "KeyError: 'boom'; HYDRA_FULL_ERROR=1 shows the traceback")
@@ -464,7 +464,7 @@ def test_a_non_utf8_locale_with_non_ascii_paths_trains(world, tmp_path):
     # non-ASCII values must be quoted for Hydra's override grammar (in any locale)
     proc = subprocess.run([sys.executable.encode(), b"-m", b"normexp.cli", b"train",
                            *(a.encode() for a in BASE), f"data.files=['{corpus}']".encode(),
-                           f"hydra.run.dir='{run}'".encode()], env=env, capture_output=True, timeout=300)
+                           f"hydra.run.dir='{run}'".encode()], env=env, capture_output=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")[-3000:]
     assert read_summary(run)["status"] in RAN_TO_THE_END
 
@@ -500,7 +500,7 @@ def test_a_relative_data_path_under_hydra_job_chdir_is_found(world, tmp_path):
     shutil.copy(paths["corpus"], tmp_path / "corpus.txt")
     proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *BASE, "data.files=[corpus.txt]",
                            "hydra.job.chdir=true", "hydra.run.dir=run"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert read_summary(tmp_path / "run")["status"] in RAN_TO_THE_END
 
@@ -593,7 +593,7 @@ def test_a_run_needs_a_folder_of_its_own(tmp_path):
     base = [sys.executable, "-m", "normexp.cli", "train", *BASE, "steps=2", f"data.files=[{corpus}]"]
     sweep = tmp_path / "sweep"
     done = subprocess.run([*base, "-m", "seed=0,1", f"hydra.sweep.dir={sweep}"], env=env, cwd=here,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert done.returncode == 0 and len(find_runs(sweep)) == 2, done.stderr
     cases = {"''": "is the current folder, not a folder of its own", ".": "is the current folder, not a folder of its own",
              str(tmp_path): "is a folder above the current one, not a folder of its own",
@@ -602,12 +602,12 @@ def test_a_run_needs_a_folder_of_its_own(tmp_path):
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if "cache" not in p.parts}
     for given, why in cases.items():
         proc = subprocess.run([*base, f"hydra.run.dir={given}"], env=env, cwd=here, capture_output=True, text=True,
-                              timeout=300)
+                              timeout=SAFETY_NET_S)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr
         assert lines[0].startswith(f"normexp: error: hydra.run.dir={given}: {why}"), lines[0]
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if "cache" not in p.parts} == before
     proc = subprocess.run([*base, "hydra.run.dir='~/runs/first'"], env=env, cwd=here, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stderr
     assert read_summary(tmp_path / "home" / "runs" / "first")["status"] in RAN_TO_THE_END and not (here / "~").exists()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import RAN_TO_THE_END, TINY, read_summary, run_cli
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, TINY, read_summary, run_cli
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -58,7 +58,7 @@ complete_line "normexp tr" 1
 complete -p train >/dev/null 2>&1 && echo "train hijacked" || echo "train untouched"
 """
     env = {**cli_env, "PATH": f"{bin_dir}:{cli_env['PATH']}"}
-    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120,
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=SAFETY_NET_S,
                          cwd=tmp_path).stdout.splitlines()
     placements = sorted(p.stem for p in (CONFIGS / "placement").glob("de*.yaml"))
     presets = sorted(p.stem for p in (CONFIGS / "experiment").glob("depth_l*.yaml"))
@@ -228,7 +228,7 @@ def test_resume_takes_a_folder_and_continues_with_the_settings_it_began_with(tmp
     held_run.wait_until_held(hold, job)
     job.send_signal(signal.SIGINT)
     held_run.release(hold)
-    job.communicate(timeout=120)
+    job.communicate(timeout=SAFETY_NET_S)
     stopped = read_summary(run)
     assert job.returncode == 130 and stopped["status"] == "interrupted" and stopped["steps_completed"] == 5
     elsewhere = tmp_path / "elsewhere"

@@ -21,7 +21,7 @@ from ..config.registry import build
 from ..config.resources import data_problem, training_memory_bytes
 from ..data.files import cache_root
 from ..runs.claims import (CLAIM, FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder,
-                           holds_own_claim, read_claim)
+                           claim_sweep_folder_to_resume, holds_own_claim, read_claim)
 from ..runs.resume import check_output_folder, output_folder
 from ..train.signals import exit_if_early_signal
 from .exits import environment_refusal, fail, folder_refusal
@@ -504,6 +504,8 @@ def claim_output(plan: LaunchPlan, cfg) -> LaunchPlan:
                 typer.echo(f"normexp: {released}", err=True)
         elif not resume:
             claim_sweep_folder(folder)
+        else:  # one sweep at a time in a folder, resumed ones too
+            claim_sweep_folder_to_resume(folder)
     except FolderTaken as e:
         fail(str(e))
     except OSError as e:  # a full disk or a read-only folder while claiming: undo the claim, one line

@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import pickle
 import random
 import shlex
 import time
@@ -175,6 +176,15 @@ def load_latest(run_dir: Path, map_location=None) -> dict | None:
     for path in reversed(list_checkpoints(run_dir)):
         try:
             names = unsafe_globals(path)
+        except pickle.UnpicklingError as e:
+            if not str(e).startswith("Unsupported operand"):
+                log.warning("checkpoint %s does not load (%s); trying an older one", path.name, e)
+                continue
+            # an intact pickle built with an opcode torch.save never writes (STACK_GLOBAL, memoized
+            # names): its globals cannot be read without running it, so it is refused, not skipped
+            raise ConfigError("resume", "true", f"{path} is not a checkpoint normexp wrote: its pickle uses an opcode "
+                              f"torch.save never writes ({e}), which can call code, so it was not loaded; remove it "
+                              "(resume then continues from the checkpoint before it)") from None
         except Exception as e:  # noqa: BLE001 - a truncated or corrupt file
             log.warning("checkpoint %s does not load (%s); trying an older one", path.name, e)
             continue

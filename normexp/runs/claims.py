@@ -185,3 +185,28 @@ def claim_sweep_folder(folder: Path) -> None:
         raise FolderTaken(f"hydra.sweep.dir={folder}: another sweep writes into it{claim_holder(read_claim(folder))}; "
                           "pass resume=true to add this sweep's jobs to it (finished jobs are skipped), or choose "
                           "another folder (hydra.sweep.dir=PATH)")
+
+
+def claim_sweep_folder_to_resume(folder: Path) -> None:
+    """A sweep with resume=true claims its folder too, taking over the claim of a sweep whose
+    process is gone: while a live process holds it (another sweep writes into the folder now),
+    it is refused, since two sweeps in one folder would count each other's jobs as their own and
+    the later would overwrite the other's multirun.yaml. Raises FolderTaken."""
+    folder = Path(folder)
+    if holds_own_claim(folder):
+        return
+    claim = read_claim(folder)
+    if claim and claim_alive(claim):
+        raise FolderTaken(f"hydra.sweep.dir={folder}: another sweep writes into it now{claim_holder(claim)}; wait for "
+                          "it to end (then resume=true continues what it left unfinished), or choose another folder")
+    if claim is not None:  # its process is gone (or on another host): hand the claim over, one process renames it
+        aside = folder / f"{CLAIM}.{os.getpid()}.old"
+        try:
+            os.rename(folder / CLAIM, aside)
+        except FileNotFoundError:
+            raise FolderTaken(f"hydra.sweep.dir={folder}: another sweep claimed it just now; wait for it to end, "
+                              "or choose another folder") from None
+        aside.unlink(missing_ok=True)
+    if not _create_claim(folder):
+        raise FolderTaken(f"hydra.sweep.dir={folder}: another sweep claimed it just now{claim_holder(read_claim(folder))}; "
+                          "wait for it to end, or choose another folder")

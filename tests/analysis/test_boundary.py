@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import TINY, make_corpus, read_csv, read_summary, run_cli
+from conftest import SAFETY_NET_S, TINY, make_corpus, read_csv, read_summary, run_cli
 
 from normexp.analysis import boundary
 from normexp.launch import boundary_schedule
@@ -138,7 +138,7 @@ def _sweep(tmp_path, env, ratio, resume=False):
             "steps=150", "warmup=0", "schedule=constant", "data=text", f"data.files=[{corpus}]", "seed=0,1",
             "placement=post,pre", "hydra.sweeper.lower=1e-3", "hydra.sweeper.upper=10",
             f"hydra.sweeper.ratio={ratio}", "hydra.sweeper.initial_points=3", f"hydra.sweep.dir={tmp_path / 'sw'}"]
-    return run_cli(args + ["resume=true"] * resume, env, timeout=600)
+    return run_cli(args + ["resume=true"] * resume, env, timeout=SAFETY_NET_S)
 
 
 def _from_folders(sweep: Path) -> dict:

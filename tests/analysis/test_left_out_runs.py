@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import run_cli
+from conftest import SAFETY_NET_S, run_cli
 
 BASELINE = 3.3
 LRS = (1e-3, 2e-3, 4e-3)      # the kept grid
@@ -211,7 +211,7 @@ def every_run_left_out(root: Path) -> Path:
 def test_a_folder_no_run_of_which_can_be_used_is_one_line_exit_2_and_writes_nothing(tmp_path, cli_env):
     root = every_run_left_out(tmp_path / "sweep")
     before = sorted(p.relative_to(root) for p in root.rglob("*"))
-    proc = run_cli(["report", str(root)], cli_env, check=False, timeout=120)
+    proc = run_cli(["report", str(root)], cli_env, check=False, timeout=SAFETY_NET_S)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -269,7 +269,7 @@ def test_a_transfer_section_skipped_for_too_few_lrs_says_so(tmp_path):
 
 
 def test_resume_of_a_missing_folder_says_it_does_not_exist(tmp_path, cli_env):
-    proc = run_cli(["resume", str(tmp_path / "nope")], cli_env, check=False, timeout=60)
+    proc = run_cli(["resume", str(tmp_path / "nope")], cli_env, check=False, timeout=SAFETY_NET_S)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"normexp: error: {tmp_path / 'nope'}: does not exist; give a run's folder "
                                    "(runs/<date>/<time>) or a sweep's (runs/multirun/<date>/<time>)")

@@ -22,7 +22,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import make_corpus, run_cli
+from conftest import SAFETY_NET_S, make_corpus, run_cli
 from normexp.cli import app
 from normexp.data.batches import get_batch
 from normexp.model import GPT, ModelConfig
@@ -304,7 +304,7 @@ def test_probe_cli_writes_table_json_and_figures(tmp_path, cli_env):
     corpus = make_corpus(tmp_path / "corpus.txt")
     out = tmp_path / "out"
     proc = run_cli(["probe", "--placements", "post,pre", "--depths", "2,3", "--seeds", "2", "--batches", "2",
-                    "--data-file", str(corpus), "--out", str(out)], cli_env, timeout=120)
+                    "--data-file", str(corpus), "--out", str(out)], cli_env, timeout=SAFETY_NET_S)
     records = json.loads((out / "probe.json").read_text())
     assert len(records) == 2 * (2 + 3) * 2  # placements × Σ layers × seeds
     assert all(set(r) == {"placement", "norm", "layers", "layer", "seed", "grad_norm_mlp_out", "hidden_rms"}
@@ -331,7 +331,7 @@ def test_probe_cli_encoder_decoder(tmp_path, cli_env):
     corpus = make_corpus(tmp_path / "corpus.txt")
     out = tmp_path / "out"
     proc = run_cli(["probe", "--encoder-decoder", "--depths", "2", "--seeds", "1", "--data-file", str(corpus),
-                    "--out", str(out)], cli_env, timeout=120)
+                    "--out", str(out)], cli_env, timeout=SAFETY_NET_S)
     records = json.loads((out / "probe.json").read_text())
     assert [(r["placement"], r["layer"]) for r in records] == [(p, i) for p in ("post", "pre", "sandwich") for i in (0, 1)]
     assert all(r["model"] == "encoder-decoder" for r in records)

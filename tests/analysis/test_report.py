@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_csv, read_summary, run_cli
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, TINY, cli_environment, make_corpus, read_csv, read_summary, run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -41,7 +41,7 @@ def sweep(tmp_path_factory):
 
     summary.update(process_identity())  # (the finished run's start time and boot would name its own process)
     (running / "summary.json").write_text(json.dumps(summary))
-    out = run_cli(["report", str(sweep_dir)], env, timeout=120)
+    out = run_cli(["report", str(sweep_dir)], env, timeout=SAFETY_NET_S)
     return sweep_dir, finished, running, out.stdout, env
 
 
@@ -193,7 +193,7 @@ def test_varied_keys_the_overrides_do_not_name_follow_the_hparams_order():
     (lambda p: p, "no run folders found"),
 ])
 def test_bad_path_is_one_line_and_exit_2(tmp_path, cli_env, make, message):
-    proc = run_cli(["report", str(make(tmp_path))], cli_env, check=False, timeout=60)
+    proc = run_cli(["report", str(make(tmp_path))], cli_env, check=False, timeout=SAFETY_NET_S)
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_csv, run_cli
+from conftest import SAFETY_NET_S, read_csv, run_cli
 
 T975_DF1 = 12.706205
 BASELINE = 3.3
@@ -159,7 +159,7 @@ def test_a_folder_of_only_malformed_runs_still_reports(tmp_path, cli_env, text, 
     root = tmp_path / "sweep"
     write_run(root, "a", 1e-3, 0, text)
     write_run(root, "b", 1e-2, 0, {"status": "completed", "final_val_loss": 2.0})
-    proc = run_cli(["report", str(root)], cli_env, check=False, timeout=120)
+    proc = run_cli(["report", str(root)], cli_env, check=False, timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert problem in proc.stdout and str(root / "a" / "summary.json") in proc.stdout

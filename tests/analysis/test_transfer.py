@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import RAN_TO_THE_END, cli_environment, make_corpus, run_cli, sweep_summaries
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, cli_environment, make_corpus, run_cli, sweep_summaries
 
 from normexp.analysis import transfer
 from normexp.analysis.report.transfer_sections import depth_transfer_section, width_section
@@ -228,12 +228,12 @@ def test_depth_transfer_preset_shrunk_runs_and_reports(tmp_path):
     out = tmp_path / "sweep"
     run_cli(["train", "-m", "experiment=depth_transfer", "arm=pre,completep", "layers=1,2", "lr=1e-3,1e-2,1e-1", "seed=0",
              "d_model=16", "heads=2", *TINY_RUN, "data=text", f"data.files=[{corpus}]", f"hydra.sweep.dir={out}"],
-            env, timeout=600)
+            env, timeout=SAFETY_NET_S)
     runs = sweep_summaries(out)
     assert len(runs) == 2 * 2 * 3 and all(s["status"] in RAN_TO_THE_END + ("diverged",) for s in runs)
     assert {(s["placement"], s["placement_settings"].get("exponent")) for s in runs} == {("pre", None),
                                                                                          ("depth_mup", 1.0)}
-    report = run_cli(["report", str(out)], env, timeout=300).stdout
+    report = run_cli(["report", str(out)], env, timeout=SAFETY_NET_S).stdout
     assert "lr transfer across depth" in report
     table = pd.read_csv(out / "transfer_lrs.csv")
     assert sorted(zip(table["placement"], table["layers"])) == [("depth_mup", 1), ("depth_mup", 2), ("pre", 1),
@@ -254,11 +254,11 @@ def test_width_proxies_preset_shrunk_runs_and_reports(tmp_path):
     out = tmp_path / "sweep"
     run_cli(["train", "-m", "experiment=width_proxies", "width=w32,w64", "z_loss=0",
              "lr=1e-3,1e-2,1e-1", "seed=0", "layers=1", *TINY_RUN, "data=text", f"data.files=[{corpus}]",
-             f"hydra.sweep.dir={out}"], env, timeout=600)
+             f"hydra.sweep.dir={out}"], env, timeout=SAFETY_NET_S)
     runs = sweep_summaries(out)
     assert len(runs) == 2 * 2 * 3
     assert {(s["d_model"], s["heads"]) for s in runs} == {(32, 2), (64, 4)}
-    report = run_cli(["report", str(out)], env, timeout=300).stdout
+    report = run_cli(["report", str(out)], env, timeout=SAFETY_NET_S).stdout
     assert "width (LR sensitivity" in report
     table = pd.read_csv(out / "width.csv")
     assert sorted(zip(table["d_model"], table["qk_norm"])) == [(32, False), (32, True), (64, False), (64, True)]

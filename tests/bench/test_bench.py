@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli
+from conftest import SAFETY_NET_S, run_cli
 
 from normexp.bench.loops import NormexpRun, bytes_per_logging_step, run_log_every
 from normexp.bench.minimal_gpt import MinimalGPT, from_normexp, normexp_key_map
@@ -236,7 +236,7 @@ def test_bench_runs_end_to_end_on_a_tiny_shape(tmp_path, cli_env):
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--only", "tiny", "--shape", "tiny=2x32,32,4",
          "--instruments", "tiny", "--steps", "6", "--rounds", "1", "--threads", "1", "--peak-size", "512",
          "--json", str(out)],
-        env=cli_env, capture_output=True, text=True, timeout=300)
+        env=cli_env, capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "6·N + 12·L·T·d" in proc.stdout and "TB/logging step" in proc.stdout
     report = json.loads(out.read_text())

@@ -10,7 +10,7 @@ from importlib.resources import files
 
 import pytest
 import yaml
-from conftest import TINY, make_corpus, read_summary, scalar_events
+from conftest import SAFETY_NET_S, TINY, make_corpus, read_summary, scalar_events
 
 from normexp.config.compose import (annotate, config_groups, group_options, key_comments, key_meanings,
                                     top_level_keys, train_help)
@@ -139,7 +139,7 @@ def test_the_readme_first_sweep_logs_at_least_40_points_a_tag(tmp_path, cli_env)
 
 def _cfg_job(env, *overrides):
     out = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "--cfg", "job", *overrides], env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 
@@ -170,7 +170,7 @@ def test_eval_every_auto_changes_the_points_not_the_training(tmp_path, cli_env):
         run = tmp_path / every
         out = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *TINY, "data=text",
                               f"data.files=[{corpus}]", "steps=40", "log_every=1", f"eval_every={every}",
-                              f"hydra.run.dir={run}"], env=cli_env, capture_output=True, text=True, timeout=300)
+                              f"hydra.run.dir={run}"], env=cli_env, capture_output=True, text=True, timeout=SAFETY_NET_S)
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stderr.splitlines()[0] == f"normexp: run folder: {run}"
         runs[every] = run

@@ -5,7 +5,7 @@ nothing trains."""
 
 import pytest
 
-from conftest import run_cli
+from conftest import SAFETY_NET_S, run_cli
 
 
 def test_what_a_group_option_sets_is_read_from_its_yaml():
@@ -31,7 +31,7 @@ def test_what_a_group_option_sets_is_read_from_its_yaml():
      "(or give width=w64 alone: it sets d_model=64 heads=4)"),
 ])
 def test_a_group_and_a_plain_key_that_set_the_same_thing_are_one_line(cli_env, args, first_words, fix):
-    proc = run_cli(["train", *args, "--cfg", "job"], cli_env, check=False, timeout=120)
+    proc = run_cli(["train", *args, "--cfg", "job"], cli_env, check=False, timeout=SAFETY_NET_S)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"normexp: error: {first_words}"), proc.stderr
@@ -40,7 +40,7 @@ def test_a_group_and_a_plain_key_that_set_the_same_thing_are_one_line(cli_env, a
 
 def test_a_preset_adjusted_by_keys_its_groups_do_not_set_still_runs(cli_env):
     proc = run_cli(["train", "-m", "experiment=depth_transfer", "arm=pre,completep", "layers=2,4", "d_model=32",
-                    "heads=2", "--cfg", "job"], cli_env, check=False, timeout=120)
+                    "heads=2", "--cfg", "job"], cli_env, check=False, timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("normexp train -m: 120 jobs")  # 2 arms × 2 depths × 10 lrs × 3 seeds
 
@@ -52,13 +52,13 @@ def test_a_preset_adjusted_by_keys_its_groups_do_not_set_still_runs(cli_env):
                     "experiment=width_proxies width=w64); without the preset, give d_model=64 heads=4 (or +width=w64)"),
 ])
 def test_a_preset_group_without_its_preset_says_whose_it_is(cli_env, args, line):
-    proc = run_cli(["train", *args, "--cfg", "job"], cli_env, check=False, timeout=120)
+    proc = run_cli(["train", *args, "--cfg", "job"], cli_env, check=False, timeout=SAFETY_NET_S)
     assert proc.returncode == 2 and proc.stderr.strip() == line, proc.stderr
 
 
 def test_a_launcher_target_that_is_no_launcher_is_one_line(cli_env, tmp_path):
     proc = run_cli(["train", "-m", "hydra.launcher._target_=builtins.print", "seed=0,1", "--cfg", "job"], cli_env,
-                   check=False, timeout=120)
+                   check=False, timeout=SAFETY_NET_S)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr

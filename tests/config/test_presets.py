@@ -5,13 +5,14 @@ documents, and a shrunken copy of its sweep grid (the same names, fewer and smal
 a tiny model, 2 steps) runs as `normexp train -m experiment=X` to one finished run folder
 per combination. Then every norm × every placement trains 5 steps in one
 `-m` sweep: all finish with finite losses and record the settings their model was built with.
-All these commands run two at a time in one module fixture (a sweep is one process of
-~10-40 s, a --cfg job ~3 s).
+Each command runs when a test first needs it (a sweep is one process of ~10-40 s idle, a
+--cfg job ~3 s), with a time limit only as a safety net against a hang. Placements that build no
+norm (Placement.reads) train the default norm only: another norm is refused there.
 """
 
 import itertools
 import math
-from concurrent.futures import ThreadPoolExecutor
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,9 @@ from conftest import (RAN_TO_THE_END, TINY, cli_environment, make_corpus, placem
                       sweep_summaries)
 
 from normexp.config.compose import compose_config
+from normexp.config.defaults import group_default
 from normexp.model import NORMS as REGISTERED_NORMS
+from normexp.model import PLACEMENTS as REGISTERED_PLACEMENTS
 
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -81,6 +84,7 @@ def swept_value(summary: dict, key: str):
 STEPS = 2
 
 NORMS = list(REGISTERED_NORMS)
+DEFAULT_NORM = group_default("norm")
 EXPECTED = placement_expectations()  # each placement's own test file (tests/model/placements/)
 PLACEMENTS = list(EXPECTED)
 # the settings each model records: its norm's shipped yaml, read here (a placement's: by hand in its own test file)
@@ -113,46 +117,75 @@ def shrunk_grid(preset: str) -> dict[str, list]:
     return {k: SHRINK.get(k, v) for k, v in grid.items()}
 
 
-@pytest.fixture(scope="module")
-def sweeps(tmp_path_factory):
-    root = tmp_path_factory.mktemp("presets")
-    env = cli_environment(root / "cache")
-    corpus = make_corpus(root / "corpus.txt", n_bytes=20_000)
-    data = ["data=text", f"data.files=[{corpus}]", "eval_batches=1", "log.progress=off"]
-    jobs = {}
-    for preset, key in BOUNDARY.items():
-        bounds = ["hydra.sweeper.lower=1", "hydra.sweeper.upper=2"] if key == "layers" else []
-        if "layers" in preset_grid(preset):  # depth a setting key (depth_law): one depth
-            bounds.append("hydra.sweeper.params.layers=1")
-        jobs[preset] = ["train", "-m", f"experiment={preset}", *TINY, *data, f"steps={STEPS}", "warmup=0",
-                        *BOUNDARY_SHRINK, *bounds, f"hydra.sweep.dir={root / preset}"]
-    for preset in set(PRESET_VALUES) - set(BOUNDARY):
-        grid = shrunk_grid(preset)
+# A command's time limit is a safety net against a hung process, not a speed limit: the suite must
+# pass on a slow or busy machine (a sweep here takes ~10-40 s idle, several minutes at load 6-9).
+SAFETY_NET_S = 3 * 3600
+# placements that read the run's norm type (Placement.reads) train every norm; the others build
+# none, so only the default norm is theirs (another norm would be refused: tests/model/test_settings_read.py)
+NORM_READERS = [p for p in PLACEMENTS if "norm" in REGISTERED_PLACEMENTS[p].reads]
+NO_NORM = [p for p in PLACEMENTS if p not in NORM_READERS]
+
+
+class Commands:
+    """The CLI commands of this file, each run when a test first needs it (and kept for the
+    others): a test waits for its own command only, and a slow or failed command fails only the
+    tests that read it (not every test of the file, as one fixture of all of them did)."""
+
+    def __init__(self, root: Path):
+        self.root, self.env = root, cli_environment(root / "cache")
+        corpus = make_corpus(root / "corpus.txt", n_bytes=20_000)
+        self.data = ["data=text", f"data.files=[{corpus}]", "eval_batches=1", "log.progress=off"]
+        self.done: dict[str, object] = {}
+
+    def args(self, name: str) -> tuple[list[str], Path | None]:
+        """`normexp` arguments of the command `name`, and the folder it runs in (None: here)."""
+        root, data = self.root, self.data
+        if name.startswith("cfg_"):  # composes, shows the config, runs nothing: cwd is a fresh folder
+            (root / name).mkdir(exist_ok=True)
+            return ["train", "--cfg", "job", f"experiment={name[4:]}"], root / name
+        if name in ("grid", "grid_no_norm"):
+            norms, placements = (NORMS, NORM_READERS) if name == "grid" else ([DEFAULT_NORM], NO_NORM)
+            return ["train", "-m", *TINY, *data, "steps=5", "warmup=0", f"norm={','.join(norms)}",
+                    f"placement={','.join(placements)}", f"hydra.sweep.dir={root / name}"], None
+        if name in BOUNDARY:
+            key = BOUNDARY[name]
+            bounds = ["hydra.sweeper.lower=1", "hydra.sweeper.upper=2"] if key == "layers" else []
+            if "layers" in preset_grid(name):  # depth a setting key (depth_law): one depth
+                bounds.append("hydra.sweeper.params.layers=1")
+            return ["train", "-m", f"experiment={name}", *TINY, *data, f"steps={STEPS}", "warmup=0",
+                    *BOUNDARY_SHRINK, *bounds, f"hydra.sweep.dir={root / name}"], None
+        grid = shrunk_grid(name)
         set_by_groups = {k for g in grid if g in GROUP_SWEEPS for k in GROUP_SWEEPS[g][1]}
         tiny = [o for o in TINY if o.split("=")[0] not in grid and o.split("=")[0] not in ("eval_batches", "log.progress")
                 and o.split("=")[0] not in set_by_groups]
-        own = preset_grid(preset)
+        own = preset_grid(name)
         shrink = [f"{'' if k in own else '+'}hydra.sweeper.params.{k}='{','.join(map(str, v))}'"
                   for k, v in grid.items() if k in SHRINK]
-        jobs[preset] = ["train", "-m", f"experiment={preset}", *tiny, *data, f"steps={STEPS}", *shrink,
-                        f"hydra.sweep.dir={root / preset}"]
-    jobs["grid"] = ["train", "-m", *TINY, *data, "steps=5", "warmup=0", f"norm={','.join(NORMS)}",
-                    f"placement={','.join(PLACEMENTS)}", f"hydra.sweep.dir={root / 'grid'}"]
-    for preset in PRESET_VALUES:  # composes, shows the config, runs nothing: cwd is a fresh folder
-        (root / f"cfg_{preset}").mkdir()
-        jobs[f"cfg_{preset}"] = ["train", "--cfg", "job", f"experiment={preset}"]
-    cwd = {name: root / name if name.startswith("cfg_") else None for name in jobs}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(run_cli, args, env, 600, cwd=cwd[name]) for name, args in jobs.items()}
-        procs = {name: f.result() for name, f in futures.items()}
-    return root, env, procs
+        return ["train", "-m", f"experiment={name}", *tiny, *data, f"steps={STEPS}", *shrink,
+                f"hydra.sweep.dir={root / name}"], None
+
+    def run(self, name: str):
+        """The finished command `name` (a CompletedProcess; it exited 0)."""
+        if name not in self.done:
+            args, cwd = self.args(name)
+            try:
+                self.done[name] = run_cli(args, self.env, SAFETY_NET_S, cwd=cwd)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"normexp {' '.join(args[:4])} ... did not end within {SAFETY_NET_S} s: it hung "
+                            "(a safety net, far beyond any machine's speed)")
+        return self.done[name]
+
+
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory):
+    return Commands(tmp_path_factory.mktemp("presets"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(PRESET_VALUES))
-def test_preset_composes_with_cfg_job(sweeps, preset):
-    root, _, procs = sweeps
-    cfg = yaml.safe_load(procs[f"cfg_{preset}"].stdout)
+def test_preset_composes_with_cfg_job(commands, preset):
+    root = commands.root
+    cfg = yaml.safe_load(commands.run(f"cfg_{preset}").stdout)
     for key, value in PRESET_VALUES[preset].items():
         node = cfg
         for part in key.split("."):
@@ -170,9 +203,9 @@ def test_every_preset_norm_and_placement_is_tested():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(BOUNDARY))
-def test_shrunken_boundary_preset_searches_each_setting(sweeps, preset):
-    root, _, procs = sweeps
-    assert "Traceback" not in procs[preset].stderr
+def test_shrunken_boundary_preset_searches_each_setting(commands, preset):
+    root = commands.root
+    assert "Traceback" not in commands.run(preset).stderr
     runs = sweep_summaries(root / preset)
     assert sorted(s["init"] for s in runs) == ["torchscale", "torchscale", "xavier", "xavier"]  # 2 settings × 2 bounds
     rows = read_csv(root / preset / "boundary.csv")
@@ -183,9 +216,9 @@ def test_shrunken_boundary_preset_searches_each_setting(sweeps, preset):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(set(PRESET_VALUES) - set(BOUNDARY)))
-def test_shrunken_preset_sweep_runs_every_combination(sweeps, preset):
-    root, _, procs = sweeps
-    assert "Traceback" not in procs[preset].stderr
+def test_shrunken_preset_sweep_runs_every_combination(commands, preset):
+    root = commands.root
+    assert "Traceback" not in commands.run(preset).stderr
     grid = shrunk_grid(preset)
     runs = sweep_summaries(root / preset)
     expected = set(itertools.product(*grid.values()))
@@ -200,11 +233,13 @@ def test_shrunken_preset_sweep_runs_every_combination(sweeps, preset):
 
 
 @pytest.mark.slow
-def test_every_norm_and_placement_trains_5_steps(sweeps):
-    root, _, procs = sweeps
-    assert "Traceback" not in procs["grid"].stderr
-    runs = sweep_summaries(root / "grid")
-    assert sorted((s["norm"], s["placement"]) for s in runs) == sorted(itertools.product(NORMS, PLACEMENTS))
+@pytest.mark.parametrize("grid", ["grid", "grid_no_norm"])
+def test_every_norm_and_placement_trains_5_steps(commands, grid):
+    root = commands.root
+    assert "Traceback" not in commands.run(grid).stderr
+    runs = sweep_summaries(root / grid)
+    expected = itertools.product(NORMS, NORM_READERS) if grid == "grid" else itertools.product([DEFAULT_NORM], NO_NORM)
+    assert sorted((s["norm"], s["placement"]) for s in runs) == sorted(expected)
     for s in runs:
         which = (s["norm"], s["placement"])
         assert s["status"] in RAN_TO_THE_END and s["steps_completed"] == 5, which

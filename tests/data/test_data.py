@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import cli_environment
+from conftest import SAFETY_NET_S, cli_environment
 from omegaconf import OmegaConf
 
 from normexp.data import sources as corpora
@@ -197,7 +197,7 @@ def test_hub_offline_is_one_line_error(tmp_path):
     )
     env = {**cli_environment(tmp_path / "cache"), "HF_HOME": str(tmp_path / "hf"),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert out.returncode == 0, out.stderr
     [line] = [ln for ln in out.stdout.splitlines() if ln.startswith("DATAERROR")]
     assert "cannot reach the Hugging Face Hub for Salesforce/wikitext" in line
@@ -537,14 +537,14 @@ def test_a_run_whose_file_is_replaced_after_its_record_trains_on_nothing_else(tm
     run = tmp_path / "run"
     args = ["train", *TINY, "steps=2", "warmup=0", "data=text", f"data.files=[{a}]", f"hydra.run.dir={run}"]
     code = SWAPPED_AFTER_RECORD.format(path=str(a), other=other)
-    proc = subprocess.run([sys.executable, "-c", code, *args], env=cli_env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=cli_env, capture_output=True, text=True, timeout=SAFETY_NET_S)
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert f"data.files: {a} changed while the run started" in last, proc.stderr[-3000:]
     assert not list((tmp_path / "cache" / "tokens").glob("*/meta.json"))  # nothing cached under the old key
     # the same command again (the file now stays as it is): the folder is reused, and all three agree
     proc = subprocess.run([sys.executable, "-m", "normexp.cli", *args], env=cli_env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (meta,) = _entries(tmp_path / "cache").values()
     want = hashlib.sha256(other).hexdigest()

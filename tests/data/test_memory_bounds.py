@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli_environment
+from conftest import SAFETY_NET_S, cli_environment
 from omegaconf import OmegaConf
 
 from normexp.config import resources
@@ -220,7 +220,7 @@ def test_a_file_larger_than_memory_is_refused_by_the_command_in_one_line(tmp_pat
     run = tmp_path / "run"
     result = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "data=text", f"data.files=[{f}]",
                              "steps=2", f"hydra.run.dir={run}"], capture_output=True, text=True,
-                            env=cli_environment(tmp_path / "cache"), timeout=300)
+                            env=cli_environment(tmp_path / "cache"), timeout=SAFETY_NET_S)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert f"data.files=[{f}]: {f} is " in lines[0] and "of memory and" in lines[0] and "is free" in lines[0]
@@ -246,7 +246,7 @@ def test_a_device_or_a_pipe_is_named_for_what_it_is(tmp_path):
 
 def test_dev_zero_on_the_command_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "data=text", "data.files=[/dev/zero]"],
-                            capture_output=True, text=True, env=cli_environment(tmp_path / "cache"), timeout=300,
+                            capture_output=True, text=True, env=cli_environment(tmp_path / "cache"), timeout=SAFETY_NET_S,
                             cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         "normexp: error: data.files=/dev/zero: is a character device, not a regular file; give a text file"], \

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import SAFETY_NET_S
 
 PACKAGE = Path(__file__).resolve().parents[2] / "normexp"
 
@@ -33,7 +34,7 @@ def test_the_cache_lock_excludes_other_processes_without_fcntl(tmp_path):
     lock, log = tmp_path / ".lock", tmp_path / "log.txt"
     procs = [subprocess.Popen([sys.executable, "-c", HOLD, str(lock), str(log), name]) for name in ("a", "b")]
     for p in procs:
-        assert p.wait(timeout=60) == 0
+        assert p.wait(timeout=SAFETY_NET_S) == 0
     events = [line.split()[:2] for line in log.read_text().splitlines()]
     assert len(events) == 4
     # exclusive: each process's "in" is followed by its own "out" before the other one enters

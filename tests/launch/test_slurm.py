@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import RAN_TO_THE_END, TINY, make_corpus, read_summary, run_cli, scalar_events
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, TINY, make_corpus, read_summary, run_cli, scalar_events
 
 from normexp.runs.reading import find_runs
 
@@ -27,7 +27,7 @@ def cluster_problem() -> str | None:
     if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
         return "no SLURM here (sbatch/sinfo not on PATH); start one with `sudo bash scripts/slurm_local.sh start`"
     try:
-        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20).stdout.split()
+        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=SAFETY_NET_S).stdout.split()
     except (OSError, subprocess.SubprocessError) as e:
         return f"sinfo does not answer ({e})"
     if not any(s.rstrip("*") in ("idle", "mixed", "allocated") for s in states):
@@ -47,7 +47,7 @@ SLURM = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launch
 
 def scontrol_job(job_id: str) -> dict[str, str]:
     """`scontrol show job` as {key: value} (the controller keeps finished jobs for MinJobAge)."""
-    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=20).stdout
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=SAFETY_NET_S).stdout
     return dict(re.findall(r"(\w+)=(\S*)", out))
 
 
@@ -64,7 +64,7 @@ def test_sweep_runs_as_a_job_array_fails_a_bad_job_alone_and_reports(tmp_path, c
     corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
     sweep = tmp_path / "sweep"
     proc = run_cli(["train", "-m", *SLURM, *TINY, "data=text", f"data.files=[{corpus}]", "steps=5", "warmup=0",
-                    "placement=pre,post", "lr=2e-3,-1", f"hydra.sweep.dir={sweep}"], cli_env, timeout=600)
+                    "placement=pre,post", "lr=2e-3,-1", f"hydra.sweep.dir={sweep}"], cli_env, timeout=SAFETY_NET_S)
     runs = {(s["placement"], s["lr"]): s for s in map(read_summary, find_runs(sweep))}
     assert sorted(runs) == [("post", -1), ("post", 0.002), ("pre", -1), ("pre", 0.002)], proc.stderr[-2000:]
     for placement in ("pre", "post"):
@@ -104,7 +104,7 @@ def test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted
     data = ["data=text", f"data.files=[{corpus}]"]
     sweep = tmp_path / "sweep"
     proc = subprocess.Popen([sys.executable, "-m", "normexp.cli", "train", "-m", *SLURM, *data, *LONG,
-                             "hydra.launcher.max_num_timeout=2", f"hydra.sweep.dir={sweep}"],
+                             "hydra.launcher.max_num_timeout=SAFETY_NET_S", f"hydra.sweep.dir={sweep}"],
                             env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     reference = tmp_path / "reference"  # the same run, uninterrupted, outside SLURM (also one thread)
     ref = subprocess.Popen([sys.executable, "-m", "normexp.cli", "train", *data, *LONG, f"hydra.run.dir={reference}"],
@@ -115,15 +115,15 @@ def test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted
         # one job: a plain job id (an array only for two or more)
         job_id = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
         # what SLURM sends signal_delay_s before a time limit, and on preemption
-        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=20)
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=SAFETY_NET_S)
         wait_for(lambda: scontrol_job(job_id).get("JobState") == "PENDING", "the requeued job", 120, proc)
         stopped = read_summary(log().parent)
         assert stopped["status"] == "requeued" and stopped["requeues"] == 1
         assert 300 <= stopped["steps_completed"] < 1500, stopped
         # SLURM holds a requeued job for about two minutes (its BeginTime); let it start now
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, timeout=20)
-        out, err = proc.communicate(timeout=600)
-        ref_out, ref_err = ref.communicate(timeout=600)
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, timeout=SAFETY_NET_S)
+        out, err = proc.communicate(timeout=SAFETY_NET_S)
+        ref_out, ref_err = ref.communicate(timeout=SAFETY_NET_S)
     finally:
         for p in (proc, ref):
             if p.poll() is None:

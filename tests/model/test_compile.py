@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import RAN_TO_THE_END, TINY, read_summary, run_cli
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, TINY, read_summary, run_cli
 from torch._dynamo.utils import counters
 
 from normexp.model import GPT, ModelConfig
@@ -105,6 +105,6 @@ def test_compile_under_aten_cpu_capability_default_after_vectorized_kernels_were
         if capability:
             env["ATEN_CPU_CAPABILITY"] = capability
         proc = subprocess.run([sys.executable, "-c", COMPILE_ONE_BLOCK], env=env, capture_output=True, text=True,
-                              timeout=600)
+                              timeout=SAFETY_NET_S)
         assert proc.returncode == 0, f"ATEN_CPU_CAPABILITY={capability}: {proc.stderr[-1500:]}"
         assert float(proc.stdout.split()[-1]) < 1e-4  # the compiled loss is the eager one

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import RAN_TO_THE_END, TINY, make_corpus, read_summary, run_cli
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, TINY, make_corpus, read_summary, run_cli
 
 from normexp.runs import checkpoint as ckpt
 from normexp.runs.reading import find_runs
@@ -221,7 +221,7 @@ def test_an_interrupted_default_named_run_resumes_through_normexp_resume_and_the
             break
         time.sleep(0.05)
     job.send_signal(signal.SIGINT)
-    _, stderr = job.communicate(timeout=120)
+    _, stderr = job.communicate(timeout=SAFETY_NET_S)
     assert job.returncode == 130, stderr[-3000:]
     run = default_folder(here)
     assert "=" in run.name and "," in run.name  # named by its overrides
@@ -238,7 +238,7 @@ def test_an_interrupted_default_named_run_resumes_through_normexp_resume_and_the
     assert hint.startswith("normexp train ")
     shell = f"{shlex.quote(sys.executable)} -m normexp.cli {hint[len('normexp '):]}"
     pasted = subprocess.run(["bash", "-c", shell], cwd=elsewhere, env=cli_env, capture_output=True, text=True,
-                            timeout=300)
+                            timeout=SAFETY_NET_S)
     assert pasted.returncode == 0, f"$ {hint}\n{pasted.stderr[-3000:]}"
     assert f"resumed from step {stopped['steps_completed']}" in pasted.stderr
     assert read_summary(run)["steps_completed"] == 40 and read_summary(run)["status"] in RAN_TO_THE_END

@@ -16,7 +16,7 @@ from pathlib import Path
 import held_run
 import pytest
 import torch
-from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_summary, run_cli, scalar_events
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, TINY, cli_environment, make_corpus, read_summary, run_cli, scalar_events
 
 from normexp.runs import checkpoint as ckpt
 
@@ -77,7 +77,7 @@ class Job:
         """Wait for the exit; (exit code, all of stderr). Safe to call again."""
         code = self.proc.wait(timeout=timeout)
         if not self._drained:
-            while (line := self._queue.get(timeout=10)) is not None:
+            while (line := self._queue.get(timeout=SAFETY_NET_S)) is not None:
                 self.lines.append(line)
             self._drained = True
         return code, "".join(self.lines)

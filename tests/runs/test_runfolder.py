@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import RAN_TO_THE_END, TINY, make_corpus, read_summary
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, TINY, make_corpus, read_summary
 
 from normexp.runs import claims, process
 from normexp.runs.schema import EXECUTION_SETTINGS
@@ -40,7 +40,7 @@ def test_of_processes_racing_for_one_folder_exactly_one_claims_it(tmp_path):
     start = time.time() + 2.0  # after every interpreter has started
     racers = [subprocess.Popen([sys.executable, "-c", RACE, str(folder), str(start)], stdout=subprocess.PIPE, text=True)
               for _ in range(4)]
-    outputs = [p.communicate(timeout=60)[0].strip() for p in racers]
+    outputs = [p.communicate(timeout=SAFETY_NET_S)[0].strip() for p in racers]
     assert sorted(o.split(":")[0] for o in outputs) == ["lost", "lost", "lost", "won"], outputs
     winner = racers[[o == "won" for o in outputs].index(True)]
     assert json.loads((folder / CLAIM).read_text())["pid"] == winner.pid
@@ -384,7 +384,7 @@ def _same_second(commands, env, cwd):
     """Start the commands within one second of the clock, wait, return (returncode, stderr) each."""
     time.sleep(1 - time.time() % 1 + 0.05)  # just after a second begins
     procs = [_start(args, env, cwd) for args in commands]
-    return [(p.wait(timeout=600), p.communicate()[1]) for p in procs]
+    return [(p.wait(timeout=SAFETY_NET_S), p.communicate()[1]) for p in procs]
 
 
 @pytest.mark.slow
@@ -413,7 +413,7 @@ def test_two_runs_started_in_the_same_second_keep_both_results(tmp_path, cli_env
     (shared / "summary.json").unlink()
     before = {p: p.read_bytes() for p in shared.rglob("*") if p.is_file()}
     proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *BASE, data, f"hydra.run.dir={shared}"],
-                          env=cli_env, capture_output=True, text=True, timeout=300)
+                          env=cli_env, capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"normexp: error: hydra.run.dir={shared}: holds a run's files (normexp_run.json, checkpoints, TensorBoard "
         "events) but no summary.json; pass resume=true to continue it, or choose another folder"]
@@ -428,13 +428,13 @@ def test_a_sweep_whose_subdir_puts_two_jobs_in_one_folder_is_refused_before_any_
     train = [sys.executable, "-m", "normexp.cli", "train", "-m", *BASE, f"data.files=[{corpus}]"]
     sweep = tmp_path / "sweep"
     proc = subprocess.run([*train, "seed=0,1", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=fixed"], env=cli_env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"normexp: error: hydra.sweep.subdir=fixed: the jobs seed=0 and seed=1 would both write into {sweep}/fixed; give "
         "each job a folder of its own (the default ${hydra.job.override_dirname} names each by its overrides)"]
     assert not sweep.exists()
     proc = subprocess.run([*train, "seed=0,1", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=s${seed}"], env=cli_env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stderr
     assert {r.name: read_summary(r)["seed"] for r in find_runs(sweep)} == {"s0": 0, "s1": 1}
 
@@ -485,7 +485,7 @@ def test_a_folder_another_process_is_starting_in_is_refused_by_its_claim(tmp_pat
         before = {p: p.read_bytes() for p in shared.rglob("*") if p.is_file()}
         corpus = make_corpus(tmp_path / "c.txt", 20_000)
         proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *BASE, f"data.files=[{corpus}]",
-                               f"hydra.run.dir={shared}"], env=cli_env, capture_output=True, text=True, timeout=300)
+                               f"hydra.run.dir={shared}"], env=cli_env, capture_output=True, text=True, timeout=SAFETY_NET_S)
     finally:
         holder.kill()
         holder.wait()
@@ -521,7 +521,7 @@ def test_two_sweeps_into_one_folder_keep_both_results(tmp_path, cli_env):
     # a new sweep (no resume=true) into it: one line, exit 2, nothing touched
     before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
     proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "-m", *BASE, data, "seed=1,2",
-                           f"hydra.sweep.dir={sweep}"], env=cli_env, capture_output=True, text=True, timeout=300)
+                           f"hydra.sweep.dir={sweep}"], env=cli_env, capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"normexp: error: hydra.sweep.dir={sweep}: already holds 4 runs; pass resume=true to continue them "
         "(finished jobs are skipped), or choose another folder"]
@@ -635,7 +635,7 @@ def test_resume_continues_a_run_stranded_by_a_reboot_and_report_says_it_is_not_r
     corpus = make_corpus(tmp_path / "c.txt", 20_000)
     args = [*BASE, f"data.files=[{corpus}]", "steps=4", "checkpoint_every=2", f"hydra.run.dir={tmp_path / 'run'}"]
     train = [sys.executable, "-m", "normexp.cli", "train"]
-    first = subprocess.run([*train, *args], env=cli_env, capture_output=True, text=True, timeout=300)
+    first = subprocess.run([*train, *args], env=cli_env, capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert first.returncode == 0, first.stderr
     # make it look killed after step 2 of 4 by a process that had this test's pid before a reboot
     run = tmp_path / "run"
@@ -647,9 +647,9 @@ def test_resume_continues_a_run_stranded_by_a_reboot_and_report_says_it_is_not_r
     claim = json.loads((run / CLAIM).read_text())
     (run / CLAIM).write_text(json.dumps({**claim, "pid": os.getpid(), "pid_start": summary["pid_start"]}))
     report = subprocess.run([sys.executable, "-m", "normexp.cli", "report", str(run)], env=cli_env,
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert report.returncode == 0 and "1 killed" in report.stdout and "running" not in report.stdout, report.stdout
-    resumed = subprocess.run([*train, *args, "resume=true"], env=cli_env, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run([*train, *args, "resume=true"], env=cli_env, capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert resumed.returncode == 0, resumed.stderr
     released = [line for line in resumed.stderr.splitlines() if "released the claim" in line]
     assert released == [f"normexp: hydra.run.dir={run}: released the claim of a run whose process is gone (claimed by "

@@ -8,7 +8,7 @@ import random
 import shutil
 
 import pytest
-from conftest import TINY, make_corpus, read_csv, run_cli
+from conftest import SAFETY_NET_S, TINY, make_corpus, read_csv, run_cli
 
 from normexp.analysis import boundary
 from normexp.config.checks import ConfigError
@@ -147,7 +147,7 @@ def _search(tmp_path, env, folder, *extra, check=True):
             "steps=30", "warmup=0", "schedule=constant", "data=text", f"data.files=[{corpus}]", "seed=0,1",
             "placement=post,pre", "hydra.sweeper.lower=1e-3", "hydra.sweeper.upper=10", "hydra.sweeper.ratio=4",
             "hydra.sweeper.initial_points=3", "hydra.sweeper.budget_check=2", f"hydra.sweep.dir={folder}", *extra]
-    return run_cli(args, env, timeout=1800, check=check)
+    return run_cli(args, env, timeout=SAFETY_NET_S, check=check)
 
 
 def _runs(record_path):
@@ -186,7 +186,7 @@ def test_a_search_stopped_then_continued_elsewhere_from_its_record_alone(tmp_pat
     (elsewhere / RECORD).write_text("\n".join(kept) + "\n")
     shutil.copy(whole / RECORD, tmp_path / "whole_record.jsonl")
     done_before = {k for k in _runs(elsewhere / RECORD)}
-    resumed = run_cli(["resume", str(elsewhere)], cli_env, timeout=1800)  # the command comes from the record's header
+    resumed = run_cli(["resume", str(elsewhere)], cli_env, timeout=SAFETY_NET_S)  # the command comes from the record's header
     assert f"({stopped_after} of the runs taken from the search's record, not trained)" in resumed.stderr
     # the same probes and outcomes as uninterrupted, in the same tables
     assert _runs(elsewhere / RECORD).keys() == record.keys()

@@ -5,9 +5,7 @@ settings, into the same folder (not a one-job grid with the basic sweeper, or lo
 import shlex
 import signal
 import subprocess
-import sys
 
-import yaml
 from conftest import TINY, make_corpus
 
 import held_run
@@ -27,7 +25,7 @@ def test_interrupted_boundary_search_in_packs_prints_a_line_that_keeps_its_sweep
     try:
         held_run.wait_until_held(tmp_path / "hold", proc)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=600)
+        _, err = proc.communicate(timeout=held_run.HELD_WITHIN_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -43,12 +41,16 @@ def test_interrupted_boundary_search_in_packs_prints_a_line_that_keeps_its_sweep
     assert "resume=true" in pasted and any(a.startswith("hydra.sweep.dir=") and a.endswith(f"{sweep}'")
                                            or a == f"hydra.sweep.dir={sweep}" for a in pasted), pasted
 
-    # the line, pasted, composes the search and the packs it was started with (shown, not run)
-    shown = subprocess.run([sys.executable, "-m", "normexp.cli", *pasted[1:], "--cfg", "hydra"], env=cli_env,
-                           capture_output=True, text=True, timeout=600)
-    assert shown.returncode == 0, shown.stderr[-3000:]
-    hydra = yaml.safe_load(shown.stdout)["hydra"]
-    assert hydra["sweeper"]["_target_"].endswith("BoundarySweeper"), hydra["sweeper"]
-    assert (hydra["sweeper"]["key"], hydra["sweeper"]["lower"], hydra["sweeper"]["upper"],
-            hydra["sweeper"]["initial_points"]) == ("lr", 0.001, 0.01, 2)
-    assert hydra["launcher"]["_target_"].endswith("PackedLauncher") and hydra["launcher"]["max_members"] == 2
+    # `normexp resume FOLDER` replays the same overrides from multirun.yaml
+    from normexp.runs.resume import resume_arguments
+
+    replayed = resume_arguments(sweep)
+    assert all(setting in replayed for setting in hydra_settings), replayed
+
+    # the line's overrides compose the search and the packs it was started with (composed, not run)
+    from normexp.config.compose import compose_config
+
+    hydra = compose_config([a for a in pasted[3:] if not a.startswith(("resume=", "hydra.sweep.dir="))], hydra=True).hydra
+    assert hydra.sweeper._target_.endswith("BoundarySweeper"), hydra.sweeper
+    assert (hydra.sweeper.key, hydra.sweeper.lower, hydra.sweeper.upper, hydra.sweeper.initial_points) == ("lr", 0.001, 0.01, 2)
+    assert hydra.launcher._target_.endswith("PackedLauncher") and hydra.launcher.max_members == 2

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import RAN_TO_THE_END, TINY, read_scalars, read_summary
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, TINY, read_scalars, read_summary
 
 from normexp.runs.reading import find_runs
 
@@ -28,10 +28,10 @@ def test_torchrun_two_processes_match_one_process(tmp_path, corpus, cli_env):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     one = tmp_path / "one"
     ref = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *data, *ARGS, f"hydra.run.dir={one}"],
-                         env=cli_env, capture_output=True, text=True, timeout=120)
+                         env=cli_env, capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert ref.returncode == 0, ref.stderr[-3000:]
     try:
-        out, err = ddp.communicate(timeout=120)
+        out, err = ddp.communicate(timeout=SAFETY_NET_S)
     finally:
         ddp.kill()
     assert ddp.returncode == 0, err[-3000:]

@@ -5,7 +5,7 @@ write: OSError(ENOSPC) with no file name."""
 import subprocess
 import sys
 
-from conftest import RAN_TO_THE_END, TINY, cli_environment, make_corpus, read_summary
+from conftest import RAN_TO_THE_END, SAFETY_NET_S, TINY, cli_environment, make_corpus, read_summary
 
 FULL_ON_SECOND = """
 import errno, sys
@@ -30,7 +30,7 @@ def test_a_full_disk_mid_run_names_the_file_and_how_to_resume(tmp_path):
     args = ["train", *TINY, "steps=6", "warmup=0", "checkpoint_every=2", "keep_checkpoints=5", "data=text",
             f"data.files=[{corpus}]", f"hydra.run.dir={run}"]
     proc = subprocess.run([sys.executable, "-c", FULL_ON_SECOND, *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=SAFETY_NET_S)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].endswith(f"normexp: error: no space left on the device writing "
@@ -42,6 +42,6 @@ def test_a_full_disk_mid_run_names_the_file_and_how_to_resume(tmp_path):
     summary = read_summary(run)
     assert summary["status"] == "interrupted" and summary["steps_completed"] == 2, summary
     done = subprocess.run([sys.executable, "-m", "normexp.cli", *args, "resume=true"], env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=SAFETY_NET_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert read_summary(run)["status"] in RAN_TO_THE_END and read_summary(run)["steps_completed"] == 6

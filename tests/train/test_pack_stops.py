@@ -29,7 +29,7 @@ def test_a_pack_stopped_at_once_records_every_member_interrupted_at_its_checkpoi
         held_run.wait_until_held(hold, proc)
         for name in signals:  # the held loop never reaches its next check(): only the hard stop ends it
             proc.send_signal(getattr(signal, name))
-        _, err = proc.communicate(timeout=600)
+        _, err = proc.communicate(timeout=held_run.HELD_WITHIN_S)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from conftest import TINY, cli_environment, make_corpus, read_scalars, run_cli
+from conftest import SAFETY_NET_S, TINY, cli_environment, make_corpus, read_scalars, run_cli
 
 from normexp.config.compose import compose_config
 from normexp.config.model_config import ModelConfig
@@ -160,13 +160,13 @@ def test_a_packed_sweep_interrupted_after_three_checkpoints_resumes_bit_exact(tm
     proc = subprocess.Popen([sys.executable, "-m", "normexp.cli", *_sweep(tmp_path, corpus, stopped)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     third = [stopped / j / "checkpoints" / "step_00000030.pt" for j in jobs]
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + SAFETY_NET_S  # a safety net, not a speed limit
     while not all(p.exists() for p in third):  # the signal comes after each member's third checkpoint
         assert proc.poll() is None, f"the sweep ended before its third checkpoint:\n{proc.stdout.read()[-2000:]}"
-        assert time.monotonic() < deadline, "no third checkpoint within 240 s"
+        assert time.monotonic() < deadline, f"no third checkpoint within {SAFETY_NET_S} s: the run hung"
         time.sleep(0.01)
     proc.send_signal(signum)
-    proc.communicate(timeout=120)
+    proc.communicate(timeout=SAFETY_NET_S)
     statuses = [json.loads((stopped / j / "summary.json").read_text())["status"] for j in jobs]
     if signum != signal.SIGKILL:
         assert statuses == ["interrupted"] * 4

@@ -34,16 +34,16 @@ def test_sigterm_during_a_step_of_minutes_ends_within_seconds(tmp_path, cli_env)
         held_run.wait_until_held(hold, proc)
         assert json.loads((run / "summary.json").read_text())["status"] == "running"
         assert proc.poll() is None, "the step ended too soon to test a stop in the middle of one"
-        sent = time.time()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-        took = time.time() - sent
+        _, err = proc.communicate(timeout=held_run.HELD_WITHIN_S)  # a safety net: the step itself takes minutes
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert took < GRACE_SECONDS + 10, f"{took:.1f} s after SIGTERM"
-    assert "step 0 " not in err  # it did not wait for the step to finish
+    # it did not wait for the step to finish: the grace ran out mid-step (no timing asserted, so a
+    # slow machine cannot fail it; a step of minutes cannot end within the grace anywhere)
+    assert "step 0 " not in err
+    assert f"interrupted by SIGTERM: stopped at once (a second signal, or no step boundary within {GRACE_SECONDS:.0f} s)" in err, err[-2000:]
     summary = read_summary(run)
     assert summary["status"] == "interrupted" and summary["steps_completed"] == 0
     assert (run / ".hydra" / "config.yaml").exists() and list(run.glob("events.out.tfevents.*"))
@@ -51,7 +51,7 @@ def test_sigterm_during_a_step_of_minutes_ends_within_seconds(tmp_path, cli_env)
 
 def _one_line_exit_2(env, tmp_path, expected):
     proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "steps=1"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=held_run.HELD_WITHIN_S)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("normexp: error: NORMEXP_CACHE="), proc.stderr
@@ -93,7 +93,7 @@ def test_the_watchdog_does_not_fire_when_the_loop_stops_in_time():
             "        except Interrupted as e:\n"
             "            time.sleep(3)  # saving takes longer than the grace period: still no hard stop\n"
             "            print('stopped', e.exit_code, hard)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=held_run.HELD_WITHIN_S)
     assert out.returncode == 0 and out.stdout.strip() == "stopped 143 []", out.stderr
 
 
@@ -164,7 +164,7 @@ def test_ctrl_c_at_any_moment_of_start_up_ends_the_run_as_interrupted(tmp_path, 
                              "warmup=0", "log.progress=lines", "threads=1", f"hydra.run.dir={run}"],
                             env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + held_run.HELD_WITHIN_S  # a safety net: start-up takes minutes on a busy machine
         while not _catches_sigterm(proc.pid) and proc.poll() is None and time.time() < deadline:
             time.sleep(0.005)
         if delay == "running":
@@ -177,7 +177,7 @@ def test_ctrl_c_at_any_moment_of_start_up_ends_the_run_as_interrupted(tmp_path, 
             time.sleep(delay)
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=held_run.HELD_WITHIN_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -209,7 +209,7 @@ def test_the_start_up_handler_is_in_place_before_hydra_and_torch_are_imported(tm
             f"sys.argv = ['normexp', 'train', 'data=text', 'data.files=[{corpus}]', 'steps=1']\n"
             "main()\n")
     out = subprocess.run([sys.executable, "-c", code], env=cli_env, cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120)
+                         timeout=held_run.HELD_WITHIN_S)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == str({"hydra": ["_remember", "_remember"], "torch": ["_remember", "_remember"]})
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_corpus
+from conftest import SAFETY_NET_S, make_corpus
 
 SLEEP = 0.3
 BATCH, SEQ = 4, 32
@@ -108,7 +108,7 @@ def _child(code: str, *args: str, **env_changes) -> subprocess.CompletedProcess:
            if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_DISPLAY_ENV", "NORMEXP_OMP_WAIT")}
     env.update(env_changes)
     return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=True)
+                          timeout=SAFETY_NET_S, check=True)
 
 
 @pytest.fixture
