@@ -43,5 +43,5 @@ def test_a_pack_stopped_at_once_records_every_member_interrupted_at_its_checkpoi
         assert (summary["status"], summary["steps_completed"]) == ("interrupted", HELD_AT), (run, summary)
     stops = [line for line in err.splitlines() if re.search(rf"interrupted by {signals[0]}: stopped at once", line)]
     assert len(stops) == 2, err[-3000:]  # one line per member, each saying how to resume
-    assert all(f"the checkpoint of step {HELD_AT} is kept; resume with: normexp train -m hydra/launcher=packed" in line
-               for line in stops), stops
+    assert all(f"the checkpoint of step {HELD_AT} is kept; resume with: normexp resume {sweep}" in line
+               for line in stops), stops  # the sweep's folder: its multirun.yaml keeps hydra/launcher=packed
