@@ -60,6 +60,10 @@ GRID_RATIO = 2.0
 GRID = tuple(float(f"{5e-4 * GRID_RATIO ** k:.3g}") for k in range(10))    # 5e-4 .. 0.256
 SEED = 20250139
 TARGET, TARGET_LOW = 0.90, 0.85
+# How the depth-scatter interval's profile points were refitted: from τ̂ and τ 0.3 since issue 57
+# (depth_law.TAU_STARTS); rows without the column are from before, τ̂ only (τ stuck at 0 where τ̂ = 0).
+PROFILE_STARTS = "τ̂ and τ " + ", ".join(f"{t:g}" for t in depth_law.TAU_STARTS)
+OLD_PROFILE_STARTS = "τ̂ only (before issue 57)"
 
 
 def true_centres(rng, depths, tau: float) -> np.ndarray:
@@ -135,11 +139,12 @@ def depth_law_condition(c: dict, n: int, widths_of: int, compare_of: int) -> lis
     design = {"search": f"search to ×{SEARCH_RATIO:g}", "grid": f"×{GRID_RATIO:g} grid"}[c["design"]]
     where = {"condition": c["condition"], "depths": "-".join(map(str, c["depths"])), "sigma": c["sigma"],
              "tau": c["tau"], "design": design, "true_slope": SLOPE}
+    methods = ((True, "likelihood with depth scatter (report)"), (False, "likelihood, seeds only (before)"))
     return [{**where, **row("slope", method, hits[scatter], fitted[scatter], n if scatter else min(n, compare_of),
                             widths[scatter]),
-             "width_studies": len(widths[scatter]), "test_and_interval_disagree": disagree[scatter]}
-            for scatter, method in ((True, "likelihood with depth scatter (report)"),
-                                    (False, "likelihood, seeds only (before)"))]
+             "width_studies": len(widths[scatter]), "test_and_interval_disagree": disagree[scatter],
+             "profile_starts": PROFILE_STARTS if scatter else "-"}
+            for scatter, method in methods[:2 if compare_of else 1]]
 
 
 def optimum_coverage(rng, n: int, asym: float) -> list[dict]:
@@ -253,17 +258,19 @@ def coverage_cell(r: dict) -> str:
 
 def depth_law_markdown(table: pd.DataFrame) -> str:
     """The methods page's table of depth_law_coverage.csv: one line per condition, the interval with
-    the depth scatter term beside the seeds-only one (tests/analysis/test_stats_methods.py checks
-    that the page holds exactly this)."""
+    the depth scatter term (with the starts its profile was refitted from: rows from before issue
+    57 from τ̂ only) beside the seeds-only one (tests/analysis/test_stats_methods.py checks that the
+    page holds exactly this)."""
     lines = ["| # | depths | σ | τ | lrs | with depth scatter: covered / studies | coverage [Clopper–Pearson 95 %] "
-             "| median width | passes | seeds only: covered / studies | coverage [CP 95 %] | median width |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| median width | passes | profile refitted from | seeds only: covered / studies | coverage [CP 95 %] "
+             "| median width |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for condition, rows in table.groupby("condition", sort=True):
         new = rows[rows["method"].str.contains("depth scatter")].iloc[0]
         old = rows[rows["method"].str.contains("seeds only")].iloc[0]
         lines.append(f"| {condition} | {new['depths']} | {new['sigma']:g} | {new['tau']:g} | {new['design']} "
                      f"| {new['covered']} / {new['with_interval']} | {coverage_cell(new)} | {new['median_width']:.2f} "
-                     f"| {new['passes']} | {old['covered']} / {old['with_interval']} | {coverage_cell(old)} "
+                     f"| {new['passes']} | {new.get('profile_starts', OLD_PROFILE_STARTS)} "
+                     f"| {old['covered']} / {old['with_interval']} | {coverage_cell(old)} "
                      f"| {old['median_width']:.2f} |")
     return "\n".join(lines)
 
@@ -293,8 +300,9 @@ def run_depth_law(args) -> None:
     for c in chosen:
         t0 = time.process_time()
         rows = depth_law_condition(c, args.studies, args.widths, args.compare)
+        seeds_only = f"{rows[1]['coverage']:.3f} seeds only" if len(rows) > 1 else "seeds only not rerun"
         print(f"condition {c['condition']}: {rows[0]['coverage']:.3f} with the scatter term, "
-              f"{rows[1]['coverage']:.3f} seeds only ({time.process_time() - t0:.0f} s CPU)", flush=True)
+              f"{seeds_only} ({time.process_time() - t0:.0f} s CPU)", flush=True)
         with open(Path(tempfile.gettempdir()) / "normexp_depth_law_coverage.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             write_depth_law(pd.DataFrame(rows), args.out)
@@ -306,7 +314,10 @@ def write_depth_law(rows: pd.DataFrame, out: Path) -> None:
     table = rows
     if path.is_file():   # the other conditions' rows stay
         old = pd.read_csv(path)
-        table = pd.concat([old[~old["condition"].isin(rows["condition"])], rows])
+        if "profile_starts" not in old.columns:
+            old["profile_starts"] = np.where(old["method"].str.contains("depth scatter"), OLD_PROFILE_STARTS, "-")
+        replaced = old.set_index(["condition", "method"]).index.isin(rows.set_index(["condition", "method"]).index)
+        table = pd.concat([old[~replaced], rows])   # a method not rerun (--compare 0: seeds only) keeps its rows
     table = table.sort_values(["condition", "method"], kind="stable").reset_index(drop=True)
     table.to_csv(path, index=False)
     labels = [f"{r['depths']}, σ {r['sigma']:g}, τ {r['tau']:g}, {r['design']}: {r['method'].split(' (')[0]}"
@@ -335,7 +346,7 @@ def main() -> None:
     p.add_argument("--conditions", help="depth-law conditions to run, e.g. 0-5,12 (default: all 24)")
     p.add_argument("--widths", type=int, default=10, help="studies per condition whose full interval is found")
     p.add_argument("--compare", type=int, default=100,
-                   help="studies per condition also fitted without the depth scatter term")
+                   help="studies per condition also fitted without the depth scatter term (0: those rows kept)")
     p.add_argument("--out", type=Path, default=Path("docs/results/methods"))
     args = p.parse_args()
     if args.conditions is not None:

@@ -16,6 +16,17 @@ ones from each sweep's boundary.csv and boundary_points.csv.
 
 --out writes likelihood_slopes.csv and slope_differences.csv there: the pages' likelihood slopes
 are rendered from them (`slope_markdown`, `contrast_sentence`; tests/analysis/test_slope_pages.py).
+
+Each depth-scatter fit is also done with each seed's limit read by the failure rule per seed
+(issue 57; depth_law.seed_rule_side: only that seed's own collapse, divergence or a stall its
+×N rerun confirmed caps it; a run that learns at ×N bounds nothing from above): columns
+per_seed_* and per_seed_limits_*, and the differences' rows with rule "per seed".
+
+DeepNet's contrast alone, both readings side by side, from any boundary.csv files (new depths
+added to a study: give their folders in the glob):
+
+    PYTHONPATH=$PWD python scripts/slope_intervals.py --deepnet 'issue39_800/*/boundary.csv' \
+        [--out docs/results/depth_law]     # writes deepnet_contrast.csv
 """
 
 from __future__ import annotations
@@ -48,10 +59,13 @@ NAMES = {"post": "Post-LN", "deepnorm": "DeepNorm", "pre": "Pre-LN", "sandwich":
          "depth_mup/0.5": "Depth-μP α = ½", "depth_mup/1": "CompleteP (α = 1)"}
 
 
-def sweep_lines(folders: list[str]) -> dict[tuple, tuple]:
+def sweep_lines(folders: list, per_seed: bool = False) -> dict[tuple, tuple]:
     """{line key: ((lows, highs, log depths), [(depth, why left out)], (the same three over the
-    depths whose upper edge is a stability limit))} of the sweeps in `folders`."""
-    table, points = read_searches([LAW / f / "boundary.csv" for f in folders])  # a sweep's fixed depth filled in
+    depths whose upper edge is a stability limit))} of the sweeps in `folders` (under LAW, or
+    boundary.csv paths). `per_seed`: each seed's limit by the failure rule read per seed
+    (depth_law.seed_rule_side: only that seed's collapse, divergence or confirmed stall caps it)."""
+    tables = [f if str(f).endswith(".csv") else LAW / f / "boundary.csv" for f in folders]
+    table, points = read_searches(tables)  # a sweep's fixed depth filled in
     cols = [c for c in table.columns if c not in RESULT_COLUMNS and c != "layers"]
     out = {}
     for key, rows in table.groupby(cols, sort=True):
@@ -61,20 +75,26 @@ def sweep_lines(folders: list[str]) -> dict[tuple, tuple]:
         rows = rows.to_dict("records")
         searched = at_search_budget(mine)
         limits = [int(r["layers"]) for r in rows if (c := row_edge_class(r)) is not None and is_stability_limit(c)]
+        if per_seed:
+            at_limits = depth_law.seed_rule_side(mine[mine["layers"].astype(int).isin(limits)])[:3]
+            out[tuple(map(str, key))] = (*depth_law.likelihood_inputs(rows, mine, per_seed=True), at_limits)
+            continue
         at_limits = depth_law.upper_side(searched[searched["layers"].astype(int).isin(limits)])[:3]
         out[tuple(map(str, key))] = (*depth_law.likelihood_inputs(rows, searched), at_limits)
     return out
 
 
-def transfer_lines() -> dict[tuple, tuple]:
-    """The depth-transfer grid's lines as sweep_lines gives them (no budget check, no edge classes)."""
+def transfer_lines(per_seed: bool = False) -> dict[tuple, tuple]:
+    """The depth-transfer grid's lines as sweep_lines gives them (no budget check, no edge classes;
+    `per_seed`: by the failure rule per seed, so only a seed's own collapse or divergence caps it)."""
     runs = pd.read_csv(TRANSFER)
     runs = runs[runs["left_out"].isna()]
     runs["placement.exponent"] = runs["placement.exponent"].map(lambda v: "-" if pd.isna(v) else f"{v:g}")
     runs["learned"] = (runs["outcome"] == "learned").map({True: "yes", False: "no"})
     out = {}
     for key, mine in runs.groupby(["placement", "placement.exponent"], sort=True):
-        out[tuple(map(str, key))] = (*depth_law.likelihood_inputs([], mine[["layers", "lr", "seed", "learned"]]), None)
+        out[tuple(map(str, key))] = (*depth_law.likelihood_inputs([], mine[["layers", "lr", "seed", "learned", "outcome"]],
+                                                                  per_seed=per_seed), None)
     return out
 
 
@@ -82,29 +102,40 @@ def depths_of(z) -> str:
     return "-".join(str(d) for d in sorted({round(math.exp(v)) for v in z})) or "-"
 
 
-def fits(prefix: str, data) -> dict:
-    """Both fits of one line's data as CSV columns named from `prefix`."""
+def fits(prefix: str, data, seeds_only: bool = True) -> dict:
+    """Both fits of one line's data as CSV columns named from `prefix` (`seeds_only=False`: the
+    fit with the depth scatter term only)."""
     if data is None:
         return {}
-    new, old = depth_law.likelihood_fit(*data), depth_law.likelihood_fit(*data, scatter=False)
-    return {f"{prefix}depths": depths_of(data[2]), f"{prefix}slope": new["slope"], f"{prefix}low": new["slope_low"],
-            f"{prefix}high": new["slope_high"], f"{prefix}tau": new["depth_scatter"], f"{prefix}sigma": new["width"],
-            f"{prefix}seeds_only_slope": old["slope"], f"{prefix}seeds_only_low": old["slope_low"],
-            f"{prefix}seeds_only_high": old["slope_high"]}
+    new = depth_law.likelihood_fit(*data)
+    out = {f"{prefix}depths": depths_of(data[2]), f"{prefix}slope": new["slope"], f"{prefix}low": new["slope_low"],
+           f"{prefix}high": new["slope_high"], f"{prefix}tau": new["depth_scatter"], f"{prefix}sigma": new["width"]}
+    if seeds_only:
+        old = depth_law.likelihood_fit(*data, scatter=False)
+        out.update({f"{prefix}seeds_only_slope": old["slope"], f"{prefix}seeds_only_low": old["slope_low"],
+                    f"{prefix}seeds_only_high": old["slope_high"]})
+    return out
 
 
-def slope_rows(studies: dict) -> pd.DataFrame:
+def slope_rows(studies: dict, per_seed: dict | None = None) -> pd.DataFrame:
+    """One row per line; with `per_seed` (the same studies by the failure rule per seed) its
+    depth-scatter fits beside, columns per_seed_* and per_seed_limits_*."""
     rows = []
     for name, lines in studies.items():
         for key, (data, left, at_limits) in lines.items():
-            rows.append({"study": name, "line": "/".join(key),
-                         "left out": "; ".join(f"{d}: {why}" for d, why in left) or "-",
-                         **fits("", data), **fits("limits_", at_limits)})
+            row = {"study": name, "line": "/".join(key), "left out": "; ".join(f"{d}: {why}" for d, why in left) or "-",
+                   **fits("", data), **fits("limits_", at_limits)}
+            if per_seed is not None:
+                ps_data, _, ps_limits = per_seed[name][key]
+                row.update({**fits("per_seed_", ps_data, seeds_only=False),
+                            **fits("per_seed_limits_", ps_limits, seeds_only=False)})
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
-def difference_rows(studies: dict) -> pd.DataFrame:
-    """DeepNorm − Post-LN per CONTRASTS, at each line's own depths and at the depths both have."""
+def difference_rows(studies: dict, rule: str = "per depth") -> pd.DataFrame:
+    """DeepNorm − Post-LN per CONTRASTS, at each line's own depths and at the depths both have;
+    `rule` names how the seeds' limits were read (per depth, or per seed: `sweep_lines`)."""
     rows = []
     for name, a, b in CONTRASTS:
         lines = studies[name]
@@ -114,7 +145,7 @@ def difference_rows(studies: dict) -> pd.DataFrame:
         for depths, pair in (("own depths", own), ("common depths", common)):
             for scatter in (True, False):
                 d = depth_law.slope_difference(*pair, scatter=scatter)
-                rows.append({"study": name, "minuend": "/".join(b), "subtrahend": "/".join(a), "depths": depths,
+                rows.append({"study": name, "rule": rule, "minuend": "/".join(b), "subtrahend": "/".join(a), "depths": depths,
                              "minuend depths": depths_of(pair[1][2]), "subtrahend depths": depths_of(pair[0][2]),
                              "method": "depth scatter" if scatter else "seeds only",
                              "difference": d["difference"], "low": d["low"], "high": d["high"],
@@ -167,6 +198,34 @@ def slope_markdown(table: pd.DataFrame, study: str, limits: bool = False) -> str
     return "\n".join(out)
 
 
+def with_tau(r, prefix: str) -> str:
+    """"−0.89 [−5.72, 3.94] (0.21)"; "– (no seed capped)" where no seed's limit has an upper bound
+    by the rule at two depths (no slope)."""
+    if not math.isfinite(r[f"{prefix}slope"]):
+        return "– (no seed capped at 2 depths)"
+    return f"{interval(r[f'{prefix}slope'], r[f'{prefix}low'], r[f'{prefix}high'])} ({r[f'{prefix}tau']:.2f})"
+
+
+def per_seed_markdown(table: pd.DataFrame, studies=None) -> str:
+    """Every likelihood slope with a depth scatter term by both readings of the seeds' limits (per
+    depth: a run that did not learn within the budget caps its seed; per seed: the failure rule,
+    only that seed's collapse, divergence or confirmed stall), over the depths fitted and over the
+    stability-limit depths only; `studies`: those only (default every one)."""
+    head = ["study", "line", "depths fitted", "per depth [95 %]", "per seed [95 %] (τ̂)",
+            "stability-limit depths", "per depth [95 %]", "per seed [95 %] (τ̂)"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    chosen = table["study"].isin(studies) if studies is not None else table["study"].notna()
+    for _, r in table[chosen & table["slope"].notna()].iterrows():
+        has = isinstance(r.get("limits_depths"), str) and r["limits_depths"] != "-"
+        cells = [r["study"], line_name(r["line"]), r["depths"].replace("-", ", "), interval(r["slope"], r["low"], r["high"]),
+                 with_tau(r, "per_seed_"),
+                 r["limits_depths"].replace("-", ", ") if has else "none",
+                 interval(r["limits_slope"], r["limits_low"], r["limits_high"]) if has else "–",
+                 with_tau(r, "per_seed_limits_") if has else "–"]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def words(depths: str) -> str:
     """"2, 4 and 8" from "2-4-8"."""
     parts = depths.split("-")
@@ -174,6 +233,8 @@ def words(depths: str) -> str:
 
 
 def _difference(diffs: pd.DataFrame, depths: str, method: str) -> pd.Series:
+    if "rule" in diffs.columns:
+        diffs = diffs[diffs["rule"] == "per depth"]
     mine = diffs[(diffs["study"] == "depth_law, 800 steps") & (diffs["minuend"] == "deepnorm/xavier")
                  & (diffs["subtrahend"] == "post/xavier") & (diffs["depths"] == depths) & (diffs["method"] == method)]
     return mine.iloc[0]
@@ -196,14 +257,65 @@ def contrast_sentence(diffs: pd.DataFrame) -> str:
             + " if they may.")
 
 
+def deepnet_contrast(tables: list) -> pd.DataFrame:
+    """DeepNorm/xavier's likelihood slope minus Post-LN/xavier's, one fit of both lines, from the
+    boundary.csv files `tables` (their boundary_points.csv beside): by both readings of the seeds'
+    limits (per depth: a run that did not learn within the budget caps its seed; per seed: only
+    that seed's collapse, divergence or confirmed stall), over the depths the fit keeps and over
+    the stability-limit depths only, with and without the depth scatter term."""
+    rows = []
+    for rule, per_seed in (("per depth", False), ("per seed", True)):
+        lines = sweep_lines(tables, per_seed=per_seed)
+        post, deep = lines[("post", "xavier")], lines[("deepnorm", "xavier")]
+        for depths, pair in (("depths fitted", (post[0], deep[0])), ("stability-limit depths", (post[2], deep[2]))):
+            for scatter in (True, False):
+                d = depth_law.slope_difference(*pair, scatter=scatter)
+                rows.append({"rule": rule, "depths": depths, "DeepNorm depths": depths_of(pair[1][2]),
+                             "Post-LN depths": depths_of(pair[0][2]),
+                             "method": "depth scatter" if scatter else "seeds only",
+                             "difference": d["difference"], "low": d["low"], "high": d["high"], "tau": d["depth_scatter"]})
+    return pd.DataFrame(rows)
+
+
+def deepnet_markdown(diffs: pd.DataFrame) -> str:
+    """The contrast table as the depth_law page prints it."""
+    out = ["| seeds' limits read | depths | DeepNorm at | Post-LN at | with a depth scatter term [95 %] (τ̂) "
+           "| seeds only [95 %] |", "|---|---|---|---|---|---|"]
+    for (rule, depths), g in diffs.groupby(["rule", "depths"], sort=False):
+        s, o = (g[g["method"] == m].iloc[0] for m in ("depth scatter", "seeds only"))
+        out.append(f"| {rule} | {depths} | {words(s['DeepNorm depths'])} | {words(s['Post-LN depths'])} | "
+                   f"{interval(s['difference'], s['low'], s['high'])} ({s['tau']:.2f}) | "
+                   f"{interval(o['difference'], o['low'], o['high'])} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="write likelihood_slopes.csv and slope_differences.csv in this folder")
+    p.add_argument("--deepnet", metavar="GLOB",
+                   help="only DeepNet's contrast (DeepNorm/xavier − Post-LN/xavier), both readings of the seeds' "
+                        "limits, from the boundary.csv files matching GLOB under docs/results/depth_law "
+                        "(e.g. 'issue39_800/*/boundary.csv'); with --out also deepnet_contrast.csv there")
     args = p.parse_args()
     t0 = time.time()
+    if args.deepnet:
+        tables = sorted(LAW.glob(args.deepnet))
+        if not tables or not all(t.name == "boundary.csv" for t in tables):
+            p.exit(2, f"--deepnet {args.deepnet}: matches no boundary.csv under {LAW} (found {len(tables)} files); "
+                      f"give a glob of boundary.csv files, e.g. 'issue39_800/*/boundary.csv'\n")
+        print("tables: " + ", ".join(str(t.relative_to(LAW)) for t in tables))
+        diffs = deepnet_contrast(tables)
+        print(deepnet_markdown(diffs))
+        if args.out:
+            diffs.to_csv(args.out / "deepnet_contrast.csv", index=False)
+        print(f"wall time {time.time() - t0:.0f} s")
+        return
     studies = {name: sweep_lines(folders) for name, folders in SWEEPS.items()}
     studies["depth_transfer, 400 steps"] = transfer_lines()
-    table, diffs = slope_rows(studies), difference_rows(studies)
+    per_seed = {name: sweep_lines(folders, per_seed=True) for name, folders in SWEEPS.items()}
+    per_seed["depth_transfer, 400 steps"] = transfer_lines(per_seed=True)
+    table = slope_rows(studies, per_seed)
+    diffs = pd.concat([difference_rows(studies), difference_rows(per_seed, "per seed")], ignore_index=True)
     with pd.option_context("display.width", 250, "display.max_colwidth", 70, "display.max_rows", 200,
                            "display.max_columns", 40):
         print(table.to_string(index=False))

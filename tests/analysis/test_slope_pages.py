@@ -120,3 +120,22 @@ def test_the_csv_is_the_fit_of_the_committed_runs(study, line):
             want = [row[f"{prefix}{method}{c}"] for c in ("slope", "low", "high")]
             assert module.interval(*got) == module.interval(*want), (prefix, method, got, want)
     assert math.isfinite(row["slope"])
+
+
+def test_the_per_seed_tables_are_the_csvs():
+    """Issue 57's two tables on the depth_law page: DeepNet's contrast by both readings of the seeds'
+    limits (deepnet_contrast.csv, `--deepnet`) and every slope refitted per seed (likelihood_slopes.csv)."""
+    module = script()
+    page = (LAW / "README.md").read_text(encoding="utf-8")
+    contrast = pd.read_csv(LAW / "deepnet_contrast.csv")
+    assert module.deepnet_markdown(contrast) in page
+    assert "| per seed | depths fitted | 2, 4 and 8 | 2, 4 and 16 | 1.45 [−0.99, 3.90] (0.25) |" in page
+    table, diffs = csvs()
+    assert module.per_seed_markdown(table) in page
+    per_seed = diffs[(diffs["rule"] == "per seed") & (diffs["minuend"] == "deepnorm/xavier")
+                     & (diffs["subtrahend"] == "post/xavier") & (diffs["depths"] == "own depths")
+                     & (diffs["method"] == "depth scatter")].iloc[0]
+    same = contrast[(contrast["rule"] == "per seed") & (contrast["depths"] == "depths fitted")
+                    & (contrast["method"] == "depth scatter")].iloc[0]
+    assert module.interval(per_seed["difference"], per_seed["low"], per_seed["high"]) == \
+        module.interval(same["difference"], same["low"], same["high"])   # the two scripts' paths agree
