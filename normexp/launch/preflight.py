@@ -15,7 +15,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from ..config.checks import ConfigError
 from ..config.compose import CONFIG_NAME, compose_config, config_groups, group_options, hydra_groups, sweep_jobs
-from ..config.keys import did_you_mean, dotted, hydra_quoted, override_key, suggest_key
+from ..config.keys import did_you_mean, dotted, hydra_quoted, override_key, spaced_override, suggest_key
 from ..config.registry import build
 from ..config.resources import data_problem, training_memory_bytes
 from ..data.files import cache_root
@@ -71,6 +71,8 @@ def _check_config_name(plan: LaunchPlan) -> None:
 
 
 def _parse(overrides: list[str]) -> list:
+    if (spaced := spaced_override(overrides)) is not None:
+        fail(spaced)
     try:
         return OverridesParser.create().parse_overrides(overrides)
     except HydraException as e:
