@@ -40,11 +40,14 @@ class RunLog:
         self.config, self.run_dir, self.job, self.main, self.summary = config, run_dir, job, main, summary
         self.writing: Path | None = None  # the file a checkpoint or summary write is writing (full_disk_named)
         self.t_start = time.time()
+        self.wall_before = 0.0  # a resumed run's earlier segments (start): wall_seconds sums them all
         self.spike_rule = HampelSpikeRule(**asdict(config.loss_spike))
         self.bytes_per_token = 1.0
 
     def start(self, purge_step: int | None, step: int) -> None:
         """The run begins (or resumes at `step`; `purge_step`: where a resumed run's events start again)."""
+        if purge_step is not None:  # resumed: the summary is its checkpoint's, wall_seconds up to it
+            self.wall_before = float(self.summary.get("wall_seconds") or 0.0)
         self.summary.update(status=Status.RUNNING, **process_identity())  # tells `normexp report` a live run
         self.write_summary()
         self.writer = open_writer(self.run_dir, purge_step, self.main, layers=self.config.model.layers)
@@ -132,11 +135,16 @@ class RunLog:
         """The training state (model, optimizer, step, generators, ...) with the summary and the
         settings it was computed under, as step_XXXXXXXX.pt."""
         self.summary["steps_completed"] = state["step"]
+        self.summary["wall_seconds"] = self.wall_seconds()  # what a resume adds its own segment to
         if not self.main:
             return
         self.writing = ckpt.checkpoint_dir(self.run_dir) / f"step_{state['step']:08d}.pt"  # named if the disk refuses it
         ckpt.save(self.run_dir, {**state, "summary": self.summary, "settings": settings}, keep=self.config.keep_checkpoints)
         self.writing = None
+
+    def wall_seconds(self) -> float:
+        """Wall-clock seconds of the run so far: every segment of a resumed run, this one up to now."""
+        return round(self.wall_before + time.time() - self.t_start, 2)
 
     def write_summary(self) -> None:
         if self.main:
@@ -172,7 +180,7 @@ class RunLog:
             status = Status.STALLED
         self.summary.update(status=status, steps_completed=step, final_train_loss=last_train_loss,
                             best_val_loss=None if best_val == math.inf else best_val,
-                            tokens_per_second=tokens_per_second, wall_seconds=round(time.time() - self.t_start, 2))
+                            tokens_per_second=tokens_per_second, wall_seconds=self.wall_seconds())
         self.summary["outcome"] = outcomes.classify(self.summary)
         if self.summary.get("loss_spikes") is None and status in (Status.COMPLETED, Status.STALLED):
             log.info("loss spikes: not evaluated (%d logged train losses; the rule judges from logged loss %d on, "
