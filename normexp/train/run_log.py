@@ -24,7 +24,8 @@ from ..runs.schema import Status
 from ..runs.summary import beat_baseline, hparams_row, write_summary
 from .config import TrainConfig
 from .instruments import scalar_tags
-from .logbook import Progress, depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
+from .logbook import (Progress, depth_profile_figure, hparam_values, hparams_writer, open_writer, trial_id, write_hparams,
+                      write_scalars)
 from .signals import Interrupted, Preempted
 from .spikes import HampelSpikeRule
 
@@ -52,7 +53,10 @@ class RunLog:
         self.write_summary()
         self.writer = open_writer(self.run_dir, purge_step, self.main, layers=self.config.model.layers)
         if purge_step is None:
-            write_hparams(self.writer, hparams_row(self.summary), leading_keys(self.job.swept_keys))
+            if self.main:  # the HParams session, in its sub-run (logbook.HPARAMS_RUN)
+                with contextlib.closing(hparams_writer(self.run_dir)) as writer:
+                    write_hparams(writer, hparam_values(hparams_row(self.summary), self.config.composed),
+                                  trial_id(self.run_dir, self.job.label))
             self.writer.add_text(schema.CONFIG_TEXT, "```\n" + OmegaConf.to_yaml(self.config.composed) + "\n```", 0)
         elif purge_step % self.config.log.eval_every == 0 and self.summary.get("final_val_loss") is not None:
             # purge_step hides the old file's events from the resume step on, val/loss there included
@@ -187,10 +191,12 @@ class RunLog:
                      "loss_spike.min_points=%d; a smaller log_every logs more)",
                      len(self.summary[schema.LOSS_TRAJECTORY]["train"]), self.spike_rule.min_points + 1,
                      self.spike_rule.min_points)
-        for tag, v in schema.hparam_metric_values(self.summary).items():
-            if v is not None and math.isfinite(v):
-                self.writer.add_scalar(tag, v, step)
         self.writer.close()
+        if self.main:  # the HParams metrics, beside the session's start info
+            with contextlib.closing(hparams_writer(self.run_dir)) as writer:
+                for tag, v in schema.hparam_metric_values(self.summary).items():
+                    if v is not None and math.isfinite(v):
+                        writer.add_scalar(tag, v, step)
         self.write_summary()
         if status in (Status.COMPLETED, Status.STALLED):
             s = self.summary
