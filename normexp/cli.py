@@ -221,6 +221,8 @@ def bench(
     packs: bool = typer.Option(False, "--packs", help="Also time packs: one model alone against K of its shape trained as one (docs/speed.md#packs)."),
     all_: bool = typer.Option(False, "--all", help="--compile --sweep --startup --profiles --packs."),
     json: Path = typer.Option(Path(bench_default("json")), "--json", help="Where to write the results."),
+    quick: bool = typer.Option(False, "--quick", help="Under a minute: the default model only, the fewest steps, "
+                               "one round (--only C --instruments none --steps 6 --rounds 1 --peak-size 1024)."),
 ):
     """Time training steps on this machine: normexp vs a hand-written GPT, MFU, instrument
     overhead, model build and TensorBoard bytes per logging step; `--all` adds torch.compile,
@@ -230,7 +232,8 @@ def bench(
 
     opts = BenchOptions(only=only, shape=list(shape), instruments=instruments, steps=steps, rounds=rounds,
                         peak_size=peak_size, threads=threads, compile=compile, sweep=sweep, sweep_shape=sweep_shape,
-                        sweep_steps=sweep_steps, startup=startup, profiles=profiles, packs=packs, all=all_, json=json)
+                        sweep_steps=sweep_steps, startup=startup, profiles=profiles, packs=packs, all=all_, json=json,
+                        quick=quick)
     try:
         report, text = run(opts)
         typer.echo(text)

@@ -47,6 +47,14 @@ class BenchOptions:
     packs: bool = False
     all: bool = False
     json: Path = Path(bench_default("json"))
+    quick: bool = False
+
+
+def quick_settings() -> dict:
+    """`--quick`: the default model (C) alone, without the instrument-overhead runs, the fewest steps a timing
+    needs (min_steps), one round and a 1024² peak matmul: a first look in under a minute, where
+    the default bench takes minutes. Its figures are one round's, noisier than the best of three."""
+    return {"only": "C", "instruments": "none", "steps": min_steps(), "rounds": 1, "peak_size": 1024}
 
 
 def check_options(opts: BenchOptions, cores: int) -> tuple[dict[str, Shape], list[Shape]]:
@@ -412,6 +420,9 @@ def run(opts: BenchOptions, say=None) -> tuple[dict, str]:
     say = say or (lambda m: print(m, file=sys.stderr, flush=True))  # progress on stderr, the table on stdout
     if opts.all:
         opts.compile = opts.sweep = opts.startup = opts.profiles = opts.packs = True
+    if opts.quick:
+        for name, value in quick_settings().items():
+            setattr(opts, name, value)
     cores = available_cores()
     known, shapes = check_options(opts, cores)
     threads = opts.threads or cores

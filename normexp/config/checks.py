@@ -49,9 +49,15 @@ def require(ok: bool, key: str, value, allowed: str) -> None:
 
 def did_you_mean(word: str, candidates) -> str:
     """"did you mean X? " for the candidate closest to a misspelled `word` (difflib's
-    ratio >= 0.6), or "" when none is close."""
+    ratio >= 0.6), or "" when none is close. Case does not count: `RMS` finds rms (a candidate
+    equal to it but for case first, else the closest with both lowercased)."""
     import difflib
 
-    close = difflib.get_close_matches(word, sorted(set(candidates)), n=1)
-    return f"did you mean {close[0]}? " if close else ""
+    by_lower = {}
+    for c in sorted(set(candidates)):
+        by_lower.setdefault(str(c).lower(), c)
+    if word.lower() in by_lower:
+        return f"did you mean {by_lower[word.lower()]}? "
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1)
+    return f"did you mean {by_lower[close[0]]}? " if close else ""
 

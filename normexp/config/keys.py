@@ -39,6 +39,28 @@ def hydra_quoted(value: str) -> str:
     return f"{quote}{text}{quote}"
 
 
+def spaced_override(overrides) -> str | None:
+    """The one-line hint for an override the shell split at spaces around its `=` (`layers = 6`,
+    `layers= 6`, `layers =6`: Hydra then reads `layers` alone), or None. Checked before Hydra
+    parses, whose own error (`Error parsing override 'layers'`) names no cause."""
+    args = list(overrides)
+    for i, arg in enumerate(args):
+        after = args[i + 1] if i + 1 < len(args) else None
+        before = args[i - 1] if i else None
+        if "=" not in arg and after is not None and after.startswith("="):  # layers = 6, layers =6
+            value = after[1:] or (args[i + 2] if after == "=" and i + 2 < len(args) else "")
+            written = " ".join(args[i:i + (3 if after == "=" else 2)])
+        elif arg.endswith("=") and arg != "=" and after is not None and "=" not in after and (
+                before is None or not before.endswith("=")):  # layers= 6
+            value, written = after, f"{arg} {after}"
+            arg = arg[:-1]
+        else:
+            continue
+        return (f"'{written}': no spaces around `=` in an override (the shell splits there); "
+                f"write {arg}={value}")
+    return None
+
+
 # Hydra's folder-naming exclude list: normexp records it on a sweep's command line (launch/
 # folder_names.py), where it holds every execution and path key (~900 characters)
 DIRNAME_EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"

@@ -15,7 +15,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from ..config.checks import ConfigError
 from ..config.compose import CONFIG_NAME, compose_config, config_groups, group_options, hydra_groups, sweep_jobs
-from ..config.keys import did_you_mean, dotted, hydra_quoted, override_key, suggest_key
+from ..config.keys import did_you_mean, dotted, hydra_quoted, override_key, spaced_override, suggest_key
 from ..config.defaults import group_default, option_default, train_default
 from ..config.registry import build
 from ..config.resources import data_problem, training_memory_bytes
@@ -97,6 +97,8 @@ def _check_own_launcher(plan: LaunchPlan) -> None:
 
 
 def _parse(overrides: list[str]) -> list:
+    if (spaced := spaced_override(overrides)) is not None:
+        fail(spaced)
     try:
         return OverridesParser.create().parse_overrides(overrides)
     except HydraException as e:

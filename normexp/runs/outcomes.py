@@ -97,8 +97,9 @@ def curve(summary: dict, reference: float | None) -> str:
     `SLOPE_POINTS` validation losses (see the module's rule)."""
     from scipy import stats  # why here: ~0.3 s; the training loop imports this module (classify), reports fit curves
 
+    # step 0 is the untrained model (recorded since issue 58, as TensorBoard draws it): not the run's slope
     val = [p for p in ((summary.get("loss_trajectory") or {}).get("val") or [])
-           if len(p) == 2 and is_number(p[0]) and is_number(p[1])][-SLOPE_POINTS:]
+           if len(p) == 2 and is_number(p[0]) and is_number(p[1]) and p[0] > 0][-SLOPE_POINTS:]
     if len(val) < 3:  # two points have no noise estimate: a slope cannot be told from it
         return NEVER_LEARNED
     steps, losses = zip(*val)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..runs import schema as n
-from ..runs.schema import HPARAM_METRICS, HPARAMS
+
 from .distributed import NullWriter
 from .layer_signals import signals
 
@@ -140,48 +140,80 @@ def write_scalars(writer, tags: dict[str, float], step: int) -> None:
     writer.file_writer.add_summary(Summary(value=values), step)
 
 
-def write_hparams(writer, hparams: dict, chosen: set[str] = frozenset()) -> None:
-    """The run's HParams row into its own event file (add_hparams would open a second run
-    folder), with an experiment summary that declares the table's columns: the `chosen` keys
-    (see leading_keys; the study's axes where none is a hyperparameter), then the metrics, the
-    outcome first.
-    TensorBoard gives each column 10em and ticks the first five hyperparameters, those marked
-    varying ("differs") first, then by name: declaring every key filled those five with settings
-    no run varied and pushed the metrics off-screen. The row itself keeps every key (the sessions'
-    start info). Columns are marked varying, but a seed: a replicate sorts after the settings.
+# The sub-run (a folder of the run's folder) that holds its HParams session: the start info and
+# the HPARAM_METRICS scalars. TensorBoard's HParams takes a session's metrics from the scalar tags
+# of its own run and the runs below it: in the run's own folder that was every one of its ~300
+# tags; here it is the few HPARAM_METRICS.
+HPARAMS_RUN = "hparams"
+
+
+def hparams_writer(run_dir: Path):
+    """A SummaryWriter into the run's HParams sub-run (HPARAMS_RUN)."""
+    return _import_summary_writer()(str(Path(run_dir) / HPARAMS_RUN), flush_secs=30)
+
+
+def write_hparams(writer, hparams: dict, trial_id: str) -> None:
+    """The run's HParams session start info: every hyperparameter a user may vary (`hparams`:
+    runs.summary's hparams_row and the flattened config, hparam_values) and `trial_id`, the
+    short unique name the table's Trial ID column shows (its group name).
+    No experiment summary: TensorBoard's HParams takes the first one it finds under the logdir
+    as the whole table's columns, so one sweep's columns hid another's (`--logdir runs/` with a
+    placement sweep and an lr sweep showed placement alone). Without one it builds the columns
+    from every run's start info under the logdir: each key a column, marked varying where the
+    runs differ; it sorts the varying ones first and ticks the first five.
     Integers and values that are not numbers, strings or booleans are written as text:
     TensorBoard shows every number to five significant digits (layers 4 reads `4.0000`), a string
-    as it is; metrics get display names."""
+    as it is; None (a setting that is off) is left out: a blank cell."""
     # why here: tensorboard loads once, with the SummaryWriter (boto3 hidden: _import_summary_writer)
+    import time
+
     from tensorboard.compat.proto.summary_pb2 import Summary
-    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-    from torch.utils.tensorboard.summary import hparams as hparams_summary
+    from tensorboard.plugins.hparams import metadata, plugin_data_pb2
 
-    clean = {k: (v if isinstance(v, (float, str, bool)) else str(v)) for k, v in hparams.items() if v is not None}
-    # chosen keys that are no hyperparameter (log_every=10 on the command line): the study's axes
-    columns = [k for k in clean if k in chosen] or [k for k in clean if k in leading_keys()]
-    kinds = {bool: api_pb2.DATA_TYPE_BOOL, str: api_pb2.DATA_TYPE_STRING}
-    experiment = api_pb2.Experiment(
-        hparam_infos=[api_pb2.HParamInfo(name=k, type=kinds.get(type(clean[k]), api_pb2.DATA_TYPE_FLOAT64),
-                                         differs=k != "seed")
-                      for k in columns],
-        metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag), display_name=name)
-                      for tag, name, _ in HPARAM_METRICS])
-    content = plugin_data_pb2.HParamsPluginData(experiment=experiment, version=metadata.PLUGIN_DATA_VERSION)
+    start = plugin_data_pb2.SessionStartInfo(group_name=trial_id, start_time_secs=time.time())
+    for key, value in hparams.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            start.hparams[key].bool_value = value
+        elif isinstance(value, float):
+            start.hparams[key].number_value = value
+        else:
+            start.hparams[key].string_value = str(value)
+    content = plugin_data_pb2.HParamsPluginData(session_start_info=start, version=metadata.PLUGIN_DATA_VERSION)
     writer.file_writer.add_summary(Summary(value=[Summary.Value(
-        tag=metadata.EXPERIMENT_TAG, metadata=metadata.create_summary_metadata(content))]))
-    _, start, end = hparams_summary(clean, {m.tag: 0.0 for m in HPARAM_METRICS})
-    for s in (start, end):
-        writer.file_writer.add_summary(s)
+        tag=metadata.SESSION_START_INFO_TAG, metadata=metadata.create_summary_metadata(content))]))
 
 
-def leading_keys(swept: set[str] | frozenset[str] = frozenset()) -> set[str]:
-    """The HParams table's columns (write_hparams): the keys this job's command or sweep varies
-    (`swept`, see train.loop.JobContext), or the study's axes (placement, norm, layers, warmup,
-    lr) where it varies none but the seed. A swept seed stays a column (it tells replicates
-    apart), never one of the varied keys."""
-    varied = set(swept) - {"seed"}
-    return (varied or set(HPARAMS[:5])) | (set(swept) & {"seed"})
+def hparam_values(row: dict, composed) -> dict:
+    """Every key a user may vary, for the HParams session: `row` (runs.summary.hparams_row: the
+    hyperparameters as the run used them, the variant's settings) and every other leaf of the
+    composed config but how it ran (EXECUTION_SETTINGS: threads, device, ...), the data and
+    tokenizer options' own keys (row's `data` and `tokenizer` name them) and Hydra's. A key
+    that no run varies costs nothing: TensorBoard lists it unticked after the varying ones."""
+    from ..config.keys import dotted, plain
+    from ..runs.schema import is_execution_setting
+
+    values = dict(row)
+    for key, value in dotted(plain(composed)).items():
+        group = key.split(".")[0]
+        if key in values or group in ("hydra", "data", "tokenizer", "experiment") or is_execution_setting(key):
+            continue
+        if key.endswith(".name") and group in values:  # the group's option: row has it as `group`
+            continue
+        values[key] = value if isinstance(value, (bool, float, str)) or value is None else str(value)
+    return values
+
+
+def trial_id(run_dir: Path, label: str = "") -> str:
+    """The HParams Trial ID of a run: short and unique under runs/: a sweep's job as its sweep's
+    date/time folder and its label (`2026-11-28/14-05-00 #3 placement=post`), a single run as its
+    date/time folder (`2026-11-28/14-05-00`)."""
+    folder = Path(run_dir).resolve()
+    if label:
+        sweep = folder.parent
+        return f"{sweep.parent.name}/{sweep.name} {label}"
+    return f"{folder.parent.name}/{folder.name}"
 
 
 # the depth-profile image, in pixels: wider than TensorBoard's cards, so that "Show actual image

@@ -524,10 +524,14 @@ class Trainer(Run):
             self.diverged(*self.next_batch(), None, f"validation loss {val}", step)
 
     def evaluate_initial(self) -> None:
-        """The initial model's validation loss at step 0 (TensorBoard only), so a curve starts where
-        training does. It reads the evaluation stream alone and changes no state; summary.json's
-        losses stay the trained model's (the outcome rule reads their slope)."""
-        self.log.log_val(validation_loss(self.model, self.corpus.val, self.config, self.device, self.autocast), 0)
+        """The initial model's validation loss at step 0, so a curve starts where training does: in
+        TensorBoard and as the first point of summary.json's val trajectory (the same points as
+        TensorBoard's; the outcome rule's slope leaves step 0 out, runs/outcomes.curve). It reads
+        the evaluation stream alone and changes no state; final and best val loss stay the
+        trained model's."""
+        val = validation_loss(self.model, self.corpus.val, self.config, self.device, self.autocast)
+        self.summary[schema.LOSS_TRAJECTORY]["val"].append([0, val])
+        self.log.log_val(val, 0)
         self.meter.restart()
 
 

@@ -24,7 +24,8 @@ from ..runs.schema import Status
 from ..runs.summary import beat_baseline, hparams_row, write_summary
 from .config import TrainConfig
 from .instruments import scalar_tags
-from .logbook import depth_profile_figure, leading_keys, open_writer, write_hparams, write_scalars
+from .logbook import (depth_profile_figure, hparam_values, hparams_writer, open_writer, trial_id, write_hparams,
+                      write_scalars)
 from .progress import Progress
 from .signals import Interrupted, Preempted
 from .spikes import HampelSpikeRule
@@ -41,16 +42,22 @@ class RunLog:
         self.config, self.run_dir, self.job, self.main, self.summary = config, run_dir, job, main, summary
         self.writing: Path | None = None  # the file a checkpoint or summary write is writing (full_disk_named)
         self.t_start = time.time()
+        self.wall_before = 0.0  # a resumed run's earlier segments (start): wall_seconds sums them all
         self.spike_rule = HampelSpikeRule(**asdict(config.loss_spike))
         self.bytes_per_token = 1.0
 
     def start(self, purge_step: int | None, step: int) -> None:
         """The run begins (or resumes at `step`; `purge_step`: where a resumed run's events start again)."""
+        if purge_step is not None:  # resumed: the summary is its checkpoint's, wall_seconds up to it
+            self.wall_before = float(self.summary.get("wall_seconds") or 0.0)
         self.summary.update(status=Status.RUNNING, **process_identity())  # tells `normexp report` a live run
         self.write_summary()
         self.writer = open_writer(self.run_dir, purge_step, self.main, layers=self.config.model.layers)
         if purge_step is None:
-            write_hparams(self.writer, hparams_row(self.summary), leading_keys(self.job.swept_keys))
+            if self.main:  # the HParams session, in its sub-run (logbook.HPARAMS_RUN)
+                with contextlib.closing(hparams_writer(self.run_dir)) as writer:
+                    write_hparams(writer, hparam_values(hparams_row(self.summary), self.config.composed),
+                                  trial_id(self.run_dir, self.job.label))
             self.writer.add_text(schema.CONFIG_TEXT, "```\n" + OmegaConf.to_yaml(self.config.composed) + "\n```", 0)
         elif purge_step % self.config.log.eval_every == 0 and self.summary.get("final_val_loss") is not None:
             # purge_step hides the old file's events from the resume step on, val/loss there included
@@ -134,11 +141,16 @@ class RunLog:
         """The training state (model, optimizer, step, generators, ...) with the summary and the
         settings it was computed under, as step_XXXXXXXX.pt."""
         self.summary["steps_completed"] = state["step"]
+        self.summary["wall_seconds"] = self.wall_seconds()  # what a resume adds its own segment to
         if not self.main:
             return
         self.writing = ckpt.checkpoint_dir(self.run_dir) / f"step_{state['step']:08d}.pt"  # named if the disk refuses it
         ckpt.save(self.run_dir, {**state, "summary": self.summary, "settings": settings}, keep=self.config.keep_checkpoints)
         self.writing = None
+
+    def wall_seconds(self) -> float:
+        """Wall-clock seconds of the run so far: every segment of a resumed run, this one up to now."""
+        return round(self.wall_before + time.time() - self.t_start, 2)
 
     def write_summary(self) -> None:
         if self.main:
@@ -174,17 +186,19 @@ class RunLog:
             status = Status.STALLED
         self.summary.update(status=status, steps_completed=step, final_train_loss=last_train_loss,
                             best_val_loss=None if best_val == math.inf else best_val,
-                            tokens_per_second=tokens_per_second, wall_seconds=round(time.time() - self.t_start, 2))
+                            tokens_per_second=tokens_per_second, wall_seconds=self.wall_seconds())
         self.summary["outcome"] = outcomes.classify(self.summary)
         if self.summary.get("loss_spikes") is None and status in (Status.COMPLETED, Status.STALLED):
             log.info("loss spikes: not evaluated (%d logged train losses; the rule judges from logged loss %d on, "
                      "loss_spike.min_points=%d; a smaller log_every logs more)",
                      len(self.summary[schema.LOSS_TRAJECTORY]["train"]), self.spike_rule.min_points + 1,
                      self.spike_rule.min_points)
-        for tag, v in schema.hparam_metric_values(self.summary).items():
-            if v is not None and math.isfinite(v):
-                self.writer.add_scalar(tag, v, step)
         self.writer.close()
+        if self.main:  # the HParams metrics, beside the session's start info
+            with contextlib.closing(hparams_writer(self.run_dir)) as writer:
+                for tag, v in schema.hparam_metric_values(self.summary).items():
+                    if v is not None and math.isfinite(v):
+                        writer.add_scalar(tag, v, step)
         self.write_summary()
         if status in (Status.COMPLETED, Status.STALLED):
             s = self.summary

@@ -303,3 +303,24 @@ def test_bad_bench_arguments_are_refused_before_anything_runs(tmp_path, capsys, 
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("normexp: error: ") and message.format(**fill) in err[0], err
+
+
+def test_quick_times_the_default_model_at_the_fewest_steps_one_round(monkeypatch):
+    """`normexp bench --quick` (through the Typer app, measurements replaced by a recorder):
+    the default model C alone (no instrument-overhead runs), min_steps() steps, one round, a 1024² peak."""
+    from normexp.bench import suite
+    from normexp.bench.loops import min_steps
+    from normexp.cli import app
+
+    seen = {}
+
+    def record(shapes, corpus, tokens, steps, rounds, threads, instruments, peak_size, say):
+        seen.update(shapes=[s.name for s in shapes], steps=steps, rounds=rounds, instruments=instruments,
+                    peak_size=peak_size)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(suite, "bench_shapes", record)
+    with pytest.raises(SystemExit):
+        app(["bench", "--quick"], prog_name="normexp")
+    assert seen == {"shapes": ["C"], "steps": min_steps(), "rounds": 1, "instruments": {"none"}, "peak_size": 1024}
+    assert min_steps() == 6  # what --quick's help says

@@ -131,6 +131,9 @@ def test_the_readme_first_sweep_logs_at_least_40_points_a_tag(tmp_path, cli_env)
         assert out.returncode == 0, out.stderr[-2000:]
         events = scalar_events(run)
         counts[every] = {tag: [s for s, _ in events[tag]] for tag in ("train/loss", "grad_norm/layer_00")}
+        # summary.json's val trajectory is TensorBoard's, from step 0 (the initial model) on
+        val = read_summary(run)["loss_trajectory"]["val"]
+        assert val == [[s, pytest.approx(v, rel=1e-6)] for s, v in events["val/loss"]] and val[0][0] == 0
     expected = [*range(0, 200, 5), 199]
     assert len(expected) == 41
     assert counts["default"] == {"train/loss": expected, "grad_norm/layer_00": expected}

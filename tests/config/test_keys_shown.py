@@ -11,3 +11,44 @@ def test_the_resume_line_shows_the_exclude_list_as_a_count():
                     "hydra.sweep.dir=/x/s")
     assert len(line) < 120
     assert shown_command(["seed=0"]) == "seed=0"
+
+
+import pytest  # noqa: E402
+
+from normexp.config.checks import did_you_mean  # noqa: E402
+from normexp.config.keys import spaced_override  # noqa: E402
+
+
+@pytest.mark.parametrize("args, written, fix", [
+    (["layers", "=", "6"], "layers = 6", "layers=6"),
+    (["steps=20", "layers", "=6"], "layers =6", "layers=6"),
+    (["layers=", "6", "steps=20"], "layers= 6", "layers=6"),
+])
+def test_spaces_around_the_equals_sign_get_a_hint(args, written, fix):
+    assert spaced_override(args) == (f"'{written}': no spaces around `=` in an override (the shell splits "
+                                     f"there); write {fix}")
+
+
+def test_overrides_without_spaces_get_no_hint():
+    assert spaced_override(["layers=6", "norm=rms", "placement.alpha=2", "+x=1", "~grad_clip"]) is None
+
+
+def test_did_you_mean_ignores_case():
+    assert did_you_mean("RMS", ["layer", "rms", "rms_gemma", "derf"]) == "did you mean rms? "
+    assert did_you_mean("Rms_Gema", ["layer", "rms", "rms_gemma"]) == "did you mean rms_gemma? "
+    assert did_you_mean("DeepNorm", ["post", "pre", "deepnorm"]) == "did you mean deepnorm? "
+    assert did_you_mean("xyz", ["layer", "rms"]) == ""
+
+
+@pytest.mark.parametrize("args, line", [
+    (["norm=RMS"], "did you mean rms?"),
+    (["layers", "=", "6"], "write layers=6"),
+])
+def test_the_cli_says_it_in_one_line_exit_2(args, line, cli_env, tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *args], env=cli_env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
+    assert line in out.stderr and not (tmp_path / "runs").exists()

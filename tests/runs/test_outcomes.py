@@ -138,3 +138,13 @@ def test_two_evaluations_cannot_tell_slow_from_stuck_and_keep_the_old_name():
     # a line through two points has no noise estimate: never_learned, as before the curve was read
     assert outcomes.classify(curve_summary([3.30, 3.05])) == NEVER_LEARNED
     assert outcomes.not_going(NEVER_LEARNED) and NEVER_LEARNED in outcomes.OUTCOMES
+
+
+def test_the_initial_models_val_point_is_not_the_runs_slope():
+    """summary.json's val trajectory starts at step 0 (the untrained model, ~ln 256 = 5.5) since
+    issue 58. A run on the plateau with two evaluations after it: still never_learned (two points
+    have no slope), and its lowest loss is unchanged; with step 0 counted it would read "slow"."""
+    s = summary("stalled", [5.0, 3.4, 3.05, 2.95, 3.06, 2.90, 3.02], [3.01, 2.99])
+    s["loss_trajectory"]["val"].insert(0, [0, 5.5])
+    assert outcomes.lowest_loss(s) == pytest.approx(2.90)
+    assert outcomes.classify(s) == NEVER_LEARNED

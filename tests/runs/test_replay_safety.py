@@ -235,7 +235,7 @@ def test_an_interrupted_default_named_run_resumes_through_normexp_resume_and_the
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
-    assert hint.startswith("normexp train ")
+    assert hint.startswith("normexp resume ")  # the run's folder, shell-quoted (issue 58)
     shell = f"{shlex.quote(sys.executable)} -m normexp.cli {hint[len('normexp '):]}"
     pasted = subprocess.run(["bash", "-c", shell], cwd=elsewhere, env=cli_env, capture_output=True, text=True,
                             timeout=SAFETY_NET_S)

@@ -156,62 +156,46 @@ def test_the_log10_ratio_is_the_log10_of_last_over_first():
     assert math.isnan(tags([1.0, math.nan])["stability/log10_grad_norm_last_over_first"])
 
 
-def hparams_table(chosen, hparams=None):
-    """The HParams table's columns as TensorBoard 2.x builds them from write_hparams' experiment:
-    the hyperparameters sorted with "differs" first, then by name (its backend), the first five
-    ticked (its frontend), then the metrics in their declared order, the first five ticked."""
+def test_the_hparams_session_declares_no_table_and_keeps_every_key():
+    """write_hparams writes the run's session start info only (no experiment summary, which
+    TensorBoard would take as every run's columns): every key, integers as text (TensorBoard
+    shows numbers to five digits), floats as numbers, booleans as booleans, None left out; the
+    trial ID as the session's group name."""
     from tensorboard.plugins.hparams import metadata
 
     from normexp.train.logbook import write_hparams
 
     writer = Recorder()
-    hparams = hparams or {"placement": "pre", "norm": "layer", "layers": 4, "warmup": 100, "lr": 0.01, "seed": 0,
-                          "d_model": 32, "heads": 2, "steps": 100, "batch_size": 8, "seq_len": 32, "data": "shakespeare"}
-    write_hparams(writer, hparams, chosen)
-    [experiment] = [metadata.parse_experiment_plugin_data(v.metadata.plugin_data.content)
-                    for s in writer.summaries for v in s.value if v.tag == metadata.EXPERIMENT_TAG]
-    infos = sorted(experiment.hparam_infos, key=lambda h: (not h.differs, h.name))
-    return [h.name for h in infos][:5] + [m.display_name for m in experiment.metric_infos][:5]
-
-
-def test_hparams_table_leads_with_the_swept_keys_then_the_outcome():
-    """The issue's 6-job sweep (placement × warmup): the table's ticked columns are the two swept
-    keys, then the status, then the validation losses; nothing no run varied comes between."""
-    from normexp.train.logbook import leading_keys
-
-    columns = hparams_table(leading_keys({"placement", "warmup"}))
-    assert columns[:2] == ["placement", "warmup"]
-    assert columns[2].startswith("status: 0 running, 1 completed, 2 stalled, 3 diverged")
-    assert columns[3:5] == ["final val loss", "best val loss"]
-    # at 1,600 px TensorBoard shows Trial ID, Show Metrics and about six 10em columns: the status
-    # and the final validation loss are among them
-    assert len(columns) >= 6 and columns.index("final val loss") < 6
-
-
-def test_hparams_columns_keep_a_swept_seed_after_the_settings_and_fall_back_to_the_study_axes():
-    from normexp.train.logbook import leading_keys
-
-    # replicates: the seed is a column, after the varied setting
-    assert hparams_table(leading_keys({"placement", "seed"}))[:2] == ["placement", "seed"]
-    # a run that varies nothing (or nothing but log_every): the study's five axes, by name
-    study = ["layers", "lr", "norm", "placement", "warmup"]
-    assert hparams_table(leading_keys(set()))[:5] == study
-    assert hparams_table(leading_keys({"log_every"}))[:5] == study
-    assert hparams_table(leading_keys({"seed"}))[:6] == study + ["status: 0 running, 1 completed, 2 stalled, "
-                                                                 "3 diverged, 4 failed, 5 interrupted, 6 requeued"]
-
-
-def test_the_hparams_row_keeps_every_key():
-    """The declared columns are few; the run's row (the session start info) keeps every value."""
-    from tensorboard.plugins.hparams import metadata
-
-    from normexp.train.logbook import leading_keys, write_hparams
-
-    writer = Recorder()
-    write_hparams(writer, {"placement": "pre", "warmup": 0, "d_model": 32, "lr": 0.01}, leading_keys({"placement"}))
+    write_hparams(writer, {"placement": "pre", "warmup": 0, "d_model": 32, "lr": 0.01, "qk_norm": False,
+                           "grad_clip": None}, "2026-11-28/10-00-00 #0 placement=pre")
+    tags = [v.tag for s in writer.summaries for v in s.value]
+    assert tags == [metadata.SESSION_START_INFO_TAG]  # no metadata.EXPERIMENT_TAG
     [start] = [metadata.parse_session_start_info_plugin_data(v.metadata.plugin_data.content)
-               for s in writer.summaries for v in s.value if v.tag == metadata.SESSION_START_INFO_TAG]
-    assert set(start.hparams) == {"placement", "warmup", "d_model", "lr"}
+               for s in writer.summaries for v in s.value]
+    assert set(start.hparams) == {"placement", "warmup", "d_model", "lr", "qk_norm"}
+    assert start.hparams["d_model"].string_value == "32" and start.hparams["warmup"].string_value == "0"
+    assert start.hparams["lr"].number_value == 0.01 and start.hparams["qk_norm"].bool_value is False
+    assert start.group_name == "2026-11-28/10-00-00 #0 placement=pre"
+
+
+def test_trial_ids_are_the_sweep_folder_and_the_job_label(tmp_path):
+    from normexp.train.logbook import trial_id
+
+    job = tmp_path / "multirun" / "2026-11-28" / "10-00-00" / "placement=post,lr=0.01"
+    assert trial_id(job, "#3 placement=post") == "2026-11-28/10-00-00 #3 placement=post"
+    assert trial_id(tmp_path / "2026-11-28" / "09-59-01") == "2026-11-28/09-59-01"
+
+
+def test_the_hparams_values_hold_the_config_but_how_it_ran():
+    from normexp.config.compose import compose_config
+    from normexp.runs.summary import hparams_row, summary_record
+    from normexp.train.logbook import hparam_values
+
+    cfg = compose_config(["placement=deepnorm", "threads=1", "log.progress=off"])
+    values = hparam_values(hparams_row(summary_record(cfg)), cfg)
+    assert {"placement", "lr", "warmup", "optim.weight_decay", "log_every", "eval_every", "z_loss"} <= set(values)
+    assert values["placement"] == "deepnorm" and "placement.name" not in values
+    assert not {"threads", "device", "log.progress", "resume", "data.files", "hydra.run.dir"} & set(values)
 
 
 def test_depth_profile_image_is_at_least_1000_pixels_wide():

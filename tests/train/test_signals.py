@@ -249,3 +249,34 @@ def test_a_sweep_job_is_resumed_by_its_sweep_folder(tmp_path):
     assert resume_folder_command(sweep / "seed=0") == f"normexp resume '{(sweep / 'seed=0').resolve()}'"
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
     assert resume_folder_command(sweep / "seed=0") == f"normexp resume '{sweep.resolve()}'"
+
+
+def test_wall_seconds_sums_every_segment_of_a_resumed_run(tmp_path, cli_env):
+    """A run held 12 s at step 2 and stopped (Ctrl-C), then resumed to its end: the final
+    wall_seconds is the first segment's (≥ 12 s, as its summary says) plus the resumed one's,
+    which is at most the resuming process's own elapsed time."""
+    from conftest import TINY, run_cli
+
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
+    run, hold = tmp_path / "run", tmp_path / "hold"
+    args = ["train", *TINY, "data=text", f"data.files=[{corpus}]", "steps=12", "log_every=1", "eval_every=12",
+            f"hydra.run.dir={run}"]
+    proc = subprocess.Popen(held_run.command(hold, 2, args), env=cli_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        held_run.wait_until_held(hold, proc)
+        time.sleep(12)
+        proc.send_signal(signal.SIGINT)
+        held_run.release(hold)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first = read_summary(run)
+    assert first["status"] == "interrupted" and first["wall_seconds"] >= 12
+    started = time.time()
+    run_cli(["resume", str(run)], cli_env)
+    elapsed = time.time() - started
+    final = read_summary(run)
+    assert final["steps_completed"] == 12
+    assert first["wall_seconds"] < final["wall_seconds"] <= first["wall_seconds"] + elapsed
