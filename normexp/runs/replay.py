@@ -31,7 +31,7 @@ LAUNCHER_SETTINGS = frozenset({
     "stderr_to_stdout"})
 # the boundary sweeper's search settings (its `params`, the sweep grid, is refused on any command line)
 SWEEPER_SETTINGS = frozenset({"key", "lower", "upper", "ratio", "initial_points", "lower_ratio", "schedule",
-                              "parallel", "budget_check"})
+                              "parallel", "budget_check", "max_hours"})
 # Hydra settings normexp itself puts on a command line it records (the sweep's folder naming)
 # or that its docs offer, with what each takes
 _HYDRA_SETTINGS = {

@@ -137,6 +137,18 @@ def test_what_normexp_records_is_replayed(override):
     assert refusal(override) is None
 
 
+def test_every_search_setting_of_the_boundary_sweeper_is_replayed():
+    """The replay allow-list names the sweeper's settings by hand; it must hold each field of the
+    sweeper's own config (its grid, params, excepted), or a search run with that setting cannot be
+    continued by `normexp resume` (seen: hydra.sweeper.max_hours, refused from a search's record)."""
+    from dataclasses import fields
+
+    from hydra_plugins.normexp_boundary_sweeper.boundary_sweeper import BoundarySweeperConf
+    from normexp.runs.replay import SWEEPER_SETTINGS
+
+    assert {f.name for f in fields(BoundarySweeperConf)} - {"_target_", "params"} == SWEEPER_SETTINGS
+
+
 @pytest.mark.parametrize("override, why", [
     (ATTACK_TARGET, "hydra.callbacks"),
     ("+hydra.callbacks.x._args_=[/etc/passwd]", "hydra.callbacks"),
