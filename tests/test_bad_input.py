@@ -29,7 +29,7 @@ CASES = [
     ("heads-not-dividing", ["heads=3"], "heads=3: must divide d_model=32"),
     ("zero-layers", ["layers=0"], "layers=0"),
     ("negative-lr", ["lr=-1"], "lr=-1"),
-    ("warmup-longer-than-steps", ["warmup=10"], "warmup=10"),
+    ("fractional-warmup", ["warmup=2.5"], "warmup=2.5: must be an integer step count"),  # longer than steps: a warning
     ("negative-warmup", ["warmup=-1"], "warmup=-1"),
     ("negative-deepnorm-alpha", ["placement=deepnorm", "placement.alpha=-1"], "placement.alpha=-1"),
     ("word-deepnorm-alpha", ["placement=deepnorm", "placement.beta=foo"], "placement.beta=foo"),

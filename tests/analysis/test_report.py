@@ -19,7 +19,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """6 jobs (2 placements × warmup 0, 5, 50; warmup=50 > steps=12 fails), one more job with
+    """6 jobs (2 placements × warmup 0, 5, 2.5; warmup=2.5, not a whole step count, fails), one more job with
     an absurd learning rate that diverges, and a copy of a finished run whose summary.json
     is set back to what a run still going holds (status running, no final numbers)."""
     folder = tmp_path_factory.mktemp("report")
@@ -27,7 +27,7 @@ def sweep(tmp_path_factory):
     sweep_dir = folder / "sweeps"  # two sweeps side by side: report takes any folder holding runs
     env = cli_environment(folder / "cache")
     common = ["data=text", f"data.files=[{corpus}]", "steps=12", "log_every=4", "eval_every=4", *TINY]
-    run_cli(["train", "-m", "placement=pre,post", "warmup=0,5,50", *common, f"hydra.sweep.dir={sweep_dir / 'grid'}"], env)
+    run_cli(["train", "-m", "placement=pre,post", "warmup=0,5,2.5", *common, f"hydra.sweep.dir={sweep_dir / 'grid'}"], env)
     run_cli(["train", "-m", "placement=post", "warmup=0", "lr=100", *common, f"hydra.sweep.dir={sweep_dir / 'lr'}"], env)
     finished = next(p.parent for p in sweep_dir.glob("*/*/summary.json")
                     if "placement=pre" in p.parent.name and p.parent.name.endswith("warmup=5"))
@@ -100,7 +100,7 @@ def test_table_lists_every_run_with_its_status_and_numbers(sweep):
         unmatched.remove(match[0])
     diverged = next(s for s in runs.values() if s["status"] == "diverged")
     assert diverged["diverged_at_step"] is not None
-    assert "warmup=50: must be an integer step count" in stdout  # the failed jobs' error is shown
+    assert "warmup=2.5: must be an integer step count" in stdout  # the failed jobs' error is shown
 
 
 @pytest.mark.slow

@@ -112,7 +112,7 @@ def test_an_explicit_log_every_is_kept_and_auto_is_resolved_on_reading(cli_env):
 @pytest.mark.parametrize("value", ["0", "-5", "often", "2.5"])
 def test_a_bad_log_every_is_one_line_naming_auto(cli_env, value):
     out = subprocess.run([sys.executable, "-m", "normexp.cli", "train", f"log_every={value}"], env=cli_env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert out.returncode == 2 and 'must be "auto" or a positive integer' in out.stderr, out.stderr[-2000:]
 
 
@@ -127,7 +127,7 @@ def test_the_readme_first_sweep_logs_at_least_40_points_a_tag(tmp_path, cli_env)
         out = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *TINY, "layers=1", "d_model=16",
                               "seq_len=16", "batch_size=2", "eval_batches=1", "data=text", f"data.files=[{corpus}]",
                               "steps=200", "eval_every=200", "log.model_update=false", *chosen,
-                              f"hydra.run.dir={run}"], env=cli_env, capture_output=True, text=True, timeout=600)
+                              f"hydra.run.dir={run}"], env=cli_env, capture_output=True, text=True, timeout=SAFETY_NET_S)
         assert out.returncode == 0, out.stderr[-2000:]
         events = scalar_events(run)
         counts[every] = {tag: [s for s, _ in events[tag]] for tag in ("train/loss", "grad_norm/layer_00")}

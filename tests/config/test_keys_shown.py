@@ -14,6 +14,7 @@ def test_the_resume_line_shows_the_exclude_list_as_a_count():
 
 
 import pytest  # noqa: E402
+from conftest import SAFETY_NET_S  # noqa: E402
 
 from normexp.config.checks import did_you_mean  # noqa: E402
 from normexp.config.keys import spaced_override  # noqa: E402
@@ -49,6 +50,6 @@ def test_the_cli_says_it_in_one_line_exit_2(args, line, cli_env, tmp_path):
     import sys
 
     out = subprocess.run([sys.executable, "-m", "normexp.cli", "train", *args], env=cli_env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
     assert line in out.stderr and not (tmp_path / "runs").exists()

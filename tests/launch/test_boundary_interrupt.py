@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from conftest import make_corpus
+from conftest import SAFETY_NET_S, make_corpus
 
 from normexp.analysis import boundary
 from normexp.launch import boundary_schedule
@@ -27,12 +27,12 @@ def test_an_interrupted_schedule_starts_nothing_more_and_judges_none_of_the_runs
     def launch_one(job):
         started.append(job)
         if len(started) <= 2:
-            both_going.wait(timeout=60)
-            release.wait(timeout=60)  # the runs going come back after the signal, interrupted
+            both_going.wait(timeout=SAFETY_NET_S)
+            release.wait(timeout=SAFETY_NET_S)  # the runs going come back after the signal, interrupted
         return {"status": "interrupted"}
 
     def ctrl_c():
-        both_going.wait(timeout=60)
+        both_going.wait(timeout=SAFETY_NET_S)
         signum[0] = signal.SIGINT
         release.set()
 
@@ -64,7 +64,7 @@ def test_ctrl_c_of_a_boundary_search_on_two_joblib_slots_saves_both_runs_going(t
         else:
             pytest.fail(f"the two runs never reached step 20:\n{(tmp_path / 'search.log').read_text()[-3000:]}")
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at a terminal: the search and its workers
-        rc = proc.wait(timeout=600)
+        rc = proc.wait(timeout=SAFETY_NET_S)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -4,14 +4,14 @@ folder, its claim, multirun.yaml), in the dry run (`--cfg job`) as in the real o
 import re
 
 import pytest
-from conftest import run_cli
+from conftest import SAFETY_NET_S, run_cli
 
 TINY = ["layers=2", "d_model=32", "heads=2", "seq_len=16", "batch_size=4", "threads=1", "steps=2"]
 
 
 def refused(args, cli_env, tmp_path) -> str:
     """The one line `normexp train ARGS` exits 2 with; nothing was created under tmp_path/sw."""
-    proc = run_cli(["train", *args], cli_env, check=False, timeout=600, cwd=tmp_path)
+    proc = run_cli(["train", *args], cli_env, check=False, timeout=SAFETY_NET_S, cwd=tmp_path)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert not (tmp_path / "sw").exists()
@@ -76,7 +76,7 @@ def test_a_failure_inside_a_pack_is_one_line_and_the_sweep_closes(tmp_path, cli_
     (tmp_path / "small.txt").write_text(("the king and queen speak to the ghost at night. " * 70)[:3000])
     proc = run_cli(["train", "-m", "data=text", f"data.files=[{tmp_path / 'small.txt'}]", "layers=2", "d_model=32",
                     "heads=2", "seq_len=512", "batch_size=2", "threads=1", "steps=2", "seed=0,1",
-                    "hydra/launcher=packed", "hydra.sweep.dir=sw"], cli_env, check=False, timeout=600, cwd=tmp_path)
+                    "hydra/launcher=packed", "hydra.sweep.dir=sw"], cli_env, check=False, timeout=SAFETY_NET_S, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out, out[-3000:]
     assert sum("pack failed: seq_len=512" in line for line in out.splitlines()) == 1, out[-3000:]

@@ -104,19 +104,19 @@ def test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted
     data = ["data=text", f"data.files=[{corpus}]"]
     sweep = tmp_path / "sweep"
     proc = subprocess.Popen([sys.executable, "-m", "normexp.cli", "train", "-m", *SLURM, *data, *LONG,
-                             "hydra.launcher.max_num_timeout=SAFETY_NET_S", f"hydra.sweep.dir={sweep}"],
+                             "hydra.launcher.max_num_timeout=2", f"hydra.sweep.dir={sweep}"],
                             env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     reference = tmp_path / "reference"  # the same run, uninterrupted, outside SLURM (also one thread)
     ref = subprocess.Popen([sys.executable, "-m", "normexp.cli", "train", *data, *LONG, f"hydra.run.dir={reference}"],
                            env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         log = lambda: next(iter(sweep.glob("*/train.log")), None)  # noqa: E731
-        wait_for(lambda: log() and "step 300 " in log().read_text(), "step 300 of the SLURM run", 300, proc)
+        wait_for(lambda: log() and "step 300 " in log().read_text(), "step 300 of the SLURM run", SAFETY_NET_S, proc)
         # one job: a plain job id (an array only for two or more)
         job_id = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
         # what SLURM sends signal_delay_s before a time limit, and on preemption
         subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=SAFETY_NET_S)
-        wait_for(lambda: scontrol_job(job_id).get("JobState") == "PENDING", "the requeued job", 120, proc)
+        wait_for(lambda: scontrol_job(job_id).get("JobState") == "PENDING", "the requeued job", SAFETY_NET_S, proc)
         stopped = read_summary(log().parent)
         assert stopped["status"] == "requeued" and stopped["requeues"] == 1
         assert 300 <= stopped["steps_completed"] < 1500, stopped

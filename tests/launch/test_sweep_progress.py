@@ -76,12 +76,12 @@ LINE = re.compile(r"^sweep (\d)/4 done, (\d) failed, (\d+):(\d\d) elapsed, ETA (
 
 @pytest.mark.slow
 def test_a_joblib_sweep_shows_one_progress_line_labelled_jobs_and_a_closing_summary(tmp_path, corpus, cli_env):
-    """Four jobs on two joblib workers, two of which fail (warmup above steps): a line per
+    """Four jobs on two joblib workers, two of which fail (lr=-1, impossible): a line per
     finished job with the counts so far and the estimate from the finished jobs, each job's
     console lines under its label, and the closing line naming `normexp report`."""
     folder = tmp_path / "sweep"
     proc = run_cli(["train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "data=text",
-                    f"data.files=[{corpus}]", *SMALL, "seed=0,1", "warmup=0,50", f"hydra.sweep.dir={folder}"],
+                    f"data.files=[{corpus}]", *SMALL, "seed=0,1", "lr=0.001,-1", f"hydra.sweep.dir={folder}"],
                    cli_env, check=False)
     lines = proc.stderr.splitlines()
     assert proc.returncode == 0, proc.stderr[-3000:]  # some jobs ran to the end
@@ -89,11 +89,11 @@ def test_a_joblib_sweep_shows_one_progress_line_labelled_jobs_and_a_closing_summ
     progress = [LINE.match(ln) for ln in lines if ln.startswith("sweep ") and " done, " in ln]
     assert all(progress), [ln for ln in lines if ln.startswith("sweep ")]
     assert [int(m[1]) for m in progress] == [1, 2, 3, 4]  # one line per finished job
-    # each job's folder name holds its overrides: seed=S,...,warmup=W
-    statuses = {",".join(p for p in run.name.split(",") if p.startswith(("seed=", "warmup="))):
+    # each job's folder name holds its overrides, sorted: lr=L,...,seed=S
+    statuses = {",".join(p for p in run.name.split(",") if p.startswith(("lr=", "seed="))):
                 read_summary(run)["status"] for run in find_runs(folder)}
-    jobs = {f"#{i} seed={s} warmup={w}": f"seed={s},warmup={w}" for i, (s, w) in
-            enumerate([(0, 0), (0, 50), (1, 0), (1, 50)])}  # Hydra's numbering: the last key varies fastest
+    jobs = {f"#{i} seed={s} lr={lr}": f"lr={lr},seed={s}" for i, (s, lr) in
+            enumerate([(0, "0.001"), (0, -1), (1, "0.001"), (1, -1)])}  # Hydra's numbering: the last key varies fastest
     assert sorted(m[7] for m in progress) == sorted(jobs)
     failed = 0
     for m in progress:
@@ -130,7 +130,7 @@ def test_the_callback_delivers_the_results_the_launcher_returned(tmp_path, corpu
     monkeypatch.chdir(tmp_path)
     KeptReturns.returns.clear()
     plan = LaunchPlan.parse(["-m", "data=text", f"data.files=[{corpus}]", *SMALL, "steps=2", "seed=0",
-                             "warmup=0,50", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                             "lr=0.001,-1", f"hydra.sweep.dir={tmp_path / 'sweep'}",
                              f"+hydra.callbacks.kept._target_={__name__}.KeptReturns"])
     outcome = run_hydra(plan)
     from hydra.core.utils import JobStatus

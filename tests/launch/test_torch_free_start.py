@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import cli_environment
+from conftest import SAFETY_NET_S, cli_environment
 
 from normexp.launch.devices import cuda_driver_loadable
 
@@ -22,14 +22,14 @@ PROBE = ("import atexit, sys\n"
 def normexp_without_torch(args, tmp_path) -> subprocess.CompletedProcess:
     env = {**cli_environment(tmp_path / "cache"), "PYTHONUTF8": "1"}
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=SAFETY_NET_S)
     assert proc.stderr.splitlines()[-1] == "heavy imports: []", proc.stderr[-2000:]
     return proc
 
 
 def test_importing_the_command_line_leaves_torch_unloaded(tmp_path):
     proc = subprocess.run([sys.executable, "-c", "import sys, normexp.cli; print('torch' in sys.modules)"],
-                          env=cli_environment(tmp_path / "cache"), capture_output=True, text=True, timeout=300)
+                          env=cli_environment(tmp_path / "cache"), capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.stdout.strip() == "False", proc.stderr
 
 
@@ -66,7 +66,7 @@ def test_a_changed_model_setting_is_still_checked_by_the_model(tmp_path):
     """Only the model's classes know their settings' rules: a changed one is asked of them (torch)."""
     env = {**cli_environment(tmp_path / "cache"), "PYTHONUTF8": "1"}
     proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "placement=deepnorm", "placement.alpha=abc"],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 2 and 'placement.alpha=abc: must be "auto" or a number > 0' in proc.stderr
 
 

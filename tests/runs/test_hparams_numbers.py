@@ -17,8 +17,8 @@ def _start_info(writer):
 
 def test_an_explicit_whole_number_for_a_float_setting_is_logged_as_the_number():
     written, default = Recorder(), Recorder()
-    write_hparams(written, hparams_row({"z_loss": 0, "lr": 1, "layers": 4}))  # as the command line gives them
-    write_hparams(default, hparams_row({"z_loss": 0.0, "lr": 1.0, "layers": 4}))  # as train.yaml gives them
+    write_hparams(written, hparams_row({"z_loss": 0, "lr": 1, "layers": 4}), "t")  # as the command line gives them
+    write_hparams(default, hparams_row({"z_loss": 0.0, "lr": 1.0, "layers": 4}), "t")  # as train.yaml gives them
     for writer in (written, default):
         start = _start_info(writer).hparams
         assert start["z_loss"].WhichOneof("kind") == "number_value" and start["z_loss"].number_value == 0.0

@@ -345,7 +345,7 @@ def test_sigterm_and_sigint_save_a_checkpoint_and_exit_143_and_130(tmp_path, cor
         assert "Traceback" not in stderr
         (message,) = [line for line in stderr.splitlines() if "interrupted by" in line]
         assert f"interrupted by {name} at step {summary['steps_completed']}: checkpoint saved" in message
-        assert "resume=true" in message and f"hydra.run.dir={run_dir}" in message
+        assert message.endswith(f"resume with: normexp resume {run_dir}")
         last_logged = scalar_events(run_dir)["train/loss"][-1][0]
         assert last_logged == summary["steps_completed"] - 1  # TensorBoard was flushed
 

@@ -509,12 +509,20 @@ def test_two_sweeps_into_one_folder_keep_both_results(tmp_path, cli_env):
     assert len(sweeps) == 2 and sorted(len(find_runs(s)) for s in sweeps) == [2, 2]
     assert sorted(read_summary(r)["lr"] for r in find_runs(tmp_path / "runs")) == [1e-3, 1e-3, 2e-3, 2e-3]
 
-    # one named folder, both sweeps adding their jobs (resume=true): all four results kept
+    # one named folder, two sweeps adding their jobs (resume=true): while one writes into it the
+    # other is refused in one line (they would count each other's jobs and overwrite multirun.yaml);
+    # started again once the first has ended, it adds its jobs: all four results kept
     sweep = tmp_path / "sweep"
-    done = _same_second([["-m", *BASE, data, "seed=1,2", "resume=true", f"hydra.sweep.dir={sweep}"],
-                         ["-m", *BASE, data, "seed=1,2", "lr=1e-3", "resume=true", f"hydra.sweep.dir={sweep}"]],
-                        cli_env, tmp_path)
-    assert [code for code, _ in done] == [0, 0], done
+    commands = [["-m", *BASE, data, "seed=1,2", "resume=true", f"hydra.sweep.dir={sweep}"],
+                ["-m", *BASE, data, "seed=1,2", "lr=1e-3", "resume=true", f"hydra.sweep.dir={sweep}"]]
+    done = _same_second(commands, cli_env, tmp_path)
+    assert sorted(code for code, _ in done) in ([0, 0], [0, 2]), done  # [0, 0]: the first ended before the second began
+    for command, (code, err) in zip(commands, done):
+        if code == 2:
+            lines = err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith(
+                f"normexp: error: hydra.sweep.dir={sweep}: another sweep writes into it now"), err
+            assert _same_second([command], cli_env, tmp_path)[0][0] == 0
     assert sorted((s["lr"], s["seed"]) for s in map(read_summary, find_runs(sweep))) == [
         (1e-3, 1), (1e-3, 2), (2e-3, 1), (2e-3, 2)]
 

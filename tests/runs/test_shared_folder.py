@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import SAFETY_NET_S
+
 from normexp.runs import safe_files
 from normexp.runs.reading import read_runs
 
@@ -83,7 +85,7 @@ def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("trained")
     corpus = make_corpus(tmp / "c.txt")
     run_cli(["train", *TRAIN, f"data.files=[{corpus}]", f"hydra.run.dir={tmp / 'run'}"],
-            cli_environment(tmp / "cache"), timeout=600)
+            cli_environment(tmp / "cache"), timeout=SAFETY_NET_S)
     return corpus, tmp / "run"
 
 
@@ -122,7 +124,7 @@ def test_resuming_a_folder_that_holds_a_link_is_one_line_and_touches_nothing(tmp
     link.symlink_to(target)
     before = {p: p.read_bytes() for p in (target.rglob("*") if target.is_dir() else [target]) if p.is_file()}
     proc = run_cli(["train", *TRAIN, f"data.files=[{corpus}]", "resume=true", f"hydra.run.dir={run}"], cli_env,
-                   check=False, timeout=600)
+                   check=False, timeout=SAFETY_NET_S)
     after = {p: p.read_bytes() for p in (target.rglob("*") if target.is_dir() else [target]) if p.is_file()}
     assert after == before
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -192,7 +194,7 @@ def test_a_summary_that_is_dev_zero_a_pipe_or_too_large_is_named_not_read(tmp_pa
     result = []
     reader = threading.Thread(target=lambda: result.extend(read_runs(tmp_path)), daemon=True)
     reader.start()
-    reader.join(timeout=300)  # a safety net only: a pipe read never returns
+    reader.join(timeout=SAFETY_NET_S)  # a safety net only: a pipe read never returns
     assert not reader.is_alive(), "reading a named pipe blocked"
     problems = {r.rel: r.problem for r in result}
     assert "summary.json: is a symbolic link (to /dev/zero)" in problems["zero"], problems

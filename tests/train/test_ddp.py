@@ -39,7 +39,10 @@ def test_torchrun_two_processes_match_one_process(tmp_path, corpus, cli_env):
     # one run folder, written once: rank 1 made no folder of its own and wrote nothing into rank 0's
     (run,) = find_runs(work)
     assert [p.name for p in work.iterdir()] == ["runs"]
-    assert len(list(work.rglob("events.out.tfevents.*"))) == 1
+    # the same event files, folder by folder, as the one-process run's (the run's own and its HParams sub-run's)
+    event_folders = lambda root: sorted(str(p.parent.relative_to(root)) for p in root.rglob("events.out.tfevents.*"))  # noqa: E731
+    assert event_folders(run) == event_folders(one) and event_folders(work) == [str(run.relative_to(work) / f)
+                                                                                  for f in event_folders(one)]
     assert len(list(work.rglob("summary.json"))) == 1 and len(list(work.rglob("train.log"))) == 1
     assert len(list(work.rglob("*.pt"))) == 1
     assert len(re.findall(r"(completed|stalled) 4 steps", (run / "train.log").read_text())) == 1

@@ -19,7 +19,7 @@ FAMILIES = ("act_std", "attn_out_std", "mlp_out_std", "grad_norm", "grad_norm_ml
 def test_every_tag_for_every_block_at_every_logged_step(tmp_path, corpus, cli_env):
     run = tmp_path / "run"
     run_cli(["train", f"data.files=[{corpus}]", "data=text", *TINY, "layers=4", "steps=30", "log_every=10",
-             "eval_every=10", f"hydra.run.dir={run}"], cli_env)
+             "eval_every=10", "loss_spike.min_points=2", f"hydra.run.dir={run}"], cli_env)
     scalars = read_scalars(run)
     logged = [0, 10, 20, 29]
     for family in FAMILIES:
@@ -32,8 +32,10 @@ def test_every_tag_for_every_block_at_every_logged_step(tmp_path, corpus, cli_en
     for tag in ("act_std/embedding", "grad_norm/embedding", "grad_norm/final_norm", "update_ratio/embedding",
                 "update_ratio/final_norm", "stability/act_std_max", "stability/grad_norm_max",
                 "stability/grad_norm_top_over_bottom", "stability/model_update", "train/loss", "output/log_z",
-                "output/z_loss", "train/loss_spike", "train/grad_norm", "train/lr"):
+                "output/z_loss", "train/grad_norm", "train/lr"):
         assert sorted(scalars[tag]) == logged, tag
+    # the spike rule writes its flag once it can judge: with min_points=2 losses before the step
+    assert sorted(scalars["train/loss_spike"]) == logged[2:]
     assert sorted(scalars["val/loss"]) == [0, 10, 20, 30]  # a step-0 evaluation, then every eval_every
     assert sorted(scalars["perf/tokens_per_second"]) == [10, 20, 29]
     # the summaries are what their names say

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import held_run
 import pytest
-from conftest import make_corpus, read_summary
+from conftest import SAFETY_NET_S, make_corpus, read_summary
 
 from normexp.train.signals import GRACE_SECONDS
 
@@ -231,7 +231,7 @@ def test_a_stopped_run_says_normexp_resume_and_its_folder(tmp_path, cli_env, sig
         held_run.wait_until_held(hold, proc)
         proc.send_signal(sig)
         held_run.release(hold)
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=SAFETY_NET_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -268,7 +268,7 @@ def test_wall_seconds_sums_every_segment_of_a_resumed_run(tmp_path, cli_env):
         time.sleep(12)
         proc.send_signal(signal.SIGINT)
         held_run.release(hold)
-        proc.communicate(timeout=120)
+        proc.communicate(timeout=SAFETY_NET_S)
     finally:
         if proc.poll() is None:
             proc.kill()
