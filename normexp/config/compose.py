@@ -7,6 +7,7 @@ each group are read from the package (so the check needs no torch). Torch-free.
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 from pathlib import Path
 
@@ -136,13 +137,33 @@ def register_resolvers() -> None:
 
 def compose_config(overrides=(), hydra: bool = False):
     """The config `normexp train OVERRIDES` would run (with the `hydra` node if asked, e.g. for
-    hydra.run.dir). Raises Hydra's and OmegaConf's own exceptions for bad overrides."""
+    hydra.run.dir). Raises Hydra's and OmegaConf's own exceptions for bad overrides.
+    Each call gets its own copy; a command composes the same overrides several times (the
+    pre-flight, `--cfg job`'s notes), so the last few compositions are kept (~0.5 s each)."""
+    from omegaconf import open_dict
+
+    cfg, error = _composed(tuple(overrides))
+    if error is not None:
+        raise error
+    cfg = copy.deepcopy(cfg)
+    if not hydra:  # as Hydra's compose(return_hydra_config=False) does
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg
+
+
+@lru_cache(maxsize=8)
+def _composed(overrides: tuple[str, ...]):
+    """(config with its hydra node, None), or (None, the exception): a refusal composes once too."""
     from hydra import compose, initialize_config_module
 
     expose_plugins()
     register_resolvers()
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        return compose(config_name=CONFIG_NAME, overrides=list(overrides), return_hydra_config=hydra)
+    try:
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+            return compose(config_name=CONFIG_NAME, overrides=list(overrides), return_hydra_config=True), None
+    except Exception as e:  # noqa: BLE001 - re-raised by compose_config, each time it is asked
+        return None, e
 
 
 @lru_cache(maxsize=None)

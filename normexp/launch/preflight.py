@@ -134,16 +134,19 @@ def _check_overrides(parsed: list, multirun: bool) -> list[str]:
     return first
 
 
-def _check_preset_groups(parsed: list, first: list[str]) -> None:
+def _check_preset_groups(parsed: list, first: list[str], full=None) -> None:
     """A preset's group beside a plain key that sets the same thing (arm=pre placement=post): one
-    line before the full config is composed (a Depth-μP setting under arm=pre would otherwise be
-    "no such setting"). The groups' choices and the preset's sweep come from composing the group
-    and hydra overrides alone; if those do not compose, _compose says why next."""
-    chosen = [o for o in first if override_key(o) in config_groups() or override_key(o).startswith("hydra")]
-    try:
-        cfg = compose_config(chosen, hydra=True)
-    except Exception:  # noqa: BLE001 - a broken override: _compose names it in one line next
-        return
+    line before the full config's own error (a Depth-μP setting under arm=pre would otherwise be
+    "no such setting"). The groups' choices and the preset's sweep do not depend on plain keys:
+    they are read from `full`, the composed config, or where it does not compose from the group
+    and hydra overrides alone; if those do not compose either, _compose says why next."""
+    cfg = full
+    if cfg is None:
+        chosen = [o for o in first if override_key(o) in config_groups() or override_key(o).startswith("hydra")]
+        try:
+            cfg = compose_config(chosen, hydra=True)
+        except Exception:  # noqa: BLE001 - a broken override: _compose names it in one line next
+            return
     conflict = preset_group_conflict(parsed, cfg)
     if conflict:
         fail(conflict)
@@ -412,8 +415,12 @@ def preflight(plan: LaunchPlan) -> tuple[LaunchPlan, object]:
 
     parsed = _parse(overrides)
     first = _check_overrides(parsed, multirun)
-    _check_preset_groups(parsed, first)
-    cfg = _compose(first, hydra=True)
+    try:
+        full = compose_config(first, hydra=True)
+    except Exception:  # noqa: BLE001 - _compose names the problem in one line, after the group check
+        full = None
+    _check_preset_groups(parsed, first, full)
+    cfg = full if full is not None else _compose(first, hydra=True)
     sweeper_params = OmegaConf.select(cfg, "hydra.sweeper.params")
     if sweeper_params and not multirun and not show:  # a preset that is a sweep
         preset = next((o for o in overrides if o.startswith("experiment=")), "the preset")
