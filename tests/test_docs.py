@@ -7,7 +7,9 @@ And each LR sensitivity a results page prints is what the report's functions giv
 from __future__ import annotations
 
 import csv
+import gzip
 import re
+import subprocess
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -93,8 +95,11 @@ MACHINE_PATH = re.compile(rb"(?<![\w.~-])/(?:work|tmp|root|Users)/|(?<![\w.~-])/
 
 
 def machine_paths(path: Path) -> list[str]:
-    """The lines of a text file (a binary one, e.g. a PNG, is skipped) that hold a machine path."""
+    """The lines of a text file (a binary one, e.g. a PNG, is skipped; a gzip'd one, e.g. a
+    per-layer .csv.gz, is read unzipped) that hold a machine path."""
     data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
     if b"\0" in data[:8192]:
         return []
     return [f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{i}: "
@@ -111,6 +116,8 @@ def test_machine_path_checker_finds_them_and_only_them(tmp_path):
         "# normexp report: `/tmp/exp/depth`", "hydra.sweep.dir='/work/studies/law'", "(/home/ana/data) and /Users/ana/x"]
     (tmp_path / "figure.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0/tmp/")
     assert machine_paths(tmp_path / "figure.png") == []
+    (tmp_path / "layers.csv.gz").write_bytes(gzip.compress(b"run,path\n1,/work/sweep/run\n", mtime=0))
+    assert [f.split(": ", 1)[1] for f in machine_paths(tmp_path / "layers.csv.gz")] == ["1,/work/sweep/run"]
 
 
 def test_no_file_in_docs_or_the_readme_holds_a_machine_path():
@@ -119,6 +126,49 @@ def test_no_file_in_docs_or_the_readme_holds_a_machine_path():
     files = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*") if p.is_file())]
     found = [hit for f in files for hit in machine_paths(f)]
     assert not found, f"{len(found)} line(s) hold a machine path:\n" + "\n".join(found[:40])
+
+
+# ------------------------------------------------------------------ the weight of docs/
+
+# The most a file under docs/ may weigh. The tree once carried 53 files past it (per-layer figures
+# of 2-9 MB whose legends had grown them 15,000 pixels high, per-layer CSVs of 3 MB): a per-layer
+# figure is now 1100 × 520 pixels whatever the sweep (tests/analysis/test_figure_size.py) and a
+# committed per-layer CSV is gzip'd (docs/results/README.md).
+MOST_BYTES = 500_000
+
+
+def tracked_files(folder: str, root: Path = ROOT) -> list[Path] | None:
+    """The files git tracks under `folder` of `root`; None where `root` is not a git checkout
+    (a source archive) or git is not installed."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", folder], cwd=root, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return [root / name for name in out.decode().split("\0") if name]
+
+
+def too_heavy(files: list[Path], most: int = MOST_BYTES) -> list[str]:
+    """'path: N bytes' for each file over `most` bytes (one deleted but not yet committed is skipped)."""
+    return [f"{f.relative_to(ROOT) if f.is_relative_to(ROOT) else f}: {f.stat().st_size:,} bytes"
+            for f in files if f.is_file() and f.stat().st_size > most]
+
+
+def test_the_weight_checker_finds_a_heavy_file(tmp_path):
+    (tmp_path / "light.csv").write_bytes(b"x" * 10)
+    (tmp_path / "heavy.png").write_bytes(b"x" * 11)
+    assert too_heavy([tmp_path / "light.csv", tmp_path / "heavy.png", tmp_path / "gone.png"], most=10) == [
+        f"{tmp_path / 'heavy.png'}: 11 bytes"]
+
+
+def test_no_file_git_tracks_under_docs_weighs_more_than_500_kb():
+    """The tree is cloned by everyone who uses it: a committed figure or table stays under
+    MOST_BYTES (docs/results/depth_law/deep_end/boundary_record.jsonl, a search record that
+    grows with each run, too)."""
+    files = tracked_files("docs")
+    if not files:
+        pytest.skip("not a git checkout (or no git): no list of tracked files")
+    heavy = too_heavy(files)
+    assert not heavy, f"{len(heavy)} file(s) under docs/ weigh more than {MOST_BYTES:,} bytes:\n" + "\n".join(heavy)
 
 
 # ------------------------------------------------------------------ LR sensitivity on the results pages

@@ -4,6 +4,7 @@ searches; `draw_figures` makes the standard ones."""
 
 from __future__ import annotations
 
+import io
 import math
 import re
 import warnings
@@ -27,14 +28,76 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: Path, data) -> None:
-    """The PNG, and beside it (same stem, .csv) the data it draws: a list of dicts or a DataFrame."""
-    with warnings.catch_warnings():  # a figure tight_layout cannot fit (a long legend) is saved whole below
-        warnings.filterwarnings("ignore", message="Tight layout not applied")
-        fig.tight_layout()
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+def save_png(fig, path: Path) -> None:
+    """The PNG alone. A figure laid out by its own engine (the per-layer ones, `fixed_figure`) is
+    saved at its size and dpi, whatever it holds, in PALETTE_COLOURS colours; any other is fitted
+    by tight_layout and saved whole, its bounding box grown to hold what sticks out (a long
+    legend, a wide tick label)."""
+    if fig.get_layout_engine() is not None:
+        from PIL import Image  # matplotlib's own dependency
+
+        drawn = io.BytesIO()
+        fig.savefig(drawn, format="png", dpi=fig.dpi)
+        drawn.seek(0)
+        with Image.open(drawn) as image:
+            image.convert("RGB").quantize(PALETTE_COLOURS, method=Image.Quantize.FASTOCTREE,
+                                          dither=Image.Dither.NONE).save(path, format="PNG", optimize=True)
+    else:
+        with warnings.catch_warnings():  # a figure tight_layout cannot fit (a long legend) is saved whole below
+            warnings.filterwarnings("ignore", message="Tight layout not applied")
+            fig.tight_layout()
+        fig.savefig(path, dpi=100, bbox_inches="tight")
     pyplot().close(fig)
+
+
+def save_figure(fig, path: Path, data) -> None:
+    """The PNG (save_png), and beside it (same stem, .csv) the data it draws: a list of dicts or a DataFrame."""
+    save_png(fig, path)
     (data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)).to_csv(path.with_suffix(".csv"), index=False)
+
+
+# A fixed-size figure is stored with a palette of this many colours: its hundreds of thin,
+# antialiased, half-transparent lines blend into ~60,000 colours that PNG compresses poorly (a
+# 64-block sweep's figure near 500 KB); 256 chosen by octree look the same at a third the bytes.
+PALETTE_COLOURS = 256
+# A per-layer figure has one size, whatever the sweep (a 64-block stack, 200 runs): PROFILE_SIZE
+# inches at PROFILE_DPI, 1100 × 520 pixels. Before, its legends grew it to 15,000 pixels and 9 MB.
+PROFILE_SIZE = (11.0, 5.2)
+PROFILE_DPI = 100
+# A panel of more lines than CROWDED draws them thin and coloured by placement (or the first varied
+# key), with one legend entry a colour, not one a line: no legend can name 70 lines legibly.
+CROWDED = 12
+
+
+def fixed_figure(ncols: int):
+    """A figure of PROFILE_SIZE at PROFILE_DPI with `ncols` panels side by side, laid out by the
+    constrained engine (which makes room for legends below the panels inside that size)."""
+    fig = pyplot().figure(figsize=PROFILE_SIZE, dpi=PROFILE_DPI, layout="constrained")
+    return fig, fig.subplots(1, ncols, squeeze=False)[0]
+
+
+def key_colours(values: list) -> dict:
+    """A colour for each value of a colouring key, in order: matplotlib's ten, or past ten a
+    colour map's evenly spaced ones (no two values share a colour)."""
+    if len(values) <= 10:
+        return {v: f"C{i}" for i, v in enumerate(values)}
+    cmap = pyplot().get_cmap("viridis")
+    return {v: cmap(i / (len(values) - 1)) for i, v in enumerate(values)}
+
+
+def colour_legend(ax, counts: dict, colours: dict, name: str, below: bool = True, extra: list = ()) -> None:
+    """A crowded panel's legend: one entry a colour (`name`=value, how many lines), then `extra`
+    handles (a baseline); below the panel (legend_below) or inside it where it fits best."""
+    from matplotlib.lines import Line2D
+
+    shown = [v for v in colours if v in counts]  # in the colours' order
+    handles = [Line2D([], [], color=colours[v], lw=2, label=f"{name}={fmt_param(v)} ({counts[v]} lines)" if name
+                      else f"{counts[v]} lines") for v in shown]
+    title = f"{sum(counts.values())} lines, too many to name: coloured by {name}" if name else None
+    if below:
+        legend_below(ax, [*handles, *extra], title=title)
+    else:
+        ax.legend(handles=[*handles, *extra], fontsize=7, title=title, title_fontsize=7, loc="best")
 
 
 def _label(r: Run, keys: list[str]) -> str:
@@ -94,12 +157,12 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path, tag: str = VAL
     (runs that differ only in seed) labelled by the other varied keys and how its runs ended:
     the mean over seeds with its 95 % t-interval shaded: the cell's replicates (study.screen)
     once one has finished, every run (dashed) before. Each line its marker (line_style), so
-    coinciding curves stay visible. The drawn data go to the .csv beside the PNG. Returns a
-    note if there is nothing to draw."""
+    coinciding curves stay visible; a panel of more than CROWDED lines draws them thin, coloured
+    by placement (or the first other key), one legend entry a colour (curve_figure). The drawn
+    data go to the .csv beside the PNG. Returns a note if there is nothing to draw."""
     with_val = [r for r in runs if r.scalars.get(tag)]
     if not with_val:
         return f"no run has logged {tag} yet: the {what} figure is skipped"
-    plt = pyplot()
     panel_key, line_keys = (keys[0], keys[1:]) if len(keys) > 1 else (None, keys)
     panels = sorted({r.config.get(panel_key) for r in with_val}, key=sort_key) if panel_key else [None]
     groups = sorted(study.cells(with_val, keys).items(), key=lambda kv: [sort_key(v) for v in kv[0]])
@@ -110,46 +173,117 @@ def plot_val_curves(runs: list[Run], keys: list[str], path: Path, tag: str = VAL
               if (ms := study.screen(members).kept or [r for r in members if _drawn_unfinished(r)])]
     labels = list(dict.fromkeys(_label(ms[0], line_keys) for _, ms in groups))
     colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
-    cols = min(len(panels), 4)
-    rows = math.ceil(len(panels) / cols)
-    width = 4.2 * cols if cols > 1 else 6.4  # one panel holds every line: room for them
-    fig, axes = plt.subplots(rows, cols, figsize=(width, 3.4 * rows + 0.4), squeeze=False, sharey=True)
-    data = []
-    for ax, value in zip(axes.flat, panels):
-        drawn = 0
-        for cell, members in groups:
-            if panel_key and cell[0] != value:
-                continue
-            points = _curve_points(members, tag)
-            if not points:
-                continue
-            steps, means, lows, highs, ns = map(list, zip(*points))
-            lab = _label(members[0], line_keys)
-            unfinished = any(r.unfinished for r in members)
-            ax.plot(steps, means, color=colors[lab], ls="--" if unfinished else "-", **line_style(drawn),
-                    label=lab + _outcome_note(members))
-            drawn += 1
-            ax.fill_between(steps, lows, highs, color=colors[lab], alpha=0.2)
-            data += [{**dict(zip(map(display_name, keys), cell)), "step": p[0], "mean": p[1], "low": p[2], "high": p[3],
-                      "n": p[4]} for p in points]
-            for r in members:
-                finite = [(st, v) for st, v in r.scalars.get(tag, []) if math.isfinite(v)]
-                if r.status == Status.DIVERGED and finite:  # the cross sits at the divergence step
-                    at = r.summary.get("diverged_at_step")
-                    ax.plot(at if at is not None else finite[-1][0], finite[-1][1], marker="x", color="red", ms=9, mew=2)
-        _baseline_lines(ax, [r for cell, ms in groups if not panel_key or cell[0] == value for r in ms])
-        ax.set_title(f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else what, fontsize=10)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-    for ax in axes[:, 0]:
-        ax.set_ylabel(what)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    fig.suptitle(f"{what[0].upper() + what[1:]}: {curve_title(max((p['n'] for p in data), default=0))}\n(red x: "
-                 "diverged; dashed: still running; grey dashed: unigram baseline)", fontsize=10)
+    shade_key = "placement.name" if "placement.name" in line_keys else (line_keys[0] if line_keys else None)
+    lines, data = [], []
+    for cell, members in groups:
+        points = _curve_points(members, tag)
+        if not points:
+            continue
+        steps, means, lows, highs, _ = map(list, zip(*points))
+        lab = _label(members[0], line_keys)
+        crosses = []
+        for r in members:
+            finite = [(st, v) for st, v in r.scalars.get(tag, []) if math.isfinite(v)]
+            if r.status == Status.DIVERGED and finite:  # the cross sits at the divergence step
+                at = r.summary.get("diverged_at_step")
+                crosses.append((at if at is not None else finite[-1][0], finite[-1][1]))
+        lines.append({"panel": panels.index(cell[0]) if panel_key else 0, "label": lab + _outcome_note(members),
+                      "colour": colors[lab], "shade": fmt_param(members[0].config.get(shade_key)) if shade_key else "",
+                      "steps": steps, "means": means, "lows": lows, "highs": highs,
+                      "dashed": any(r.unfinished for r in members), "crosses": crosses})
+        data += [{**dict(zip(map(display_name, keys), cell)), "step": p[0], "mean": p[1], "low": p[2], "high": p[3],
+                  "n": p[4]} for p in points]
+    baselines = [baseline_values([r for cell, ms in groups if not panel_key or cell[0] == value for r in ms])
+                 for value in panels]
+    titles = [f"{display_name(panel_key)}={fmt_param(value)}" if panel_key else what for value in panels]
+    fig = curve_figure(lines, titles, baselines, what, max((p["n"] for p in data), default=0),
+                       display_name(shade_key) if shade_key else "")
     save_figure(fig, path, data)
     return None
+
+
+CURVE_KEYS = "(red x: diverged; dashed: still running; grey dashed: unigram baseline)"
+
+
+def curve_figure(lines: list[dict], titles: list[str], baselines: list[list[float]], what: str, most_seeds: int,
+                 shade_name: str, key_line: str = CURVE_KEYS):
+    """The loss-curve figure: a panel per title (up to four a row), in each its `lines` (dicts:
+    panel index, label, colour, shade = the value that colours it where crowded, steps, means,
+    lows, highs, dashed, crosses = [(step, loss)] of diverged runs) and its unigram baselines.
+    Up to CROWDED lines a panel: each its marker and width (line_style), its interval shaded, a
+    legend entry a line. More: thin lines, coloured by `shade_name`, a legend entry a colour,
+    no shading (the intervals are in the .csv). Returns the figure."""
+    plt = pyplot()
+    cols = min(len(titles), 4)
+    rows = math.ceil(len(titles) / cols)
+    width = 4.2 * cols if cols > 1 else 6.4  # one panel holds every line: room for them
+    fig, axes = plt.subplots(rows, cols, figsize=(width, 3.4 * rows + 0.4), squeeze=False, sharey=True)
+    shades = key_colours(list(dict.fromkeys(ln["shade"] for ln in lines)))  # one colour a value in every panel
+    for k, (ax, title) in enumerate(zip(axes.flat, titles)):
+        mine = [ln for ln in lines if ln["panel"] == k]
+        crowded = len(mine) > CROWDED
+        for i, ln in enumerate(mine):
+            ls = "--" if ln["dashed"] else "-"
+            if crowded:
+                ax.plot(ln["steps"], ln["means"], color=shades[ln["shade"]], ls=ls, lw=0.7, alpha=0.6)
+            else:
+                ax.plot(ln["steps"], ln["means"], color=ln["colour"], ls=ls, **line_style(i), label=ln["label"])
+                ax.fill_between(ln["steps"], ln["lows"], ln["highs"], color=ln["colour"], alpha=0.2)
+            for x, y in ln["crosses"]:
+                ax.plot(x, y, marker="x", color="red", ms=6 if crowded else 9, mew=1.5 if crowded else 2)
+        for b in baselines[k]:
+            ax.axhline(b, ls="--", color="0.3", lw=1, label=f"unigram baseline {b:.3f}", zorder=1)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if crowded:
+            counts = {}
+            for ln in mine:
+                counts[ln["shade"]] = counts.get(ln["shade"], 0) + 1
+            colour_legend(ax, counts, shades, shade_name, below=False,
+                          extra=ax.get_legend_handles_labels()[0])  # the baselines: the thin lines have no label
+        else:
+            ax.legend(fontsize=7, loc="best")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(what)
+    for ax in list(axes.flat)[len(titles):]:
+        ax.axis("off")
+    title = curve_title(most_seeds)
+    if most_seeds >= 2 and any(sum(ln["panel"] == k for ln in lines) > CROWDED for k in range(len(titles))):
+        title += f" where a panel has at most {CROWDED} lines"
+    fig.suptitle(f"{what[0].upper() + what[1:]}: {title}\n{key_line}", fontsize=10)
+    return fig
+
+
+CURVE_COLUMNS = ("step", "mean", "low", "high", "n")
+
+
+def draw_curve_table(table: pd.DataFrame, what: str):
+    """The loss-curve figure redrawn from the data plot_val_curves wrote beside it (its
+    val_loss.csv or train_loss.csv, read back): the same panels, lines, intervals and crowding
+    rule (curve_figure). That file keeps each line's mean and interval, not how its runs ended,
+    where one diverged nor the unigram baseline: the figure says so. Returns the figure."""
+    keys = [c for c in table.columns if c not in CURVE_COLUMNS]
+    panel_key, line_keys = (keys[0], keys[1:]) if len(keys) > 1 else (None, keys)
+    shade_key = "placement" if "placement" in line_keys else (line_keys[0] if line_keys else None)
+    printed = lambda v: fmt_param(_plain(v))  # noqa: E731
+    panels = list(dict.fromkeys(printed(v) for v in table[panel_key])) if panel_key else [None]
+    cells = table.groupby(keys, sort=False, dropna=False) if keys else [((), table)]
+    labels, lines = {}, []
+    for cell, rows in cells:
+        values = dict(zip(keys, cell if isinstance(cell, tuple) else (cell,)))
+        lab = ", ".join(f"{k}={printed(values[k])}" for k in line_keys) or "mean"
+        colour = labels.setdefault(lab, f"C{len(labels) % 10}")
+        rows = rows.sort_values("step")
+        lines.append({"panel": panels.index(printed(values[panel_key])) if panel_key else 0,
+                      "label": f"{lab} (n={int(rows['n'].max())})", "colour": colour,
+                      "shade": printed(values[shade_key]) if shade_key else "", "steps": list(rows["step"]),
+                      "means": list(rows["mean"]), "lows": list(rows["low"]), "highs": list(rows["high"]),
+                      "dashed": False, "crosses": []})
+    titles = [f"{panel_key}={value}" if panel_key else what for value in panels]
+    return curve_figure(lines, titles, [[] for _ in panels], what, int(table["n"].max()) if len(table) else 0,
+                        shade_key or "", "(redrawn from its .csv, which keeps each line's mean and interval: "
+                        "not how its runs ended, where one diverged, nor the unigram baseline)")
 
 
 def curve_title(most_seeds: int) -> str:
@@ -157,12 +291,17 @@ def curve_title(most_seeds: int) -> str:
     return "mean over seeds, 95 % t-interval shaded" if most_seeds >= 2 else "one seed per line (n = 1), no interval"
 
 
+def baseline_values(runs: list[Run]) -> list[float]:
+    """The distinct unigram baselines (summary.json's baseline_loss, to 4 decimals) of `runs`:
+    runs whose unit differs are never pooled, so neither is it."""
+    return sorted({round(b, 4) for r in runs if isinstance(b := r.summary.get("baseline_loss"), (int, float))
+                   and math.isfinite(b)})
+
+
 def _baseline_lines(ax, runs: list[Run]) -> None:
-    """The unigram baseline (summary.json's baseline_loss) of the runs drawn in a panel: dashed and
-    labelled, one line per distinct value (runs whose unit differs are never pooled, so neither is it)."""
-    values = sorted({round(b, 4) for r in runs if isinstance(b := r.summary.get("baseline_loss"), (int, float))
-                     and math.isfinite(b)})
-    for b in values:
+    """The unigram baseline of the runs drawn in a panel: dashed and labelled, one line per
+    distinct value (baseline_values)."""
+    for b in baseline_values(runs):
         ax.axhline(b, ls="--", color="0.3", lw=1, label=f"unigram baseline {b:.3f}", zorder=1)
 
 
@@ -294,12 +433,29 @@ def profile_axis(ax, values: list[float], family: str) -> None:
     ax.set_ylabel(f"{family} ({unit})" if unit else family)
 
 
-def legend_below(ax) -> None:
-    """The legend under the panel, outside the axes: it never covers a line (the saved figure grows to hold it)."""
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2 if len(labels) > 4 else 1,
-                  frameon=False)
+# how far below a fixed-size panel its legend starts: clear of the tick labels and the axis label
+LEGEND_DROP_INCHES = 0.42
+
+
+def legend_below(ax, handles=None, title: str | None = None) -> None:
+    """The legend under the panel, outside the axes: it never covers a line. A figure saved whole
+    (save_png) grows to hold it; in a fixed-size one (fixed_figure) it hangs LEGEND_DROP_INCHES
+    under the panel, and the layout engine shrinks the panel to make room. Two columns where
+    more than four entries are short enough to sit side by side."""
+    from matplotlib.transforms import ScaledTranslation
+
+    labels = [h.get_label() for h in handles] if handles is not None else ax.get_legend_handles_labels()[1]
+    if handles is None:
+        handles = ax.get_legend_handles_labels()[0]
+    if not handles:
+        return
+    fixed = ax.figure.get_layout_engine() is not None
+    wide = max(map(len, labels)) > (48 if fixed else 1_000)
+    where = dict(bbox_to_anchor=(0.5, 0.0), bbox_transform=ax.transAxes + ScaledTranslation(
+        0, -LEGEND_DROP_INCHES, ax.figure.dpi_scale_trans)) if fixed else dict(bbox_to_anchor=(0.5, -0.24))
+    ax.legend(handles=handles, labels=labels, fontsize=6.5 if fixed else 7, loc="upper center",
+              ncol=2 if len(labels) > 4 and not wide else 1, frameon=False, title=title,
+              title_fontsize=6.5 if fixed else 7, **where)
 
 
 def _profile_line(ax, i: int, v: np.ndarray, **kw) -> None:
@@ -310,64 +466,111 @@ def _profile_line(ax, i: int, v: np.ndarray, **kw) -> None:
     ax.plot(np.arange(len(v)), np.where(np.isfinite(v), v, np.nan), **{**style, **kw})
 
 
-def _step0_groups(drawn: list[Run], profiles: dict) -> list[tuple[np.ndarray, list[Run]]]:
-    """The step-0 profiles, runs whose values are identical (same init and batch; warmup and lr
-    act only after it) sharing one."""
-    groups: list[tuple[np.ndarray, list[Run]]] = []
-    for r in drawn:
-        if 0 not in profiles[r.index]:
-            continue
-        v = np.array(profiles[r.index][0], dtype=float)
+def _same_profile_groups(profiles: list[tuple[np.ndarray, object]]) -> list[tuple[np.ndarray, list]]:
+    """[(profile, [member, ...])]: members whose profiles are identical (at step 0: same init and
+    batch; warmup and lr act only after it) share one, in the order first seen."""
+    groups: list[tuple[np.ndarray, list]] = []
+    for v, member in profiles:
         for g in groups:
             if g[0].shape == v.shape and np.allclose(g[0], v, rtol=1e-6, atol=0, equal_nan=True):
-                g[1].append(r)
+                g[1].append(member)
                 break
         else:
-            groups.append((v, [r]))
+            groups.append((v, [member]))
     return groups
 
 
+# the columns of a per-layer figure's data that are not a varied key (_profile_rows)
+PROFILE_COLUMNS = ("run", "path", "seed", "step", "layer", "value")
+
+
 def plot_layer_profiles(runs: list[Run], keys: list[str], family: str, path: Path) -> str | None:
-    """`family`/layer_XX against layer index at step 0 and at each run's last logged step.
-    Colour = placement (or run, if placement does not vary); each line its own dash pattern and
-    marker; the seed in the label where seeds vary. At step 0 runs whose values are identical
-    share one line. Legends sit below the panels; the axis is linear unless it spans > 2 decades."""
+    """`family`/layer_XX against layer index at step 0 and at each run's last logged step, drawn
+    by draw_layer_table from the rows the .csv beside it keeps (_profile_rows), each run's last
+    step labelled with what it came to (ended_as). Returns a note if no run logged the family."""
     profiles = {r.index: layer_profile(r, family) for r in runs}
     drawn = [r for r in runs if profiles[r.index]]
     if not drawn:
         return f"no run has logged {family}/layer_XX yet: the {family} figure is skipped"
-    plt = pyplot()
-    color_key = "placement.name" if "placement.name" in keys else None
-    color_vals = sorted({r.config.get(color_key) for r in drawn}, key=sort_key) if color_key else [r.index for r in drawn]
-    color = {v: f"C{i % 10}" for i, v in enumerate(color_vals)}
-    colour_of = lambda r: color[r.config.get(color_key) if color_key else r.index]  # noqa: E731
-    label_keys = keys + [k for k in study.REPLICATE_KEYS if len({repr(r.config.get(k)) for r in drawn}) > 1]
+    rows = pd.DataFrame(_profile_rows(drawn, profiles, keys))
+    fig = draw_layer_table(rows, family, {r.rel: ended_as(r) for r in drawn})
+    save_figure(fig, path, rows)
+    return None
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
-    drawn_values: list[list[float]] = [[], []]
-    for i, (v, members) in enumerate(_step0_groups(drawn, profiles)):
-        common = [k for k in label_keys if len({repr(m.config.get(k)) for m in members}) == 1]
-        label = _label(members[0], common) + (f" ({len(members)} runs)" if len(members) > 1 else "")
-        _profile_line(axes[0], i, v, color=colour_of(members[0]), label=label)
-        drawn_values[0] += list(v)
-    axes[0].set_title("step 0 (initialisation, first batch)", fontsize=10)
-    for i, r in enumerate(drawn):
-        last = max(profiles[r.index])
-        v = np.array(profiles[r.index][last], dtype=float)
-        _profile_line(axes[1], i, v, color=colour_of(r), label=_label(r, label_keys) + f" @{last} ({ended_as(r)})")
-        drawn_values[1] += list(v)
-    axes[1].set_title("last logged step of each run", fontsize=10)
-    for ax, values in zip(axes, drawn_values):
-        profile_axis(ax, values, family)
+
+def draw_layer_table(table: pd.DataFrame, family: str, ended: dict | None = None):
+    """The per-layer figure of `family` from its data (a `<family>_layers.csv` as the report
+    writes it, or read back from a committed one, gzip'd or not): two panels, step 0 and each
+    run's last step, against layer index; a fixed size (PROFILE_SIZE at PROFILE_DPI) whatever the
+    sweep. `ended`: {run path: what it came to}, named after each last-step label where given.
+
+    Up to CROWDED lines a panel: each line its own dash pattern and marker, coloured by
+    placement (by run where placement does not vary), one legend entry a line, the seed in the
+    label where seeds vary; at step 0 runs whose values are identical share one line. More lines
+    than that: thin lines coloured by placement (or the first varied key), one legend entry a
+    colour. Legends sit below the panels; the axis is linear unless it spans > 2 decades.
+    Returns the figure, for save_png or save_figure."""
+    keys = [c for c in table.columns if c not in PROFILE_COLUMNS]
+    seeds_vary = "seed" in table.columns and table["seed"].nunique(dropna=False) > 1
+    label_keys = keys + ["seed"] * seeds_vary
+    runs = []  # (run, path, {key: value}, {step: values by layer}), in the table's order
+    for (run, rel), rows in table.groupby(["run", "path"], sort=False):
+        settings = {k: _plain(rows[k].iloc[0]) for k in label_keys}
+        steps = {int(st): g.sort_values("layer")["value"].to_numpy(dtype=float) for st, g in rows.groupby("step")}
+        runs.append((run, rel, settings, steps))
+    step0 = _same_profile_groups([(steps[0], (run, settings)) for run, _, settings, steps in runs if 0 in steps])
+    crowded = max(len(step0), len(runs)) > CROWDED
+    colour_key = "placement" if "placement" in keys else (keys[0] if crowded and keys else None)
+    if colour_key:  # by the value as printed: a NaN (a key some runs lack) is one value, "-"
+        firsts = {fmt_param(s[colour_key]): s[colour_key] for *_, s, _ in reversed(runs)}
+        colours = key_colours(sorted(firsts, key=lambda text: sort_key(firsts[text])))
+        colour_of = lambda run, settings: colours[fmt_param(settings[colour_key])]  # noqa: E731
+    else:  # one colour a run (few lines), or one for all of them
+        colours = {run: f"C{i % 10}" if not crowded else "C0" for i, (run, *_) in enumerate(runs)}
+        colour_of = lambda run, settings: colours[run]  # noqa: E731
+    label = lambda run, settings, names: (", ".join(f"{k}={fmt_param(settings[k])}" for k in names)  # noqa: E731
+                                          or f"run #{run}")
+
+    panels = [[], []]  # (values, label, colour, colour-key value as printed) a line
+    shade = lambda settings: fmt_param(settings[colour_key]) if colour_key else None  # noqa: E731
+    for v, members in step0:
+        common = [k for k in label_keys if len({repr(settings[k]) for _, settings in members}) == 1]
+        run, settings = members[0]
+        text = label(run, settings, common) + (f" ({len(members)} runs)" if len(members) > 1 else "")
+        panels[0].append((v, text, colour_of(run, settings), shade(settings)))
+    for run, rel, settings, steps in runs:
+        last = max(steps)
+        outcome = f" ({ended[rel]})" if ended and rel in ended else ""
+        panels[1].append((steps[last], label(run, settings, label_keys) + f" @{last}{outcome}",
+                          colour_of(run, settings), shade(settings)))
+
+    fig, axes = fixed_figure(2)
+    for ax, lines, title in zip(axes, panels, ("step 0 (initialisation, first batch)", "last logged step of each run")):
+        if len(lines) > CROWDED:
+            for v, _, colour, _ in lines:
+                ax.plot(np.arange(len(v)), np.where(np.isfinite(v), v, np.nan), color=colour, lw=0.6, alpha=0.55)
+            counts = {}
+            for *_, value in lines:
+                counts[value] = counts.get(value, 0) + 1
+            colour_legend(ax, counts, colours if colour_key else {None: "C0"}, colour_key or "")
+        else:
+            for i, (v, text, colour, _) in enumerate(lines):
+                _profile_line(ax, i, v, color=colour, label=text)
+            legend_below(ax)
+        ax.set_title(title, fontsize=10)
+        profile_axis(ax, [x for v, *_ in lines for x in v], family)
         ax.set_xlabel("layer index")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3, which="both")
-        legend_below(ax)
     unit = UNITS.get(family)
     fig.suptitle(f"{family}/layer_XX: {LAYER_SIGNALS[family].about}" + (f", in {unit}" if unit == "nats" else ""),
                  fontsize=10)
-    save_figure(fig, path, _profile_rows(drawn, profiles, keys))
-    return None
+    return fig
+
+
+def _plain(value):
+    """A table cell as the Python value a config holds (numpy's int64 sorts and prints as an int)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _profile_rows(drawn: list[Run], profiles: dict, keys: list[str]) -> list[dict]:
