@@ -3,8 +3,10 @@
 Every experiment preset composes (`normexp train --cfg job experiment=X`) into the values it
 documents, and a shrunken copy of its sweep grid (the same names, fewer and smaller numbers,
 a tiny model, 2 steps) runs as `normexp train -m experiment=X` to one finished run folder
-per combination. Then every norm × every placement trains 5 steps in one
-`-m` sweep: all finish with finite losses and record the settings their model was built with.
+per combination. Then every norm (under Pre-LN) and every placement (with the default norm)
+trains 5 steps in `-m` sweeps: all finish with finite losses and record the settings their model
+was built with (a norm's settings are its own whatever the placement; the whole norm × placement
+product trains in tests/train/test_numerics.py, to its recorded losses).
 Each command runs when a test first needs it (a sweep is one process of ~10-40 s idle, a
 --cfg job ~3 s), with a time limit only as a safety net against a hang. Placements that build no
 norm (Placement.reads) train the default norm only: another norm is refused there.
@@ -124,6 +126,9 @@ SAFETY_NET_S = 3 * 3600
 # none, so only the default norm is theirs (another norm would be refused: tests/model/test_settings_read.py)
 NORM_READERS = [p for p in PLACEMENTS if "norm" in REGISTERED_PLACEMENTS[p].reads]
 NO_NORM = [p for p in PLACEMENTS if p not in NORM_READERS]
+# the sweeps that train every norm and every placement: (norms, placements) of each
+GRIDS = {"grid_norms": (NORMS, ["pre"]), "grid_placements": ([DEFAULT_NORM], NORM_READERS),
+         "grid_no_norm": ([DEFAULT_NORM], NO_NORM)}
 
 
 class Commands:
@@ -143,8 +148,8 @@ class Commands:
         if name.startswith("cfg_"):  # composes, shows the config, runs nothing: cwd is a fresh folder
             (root / name).mkdir(exist_ok=True)
             return ["train", "--cfg", "job", f"experiment={name[4:]}"], root / name
-        if name in ("grid", "grid_no_norm"):
-            norms, placements = (NORMS, NORM_READERS) if name == "grid" else ([DEFAULT_NORM], NO_NORM)
+        if name in GRIDS:
+            norms, placements = GRIDS[name]
             return ["train", "-m", *TINY, *data, "steps=5", "warmup=0", f"norm={','.join(norms)}",
                     f"placement={','.join(placements)}", f"hydra.sweep.dir={root / name}"], None
         if name in BOUNDARY:
@@ -197,6 +202,9 @@ def test_preset_composes_with_cfg_job(commands, preset):
 def test_every_preset_norm_and_placement_is_tested():
     from normexp.config.compose import group_options
 
+    assert "pre" in NORM_READERS
+    assert {n for norms, _ in GRIDS.values() for n in norms} == set(NORMS)
+    assert {p for _, placements in GRIDS.values() for p in placements} == set(PLACEMENTS)
     assert sorted(PRESET_VALUES) == sorted(group_options("experiment"))
     assert sorted(NORMS) == sorted(group_options("norm")) and sorted(PLACEMENTS) == sorted(group_options("placement"))
 
@@ -233,12 +241,12 @@ def test_shrunken_preset_sweep_runs_every_combination(commands, preset):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("grid", ["grid", "grid_no_norm"])
+@pytest.mark.parametrize("grid", sorted(GRIDS))
 def test_every_norm_and_placement_trains_5_steps(commands, grid):
     root = commands.root
     assert "Traceback" not in commands.run(grid).stderr
     runs = sweep_summaries(root / grid)
-    expected = itertools.product(NORMS, NORM_READERS) if grid == "grid" else itertools.product([DEFAULT_NORM], NO_NORM)
+    expected = itertools.product(*GRIDS[grid])
     assert sorted((s["norm"], s["placement"]) for s in runs) == sorted(expected)
     for s in runs:
         which = (s["norm"], s["placement"])
