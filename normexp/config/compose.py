@@ -152,6 +152,11 @@ def compose_config(overrides=(), hydra: bool = False):
     return cfg
 
 
+def forget_compositions() -> None:
+    """Compose anew from here on (the compositions kept by compose_config are dropped)."""
+    _composed.cache_clear()
+
+
 @lru_cache(maxsize=8)
 def _composed(overrides: tuple[str, ...]):
     """(config with its hydra node, None), or (None, the exception): a refusal composes once too."""

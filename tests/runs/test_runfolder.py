@@ -238,6 +238,7 @@ def test_the_pre_flight_of_a_sweep_composes_each_job_once(tmp_path, corpus, monk
     same for both), and each job number is composed once."""
     import hydra
 
+    from normexp.config.compose import forget_compositions
     from normexp.launch.plan import LaunchPlan
     from normexp.launch.preflight import preflight
 
@@ -247,6 +248,7 @@ def test_the_pre_flight_of_a_sweep_composes_each_job_once(tmp_path, corpus, monk
     monkeypatch.setattr(hydra, "compose", lambda **kw: calls.append(list(kw["overrides"])) or real(**kw))
 
     def dry_run(seeds):
+        forget_compositions()  # as a fresh process: the first dry run's compositions are not reused
         calls.clear()
         with pytest.raises(SystemExit) as e:
             preflight(LaunchPlan.parse(["-m", "data=text", f"data.files=[{corpus}]", "layers=2", "lr=1e-3,2e-3",
