@@ -36,22 +36,19 @@ import torch.nn.functional as F
 
 from .gpt import GPT, IGNORE_TARGET
 from .layers import softcap
-from .norms import BatchNorm, LayerNorm
-
-# placements whose model-level half is not the standard one, or whose forward mixes members
-# in ways the pack does not reproduce (checked by tests/train/test_packs.py against solo runs)
-UNPACKABLE_PLACEMENTS = {"ngpt": "nGPT renormalizes every matrix after each step and scales the logits"}
-UNPACKABLE_NORMS = {"batch": "BatchNorm's batch statistics and running buffers are per model, not per row"}
+from .norms import NORMS, BatchNorm, LayerNorm
+from .placements import PLACEMENTS
 
 
 def pack_refusal(placement: str, norm: str, compiled: bool) -> str | None:
     """Why a run of this placement, norm and compile setting cannot be one member of a pack, in a
     few words; None if it can. The one rule: the launcher asks it of a job's config, `packable`
-    of a built model."""
-    if placement in UNPACKABLE_PLACEMENTS:
-        return f"placement={placement}: {UNPACKABLE_PLACEMENTS[placement]}"
-    if norm in UNPACKABLE_NORMS:
-        return f"norm={norm}: {UNPACKABLE_NORMS[norm]}"
+    of a built model. A placement or norm says so itself, by its class's `unpackable` (the reason:
+    its model-level half is not the standard one, or its forward mixes members in ways the pack
+    does not reproduce; tests/train/test_packs.py checks every other one against solo runs)."""
+    for group, name, registry in (("placement", placement, PLACEMENTS), ("norm", norm, NORMS)):
+        if (why := getattr(registry.get(name), "unpackable", None)) is not None:
+            return f"{group}={name}: {why}"
     if compiled:
         return "compile=true: the pack runs its own (eager) forward"
     return None

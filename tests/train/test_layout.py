@@ -73,6 +73,24 @@ def test_layer_profiles_run_in_block_order_beyond_100_blocks():
     assert layer_profile(run, "act_std") == {0: [float(i) for i in range(120)]}
 
 
+# the per-block signals that declare a depth-profile panel (a profile_title), in chart order: the
+# image draws one panel for each, so a newly profiled signal is expected here without a count to edit
+PROFILED = [s for s in LAYER_FAMILIES.values() if s.profile_title]
+
+
+def profile_values(written: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Six blocks' values for every profiled signal: those written by the test where it wrote them
+    (each for a signal that is still profiled), else a plain profile from 0.5 growing 30% a block."""
+    assert set(written) <= {s.tag for s in PROFILED}, "values written for a signal the image no longer draws"
+    return {s.tag: written.get(s.tag, [0.5 * 1.3 ** i for i in range(6)]) for s in PROFILED}
+
+
+def assert_one_panel_per_profiled_signal(fig, step: int) -> None:
+    """A panel for each profiled signal, in chart order, each under its own title: one too few or
+    too many fails."""
+    assert [ax.get_title() for ax in fig.axes] == [f"{s.profile_title} (step {step})" for s in PROFILED]
+
+
 def test_depth_profile_panels_label_every_y_axis_in_plain_numbers():
     """The Images tab's depth profile at step 0: every block's activation std 0.9999955 (to 1e-8),
     gradient norms within one decade, update ratios near 5e-5. Each panel's y axis has at least
@@ -81,11 +99,12 @@ def test_depth_profile_panels_label_every_y_axis_in_plain_numbers():
     and update panels, log axes under a decade, had no labels at all)."""
     from normexp.train.logbook import depth_profile_figure
 
-    values = {"act_std": [0.9999955 + 1e-9 * i for i in range(6)], "grad_norm": [0.02 * 1.5 ** i for i in range(6)],
-              "update_ratio": [3e-5 * (1 + 0.2 * i) for i in range(6)]}
+    values = profile_values({"act_std": [0.9999955 + 1e-9 * i for i in range(6)],
+                             "grad_norm": [0.02 * 1.5 ** i for i in range(6)],
+                             "update_ratio": [3e-5 * (1 + 0.2 * i) for i in range(6)]})
     fig = depth_profile_figure(values, step=0)
     fig.canvas.draw()
-    assert len(fig.axes) == 3
+    assert_one_panel_per_profiled_signal(fig, step=0)
     for ax in fig.axes:
         low, high = ax.get_ylim()
         ticks = [(t.get_position()[1], t.get_text()) for t in ax.get_yticklabels() if low <= t.get_position()[1] <= high]
@@ -200,20 +219,22 @@ def test_the_hparams_values_hold_the_config_but_how_it_ran():
 
 def test_depth_profile_image_is_at_least_1000_pixels_wide():
     """The Images tab draws the figure at its own size ("Show actual image size"): ≥ 1,000 px wide,
-    its three panels side by side (it was 648 × 187, a thumbnail), its text ≥ 10 pt."""
+    its panels (one per profiled signal) side by side (it was 648 × 187, a thumbnail), its text ≥ 10 pt."""
     from torch.utils.tensorboard._utils import figure_to_image
 
     from normexp.train.logbook import depth_profile_figure
 
-    values = {"act_std": [1.0 + 0.1 * i for i in range(6)], "grad_norm": [0.02 * 1.5 ** i for i in range(6)],
-              "update_ratio": [3e-5 * (1 + 0.2 * i) for i in range(6)]}
+    values = profile_values({"act_std": [1.0 + 0.1 * i for i in range(6)],
+                             "grad_norm": [0.02 * 1.5 ** i for i in range(6)],
+                             "update_ratio": [3e-5 * (1 + 0.2 * i) for i in range(6)]})
     fig = depth_profile_figure(values, step=5)
     channels, height, width = figure_to_image(depth_profile_figure(values, step=5)).shape
     assert channels == 3 and width >= 1000 and 250 <= height <= width / 3
     fig.canvas.draw()
-    assert len(fig.axes) == 3
-    lefts = [ax.get_position().x0 for ax in fig.axes]
-    assert lefts == sorted(lefts) and all(b - a > 0.25 for a, b in zip(lefts, lefts[1:]))  # a row, not a column
+    assert_one_panel_per_profiled_signal(fig, step=5)
+    boxes = [ax.get_position() for ax in fig.axes]
+    # a row, not a column: one baseline, each panel wholly left of the next
+    assert len({round(b.y0, 6) for b in boxes}) == 1 and all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))
     for ax in fig.axes:
         assert ax.title.get_fontsize() >= 10 and ax.xaxis.label.get_fontsize() >= 10
         assert all(t.get_fontsize() >= 9 for t in ax.get_yticklabels())

@@ -16,8 +16,9 @@ from conftest import SAFETY_NET_S, TINY, cli_environment, make_corpus, read_scal
 
 from normexp.config.compose import compose_config
 from normexp.config.model_config import ModelConfig
-from normexp.model import GPT
-from normexp.model.packed import PackedGPT
+from normexp.launch.packs import cannot_pack
+from normexp.model import GPT, NORMS, PLACEMENTS
+from normexp.model.packed import PackedGPT, pack_refusal
 from normexp.train.loop import train
 from normexp.train.pack import train_pack
 
@@ -30,6 +31,14 @@ SUMMARY_KEYS = ("status", "steps_completed", "final_val_loss", "best_val_loss", 
 MEMBERS = [["lr=1e-3", "seed=0"], ["lr=2e-3", "seed=1"], ["lr=3e-3", "seed=2", "warmup=0"],
            ["lr=1e-3", "seed=3", "init=gpt2"], ["lr=2e-3", "seed=0", "init=small"], ["lr=3e-3", "seed=1", "warmup=20"],
            ["lr=2e-3", "seed=2", "init=mitchell"], ["lr=1e-3", "seed=4", "warmup=0", "init=gpt2"]]
+
+
+# the placements and norms whose class says a pack cannot compute them (`unpackable`, the reason), as
+# (group, name, reason), from the registries: a new one is refused below, every other one packed
+UNPACKABLE = [(group, name, cls.unpackable) for group, registry in (("placement", PLACEMENTS), ("norm", NORMS))
+              for name, cls in sorted(registry.items()) if getattr(cls, "unpackable", None) is not None]
+PACKABLE_PLACEMENTS = sorted(name for name, cls in PLACEMENTS.items() if getattr(cls, "unpackable", None) is None)
+PACKABLE_NORMS = sorted(name for name, cls in NORMS.items() if getattr(cls, "unpackable", None) is None)
 
 
 def base(corpus, steps=200):
@@ -84,13 +93,13 @@ def test_every_member_of_an_8_run_pack_logs_what_its_solo_run_logs_bit_for_bit(t
 
 
 def test_a_pack_computes_each_members_loss_and_gradients_for_every_placement_and_norm():
-    """One step of the model alone, for the placements and norms a pack takes: each member's
-    loss and every gradient equal those of its own GPT (float32, CPU)."""
+    """One step of the model alone, for every registered placement (under LayerNorm) and norm
+    (under Pre-LN) a pack takes, i.e. whose class is not `unpackable`: each member's loss and
+    every gradient equal those of its own GPT (float32, CPU)."""
     torch.set_num_threads(1)
-    settings = [(p, "layer") for p in ("pre", "post", "deepnorm", "sandwich", "peri", "mix", "admin", "rezero",
-                                        "layerscale", "subln", "residual_dual", "hybrid", "gated", "lns",
-                                        "reordered", "depth_mup")]
-    settings += [("pre", n) for n in ("rms", "rms_gemma", "dyt", "derf", "scale", "none")]
+    assert "pre" in PACKABLE_PLACEMENTS and "layer" in PACKABLE_NORMS  # the defaults the others are paired with
+    settings = [(p, "layer") for p in PACKABLE_PLACEMENTS]
+    settings += [("pre", n) for n in PACKABLE_NORMS if n != "layer"]
     for placement, norm in settings:
         cfg = ModelConfig(seq_len=16, layers=2, d_model=32, heads=4, placement=placement, norm=norm, qk_norm=norm == "rms")
         models = []
@@ -115,12 +124,32 @@ def test_a_pack_computes_each_members_loss_and_gradients_for_every_placement_and
                 assert torch.equal(p.grad, want), (placement, norm, k, name)
 
 
-def test_a_pack_refuses_what_it_cannot_compute_in_one_line():
-    for override in ("placement=ngpt", "norm=batch"):
-        cfg = compose_config([override, "layers=1", "d_model=32", "heads=2", "seq_len=8"])
-        model = GPT(ModelConfig.from_composed(cfg))
-        with pytest.raises(ValueError, match=rf"cannot pack {override.split('=')[0]}={override.split('=')[1]}: "):
-            PackedGPT([model, model])
+@pytest.mark.parametrize("group, name, reason", UNPACKABLE, ids=[f"{g}={n}" for g, n, _ in UNPACKABLE])
+def test_a_pack_refuses_what_it_cannot_compute_in_one_line(group, name, reason):
+    """Every placement and norm whose class is marked `unpackable` is refused, with its reason in
+    one line, by the launcher (of the job's config) and by the pack (of the built model)."""
+    assert reason and "\n" not in reason
+    cfg = compose_config([f"{group}={name}", "layers=1", "d_model=32", "heads=2", "seq_len=8"])
+    assert cannot_pack(cfg) == f"{group}={name}: {reason}"
+    model = GPT(ModelConfig.from_composed(cfg))
+    with pytest.raises(ValueError) as e:
+        PackedGPT([model, model])
+    assert str(e.value) == f"cannot pack {group}={name}: {reason}"
+
+
+def test_only_what_a_class_marks_unpackable_is_refused():
+    """The pairs the gradient test above packs are refused by nothing; the marked ones, the
+    nGPT placement and BatchNorm today, are refused whatever they are paired with."""
+    assert {(g, n) for g, n, _ in UNPACKABLE} >= {("placement", "ngpt"), ("norm", "batch")}
+    for placement in PACKABLE_PLACEMENTS:
+        for norm in PACKABLE_NORMS:
+            assert pack_refusal(placement, norm, False) is None, (placement, norm)
+        assert pack_refusal(placement, "layer", True).startswith("compile=true: ")
+    for group, name, reason in UNPACKABLE:
+        others = PACKABLE_NORMS if group == "placement" else PACKABLE_PLACEMENTS
+        for other in others:
+            placement, norm = (name, other) if group == "placement" else (other, name)
+            assert pack_refusal(placement, norm, False) == f"{group}={name}: {reason}"
 
 
 @pytest.mark.slow

@@ -14,6 +14,9 @@
 * `normalizes = False` on a norm that leaves its input as it is (the identity): QK-norm with it
   computes nothing, so the pre-flight refuses qk_norm=true beside it (model/gpt.py
   `check_settings_read`; True when absent).
+* `unpackable = "<why>"` on a norm a pack (model/packed.py) cannot compute as its members would
+  alone (BatchNorm): `pack_refusal` refuses it with that reason in its one line, and such a run
+  trains alone (None when absent).
 * The class docstring gives the formula and the paper it comes from: docs and `normexp` list
   them from there.
 """

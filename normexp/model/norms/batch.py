@@ -18,6 +18,8 @@ class BatchNorm(nn.Module):
     samples during training (a token "sees" the future through μ_B, σ²_B). It is kept as a
     study option (Shen et al. 2020, "PowerNorm", discuss why it fails in Transformers)."""
 
+    unpackable = "BatchNorm's batch statistics and running buffers are per model, not per row"
+
     def __init__(self, d: int, *, eps: float, momentum: float):
         super().__init__()
         require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")

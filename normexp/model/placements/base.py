@@ -101,6 +101,10 @@ class Placement(nn.Module):
       queries, keys and values), filled with `sublayer.fill_slot(slot, norms)`; a placement
       reads the declaration, never probes attributes. An unfilled slot is None and costs one
       `is None` test and no call.
+    * `unpackable`: why a pack (model/packed.py) cannot compute this placement as its members
+      would alone, in a few words (nGPT: its renormalization after each step and its logit
+      scale); None (the default) where it can. `pack_refusal` refuses it with that reason in its
+      one line, and such a run trains alone.
     """
 
     needs_final_norm = True
@@ -108,6 +112,7 @@ class Placement(nn.Module):
     init_gain = 1.0
     model_policy: type[ModelPolicy] = ModelPolicy
     reads: frozenset[str] = frozenset(MODEL_SETTINGS)
+    unpackable: str | None = None
 
     def resolved(self) -> dict:
         return {}

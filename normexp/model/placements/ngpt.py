@@ -132,6 +132,7 @@ class NormalizedTransformer(Placement):
     # its unit maps replace every norm and QK-norm (the slots' run-wide norms), and the input is
     # normalized as it enters, so its √d scale (scale_embeddings) cancels
     reads = frozenset()
+    unpackable = "nGPT renormalizes every matrix after each step and scales the logits"
 
     def __init__(self, sublayer, make_norm, index: int, depth: int, *, alpha_init: float):
         super().__init__()
