@@ -1,0 +1,1 @@
+"""normexp's default sweeper (hydra/sweeper=grid): see grid_sweeper."""
