@@ -1,1 +1,1 @@
-"""normexp's default sweeper (hydra/sweeper=grid): see grid_sweeper."""
+"""normexp's grid sweeper (hydra/sweeper=grid): see grid_sweeper."""

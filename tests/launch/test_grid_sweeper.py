@@ -1,4 +1,4 @@
-"""hydra/sweeper=grid (normexp's default): Hydra's basic sweeper without its check that composes
+"""hydra/sweeper=grid (opt-in): Hydra's basic sweeper without its check that composes
 every job a second time. The same jobs, numbers and folders as the basic sweeper; each job
 composed once by the launcher (the pre-flight composed and checked it before the sweep)."""
 
@@ -39,7 +39,7 @@ def sweep_compositions(tmp_path, corpus, monkeypatch, sweeper: list[str], name: 
 def test_the_grid_sweeper_runs_the_basic_sweepers_jobs_composing_each_once(tmp_path, corpus, monkeypatch):
     monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    grid_calls, grid_runs = sweep_compositions(tmp_path, corpus, monkeypatch, [], "grid")
+    grid_calls, grid_runs = sweep_compositions(tmp_path, corpus, monkeypatch, ["hydra/sweeper=grid"], "grid")
     basic_calls, basic_runs = sweep_compositions(tmp_path, corpus, monkeypatch, ["hydra/sweeper=basic"], "basic")
     assert grid_runs == basic_runs == {"pre": (0, 2), "post": (1, 2), "deepnorm": (2, 2)}
     assert basic_calls == 6  # Hydra's check, then the launcher: twice a job
