@@ -231,8 +231,7 @@ def curve_figure(lines: list[dict], titles: list[str], baselines: list[list[floa
                 ax.fill_between(ln["steps"], ln["lows"], ln["highs"], color=ln["colour"], alpha=0.2)
             for x, y in ln["crosses"]:
                 ax.plot(x, y, marker="x", color="red", ms=6 if crowded else 9, mew=1.5 if crowded else 2)
-        for b in baselines[k]:
-            ax.axhline(b, ls="--", color="0.3", lw=1, label=f"unigram baseline {b:.3f}", zorder=1)
+        _baseline_lines(ax, baselines[k])
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -298,10 +297,10 @@ def baseline_values(runs: list[Run]) -> list[float]:
                    and math.isfinite(b)})
 
 
-def _baseline_lines(ax, runs: list[Run]) -> None:
-    """The unigram baseline of the runs drawn in a panel: dashed and labelled, one line per
-    distinct value (baseline_values)."""
-    for b in baseline_values(runs):
+def _baseline_lines(ax, values: list[float]) -> None:
+    """The unigram baselines of a panel (baseline_values of its runs): dashed and labelled, one
+    line per distinct value."""
+    for b in values:
         ax.axhline(b, ls="--", color="0.3", lw=1, label=f"unigram baseline {b:.3f}", zorder=1)
 
 
@@ -364,7 +363,7 @@ def plot_final_grid(runs: list[Run], keys: list[str], path: Path) -> tuple[str |
             ax.annotate(t or "no value", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
         top = np.nanmax(grid[:, 0]) if np.isfinite(grid[:, 0]).any() else 1.0
         ax.set_ylim(0, 1.3 * top)  # headroom: the labels above the tallest bar stay clear of the title
-        _baseline_lines(ax, runs)
+        _baseline_lines(ax, baseline_values(runs))
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="lower right")
         ax.set_xticks(range(len(row_vals)), [row_label(v) for v in row_vals])
