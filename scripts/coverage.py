@@ -147,33 +147,70 @@ def depth_law_condition(c: dict, n: int, widths_of: int, compare_of: int) -> lis
             for scatter, method in methods[:2 if compare_of else 1]]
 
 
-def optimum_coverage(rng, n: int, asym: float) -> list[dict]:
+def parametric_bootstrap_before(cells: dict, samples: int, seed: int) -> tuple[float, float]:
+    """The optimal lr's interval before issue 57, for the table's comparison rows: each lr's mean
+    redrawn as mean + σ*·Z/√n (σ̂ pooled over the three lrs around the best, σ* = σ̂·√(df/χ²_df)),
+    the parabola's vertex redone, percentiles of the draws."""
+    lrs = sorted(cells)
+    xs = np.log(np.asarray(lrs, float))
+    vals = [np.asarray(cells[lr], float) for lr in lrs]
+    means = np.array([v.mean() for v in vals])
+    best = int(np.argmin(means))
+    near = vals[best - 1:best + 2]
+    df = sum(len(v) - 1 for v in near)
+    sigma = math.sqrt(sum(((v - v.mean()) ** 2).sum() for v in near) / df)
+    rng = np.random.default_rng(seed)
+    n = np.array([len(v) for v in vals], float)
+    scale = sigma * np.sqrt(df / rng.chisquare(df, size=(samples, 1)))
+    draws = means + scale * rng.standard_normal((samples, len(lrs))) / np.sqrt(n)
+    low, high = np.percentile(depth_law._vertex(xs, draws), [2.5, 97.5])
+    return math.exp(low), math.exp(high)
+
+
+def optimum_coverage(rng, n: int, asym: float, before: int) -> list[dict]:
+    """The optimal lr per depth (depth_law.optimum's interval; on the first `before` studies also
+    the parametric bootstrap it replaced) and its slope. An interval end open past the lrs tried
+    (0 / ∞) counts as covering on its side; widths are taken over the studies with both ends
+    inside the grid."""
     grid = 1.25e-4 * 2.4 ** np.arange(10)           # 1.25e-4 .. 0.33
     xs = np.log(grid)
-    per_depth_hits, per_depth_n, slope_hits, slope_n, wd, ws = 0, 0, 0, 0, [], []
-    for _ in range(n):
+    hits, placed_n, open_n, slope_hits, slope_n, wd, ws = 0, 0, 0, 0, 0, [], []
+    old_hits, old_n, old_w = 0, 0, []
+    for study_i in range(n):
         u = rng.uniform(-0.5, 0.5)
-        opts, placed = {}, []
+        placed = []
         for depth in DEPTHS:
             x_star = math.log(3e-3) + u + SLOPE_OPT * math.log(depth / 2)
             d = xs - x_star
             curve = 2.6 + 0.1 * d ** 2 * np.where(d > 0, asym, 1.0)
             cells = {lr: list(c + 0.08 * rng.standard_normal(SEEDS)) for lr, c in zip(grid, curve)}
-            o = depth_law.optimum(cells, samples=400, seed=int(rng.integers(1 << 30)))
-            if o["kind"] == "optimum" and math.isfinite(o["low"]):
-                per_depth_n += 1
-                per_depth_hits += o["low"] <= math.exp(x_star) <= o["high"]
+            boot_seed = int(rng.integers(1 << 30))   # drawn always, so the studies are the same with any `before`
+            o = depth_law.optimum(cells)
+            if o["kind"] != "optimum" or math.isnan(o["low"]):
+                continue
+            placed_n += 1
+            hits += o["low"] <= math.exp(x_star) <= o["high"]
+            if 0 < o["low"] and math.isfinite(o["high"]):
                 wd.append(math.log(o["high"] / o["low"]))
-                placed.append((depth, o["lr"]))
+            else:
+                open_n += 1
+            placed.append((depth, o["lr"]))
+            if study_i < before:
+                low, high = parametric_bootstrap_before(cells, 400, boot_seed)
+                old_n += 1
+                old_hits += low <= math.exp(x_star) <= high
+                old_w.append(math.log(high / low))
         s, lo, hi = depth_law.optimum_slope([p[0] for p in placed], [p[1] for p in placed])
         if math.isfinite(s):
             slope_n += 1
             slope_hits += lo <= SLOPE_OPT <= hi
             ws.append(hi - lo)
     what = f"optimal lr (×2.4 grid, loss {'symmetric' if asym == 1 else f'{asym:g}× steeper above'})"
-    return [row(what, "per depth: parametric bootstrap (width in log lr)", per_depth_hits, per_depth_n,
-                per_depth_n, wd),
-            row(what, "slope: least squares, t-interval", slope_hits, slope_n, n, ws)]
+    rows = [row(what, f"per depth: lrs that could be the best, one step out (width in log lr; {open_n} open)",
+                hits, placed_n, placed_n, wd)]
+    if before:
+        rows.append(row(what, "per depth: parametric bootstrap (before issue 57)", old_hits, old_n, old_n, old_w))
+    return rows + [row(what, "slope: least squares, t-interval", slope_hits, slope_n, n, ws)]
 
 
 def means_coverage(rng, n: int) -> list[dict]:
@@ -329,7 +366,7 @@ def write_depth_law(rows: pd.DataFrame, out: Path) -> None:
 def run_others(args) -> None:
     rng = np.random.default_rng(SEED)
     n = args.studies
-    rows = optimum_coverage(rng, n, 1.0) + optimum_coverage(rng, n, 3.0)
+    rows = optimum_coverage(rng, n, 1.0, args.compare) + optimum_coverage(rng, n, 3.0, args.compare)
     rows += means_coverage(rng, n) + sensitivity_coverage(rng, n)
     table = pd.DataFrame(rows)
     table.to_csv(args.out / "coverage.csv", index=False)
@@ -346,7 +383,8 @@ def main() -> None:
     p.add_argument("--conditions", help="depth-law conditions to run, e.g. 0-5,12 (default: all 24)")
     p.add_argument("--widths", type=int, default=10, help="studies per condition whose full interval is found")
     p.add_argument("--compare", type=int, default=100,
-                   help="studies per condition also fitted without the depth scatter term (0: those rows kept)")
+                   help="studies per condition also fitted without the depth scatter term (0: those rows kept); "
+                        "--part others: studies also given the optimal lr's interval from before issue 57")
     p.add_argument("--out", type=Path, default=Path("docs/results/methods"))
     args = p.parse_args()
     if args.conditions is not None:

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 from scipy.optimize import brentq, minimize
-from scipy.special import ndtr
+from scipy.special import ndtr, stdtrit
 
 from . import study
 from ..runs import outcomes
@@ -280,12 +280,20 @@ def _left_out(r: dict) -> str:
     return f" ({'; '.join(', '.join(map(str, d)) + ': ' + why for why, d in by_why.items())})" if by_why else ""
 
 
+def optimum_interval_words(o: dict, fmt: str) -> str:
+    """" [low, high]" of an optimum's interval ("0" / "∞" at an end open past the lrs tried);
+    "" without one."""
+    if math.isnan(o["low"]):
+        return ""
+    high = "∞" if o["high"] == math.inf else fmt.format(o["high"])
+    return f" [{fmt.format(o['low'])}, {high}]"
+
+
 def optimum_cells(r: dict) -> list[str]:
     """The optimal lr's two cells: per depth the optimum [95 %] (or ≤ / ≥ the lrs tried), its slope."""
     def one(depth, o):
         if o["kind"] == "optimum":
-            ci = f" [{o['low']:.2g}, {o['high']:.2g}]" if math.isfinite(o["low"]) else ""
-            return f"{depth}: {o['lr']:.2g}{ci}"
+            return f"{depth}: {o['lr']:.2g}{optimum_interval_words(o, '{:.2g}')}"
         return f"{depth}: {o['kind']} {o['best_grid_lr']:.3g}" if o["kind"] in ("≤", "≥") else f"{depth}: {o['kind']}"
 
     per_depth = "; ".join(one(d, o) for d, o in r["optima"]) or "-"
@@ -324,10 +332,17 @@ def _draw_optima(ax, r: dict, color, label: str, line_cols: list[str], data: lis
     if placed:
         d = np.array([p[0] for p in placed], float)
         v = np.array([p[1]["lr"] for p in placed])
-        lo = np.array([p[1]["low"] if math.isfinite(p[1]["low"]) else p[1]["lr"] for p in placed])
+        # an end open past the lrs tried (0 / ∞): the bar stops at the lr itself, an arrow goes on
+        lo = np.array([p[1]["low"] if math.isfinite(p[1]["low"]) and p[1]["low"] > 0 else p[1]["lr"] for p in placed])
         hi = np.array([p[1]["high"] if math.isfinite(p[1]["high"]) else p[1]["lr"] for p in placed])
         ax.errorbar(d, v, yerr=[v - lo, hi - v], fmt="s", color=color, capsize=3, ms=4,
                     label=f"{label}: slope {slope:.2f}" if math.isfinite(slope) else label)
+        for depth, o in placed:   # an end open past the lrs tried: an arrow from its last bound on
+            for end, bound, towards in (("low", lo, 1 / 3), ("high", hi, 3)):
+                if o[end] == 0 or o[end] == math.inf:
+                    at = bound[[p[0] for p in placed].index(depth)]
+                    ax.annotate("", (depth, at * towards), (depth, at),
+                                arrowprops={"arrowstyle": "->", "color": color, "lw": 0.8})
         if math.isfinite(slope):
             b = np.mean(np.log(v)) - slope * np.mean(np.log(d))
             ax.plot(d, np.exp(b + slope * np.log(d)), ":", color=color)
@@ -399,7 +414,7 @@ def draw(results: list[dict], line_cols: list[str], path, save) -> None:
         axes[0, 1].set_ylabel("optimal lr (lowest mean final loss)")
         axes[0, 1].grid(alpha=0.3, which="both")
         axes[0, 1].legend(fontsize=7)
-        axes[0, 1].set_title("Optimal lr: parabola vertex in log lr, 95 % parametric bootstrap over seeds;\n"
+        axes[0, 1].set_title("Optimal lr: parabola vertex in log lr; 95 %: the lrs that could be the best, one lr step out;\n"
                              "dotted = least-squares line; ▽/△ = best at the lowest/highest lr tried", fontsize=8)
     save(fig, path, pd.DataFrame(data))
 
@@ -758,14 +773,24 @@ def slope_difference(line_a, line_b, scatter: bool = True) -> dict:
 # clipped at its initial loss ℓ₀, as in the LR sensitivity). Between grid points it is the
 # vertex of the parabola in log lr through the best mean and its two neighbours; at the edge
 # of the lrs tried it is censored ("≤ smallest lr" / "≥ largest lr") and not placed. Its 95 %
-# interval is a parametric bootstrap over seeds: each lr's mean redrawn as mean + σ*·Z/√n
-# (σ̂ pooled over the three cells around the best, σ* = σ̂·√(df/χ²_df) so that few seeds
-# widen it like a t), the whole estimate redone (best point, parabola; at an edge the edge),
-# percentiles of OPT_SAMPLES draws with a fixed RNG seed. Its slope against depth: least
-# squares through the placed optima, a t-interval with n − 2 degrees of freedom (3 depths at
-# least). Coverage: docs/results/methods.
+# interval is the bracket of the lrs that could be the best (multiple comparisons with the
+# best, after Hsu): an lr is kept unless its mean exceeds another lr's by more than
+# t·σ̂·√(1/nᵢ + 1/nⱼ), σ̂ pooled over every lr's seeds (df = Σ(n − 1)), t the one-sided Student
+# quantile at OPT_ALPHA/(k − 1) (Bonferroni over the k − 1 comparisons with the best). With
+# probability ≥ 95 % the grid's truly best lr is kept, and for a loss that falls and then rises
+# in log lr the optimum lies within one lr step of that lr: so the interval runs from the lr
+# below the lowest kept lr to the lr above the highest kept one (0 / ∞ where that is past the
+# lrs tried). It assumes nothing of the curve's shape beyond its one minimum; seeds shared
+# between lrs (a seed low at every lr) only make it wider than needed. Why not the parabola's
+# parametric bootstrap used before issue 57: where the loss rises more steeply on one side its
+# vertex is biased and that interval covered 0.725 (docs/results/methods). Its slope against
+# depth: least squares through the placed optima, a t-interval with n − 2 degrees of freedom
+# (3 depths at least). Coverage: docs/results/methods.
 
-OPT_SAMPLES, OPT_SEED = 1000, 0
+OPT_ALPHA = 0.05
+OPTIMUM_INTERVAL = ("from the lr below the lowest to the lr above the highest lr that could be the best "
+                    "(multiple comparisons with the best, seeds' spread pooled over the lrs; 0 / ∞ where that passes "
+                    "the lrs tried)")
 
 
 def _vertex(xs: np.ndarray, means: np.ndarray) -> np.ndarray:
@@ -784,10 +809,27 @@ def _vertex(xs: np.ndarray, means: np.ndarray) -> np.ndarray:
     return np.where((best == 0) | (best == len(xs) - 1), xs[best], v)
 
 
-def optimum(cells: dict, samples: int = OPT_SAMPLES, seed: int = OPT_SEED) -> dict:
+def could_be_best(vals: list[np.ndarray], alpha: float = OPT_ALPHA) -> np.ndarray | None:
+    """Which lrs (each an array of its seeds' losses) could be the best at level `alpha`: the
+    multiple comparisons with the best of the section's comment, a boolean per lr; None where no
+    lr has two seeds (no spread to compare with)."""
+    n = np.array([len(v) for v in vals], float)
+    df = int(sum(len(v) - 1 for v in vals))
+    if df < 1 or len(vals) < 2:
+        return None
+    means = np.array([v.mean() for v in vals])
+    sigma = math.sqrt(sum(((v - v.mean()) ** 2).sum() for v in vals) / df)
+    t = float(stdtrit(df, 1 - alpha / (len(vals) - 1)))
+    margin = t * sigma * np.sqrt(1 / n[:, None] + 1 / n[None, :])
+    worse = means[:, None] - means[None, :] > margin      # [i, j]: lr i beaten by lr j
+    return ~worse.any(axis=1)
+
+
+def optimum(cells: dict, alpha: float = OPT_ALPHA) -> dict:
     """The optimal lr of one setting from {lr: [clipped loss of each seed]}: {"lr", "low",
     "high", "kind" (optimum / ≤ / ≥ / none), "best_grid_lr", "n_lrs"}; lr is NaN unless kind
-    is "optimum"; low/high NaN without a seed spread to draw from."""
+    is "optimum"; low/high: the interval of the section's comment (0 / ∞ where it opens past the
+    lrs tried), NaN without a seed spread to compare with."""
     lrs = sorted(lr for lr, v in cells.items() if len(v))
     out = {"lr": math.nan, "low": math.nan, "high": math.nan, "kind": "none", "best_grid_lr": math.nan,
            "n_lrs": len(lrs)}
@@ -802,17 +844,12 @@ def optimum(cells: dict, samples: int = OPT_SAMPLES, seed: int = OPT_SEED) -> di
         out["kind"] = "≤" if best == 0 else "≥"
         return out
     out.update(kind="optimum", lr=float(math.exp(_vertex(xs, means[None])[0])))
-    near = vals[best - 1:best + 2]
-    df = sum(len(v) - 1 for v in near)
-    if df < 1:
+    kept = could_be_best(vals, alpha)
+    if kept is None:
         return out
-    sigma = math.sqrt(sum(((v - v.mean()) ** 2).sum() for v in near) / df)
-    rng = np.random.default_rng(seed)
-    n = np.array([len(v) for v in vals], float)
-    scale = sigma * np.sqrt(df / rng.chisquare(df, size=(samples, 1)))
-    draws = means + scale * rng.standard_normal((samples, len(lrs))) / np.sqrt(n)
-    low, high = np.percentile(_vertex(xs, draws), [2.5, 97.5])
-    out.update(low=float(math.exp(low)), high=float(math.exp(high)))
+    first, last = int(np.argmax(kept)), len(kept) - 1 - int(np.argmax(kept[::-1]))
+    out.update(low=float(lrs[first - 1]) if first > 0 else 0.0,
+               high=float(lrs[last + 1]) if last + 1 < len(lrs) else math.inf)
     return out
 
 

@@ -21,7 +21,7 @@ Depth. Per line and depth, from the runs' outcomes (runs/outcomes.py) and clippe
                      one at which some seed collapsed or diverged, and that lr (stable_high NaN:
                      none did, the limit is at least stable_low).
     optimal lr       depth_law.optimum: the vertex of the parabola in log lr through the lowest
-                     mean loss and its neighbours, 95 % parametric bootstrap over seeds.
+                     mean loss and its neighbours; its interval: depth_law.OPTIMUM_INTERVAL.
 
 and their slopes against depth are depth_law.laws' fits, unchanged: the bracket bootstrap and the
 likelihood fit for the max stable lr, least squares with a t-interval for the optimal lr. A grid

@@ -121,9 +121,10 @@ def test_the_depth_law_section_prints_the_rule_and_both_quantities(tmp_path):
 
 
 def test_a_refresh_reproduces_the_committed_columns_or_writes_nothing(tmp_path):
-    """refresh_depth_law recomputes a committed study from its CSVs: it refuses to change a committed
-    column (the likelihood's, whose method changed) unless told to rewrite it, and with a bootstrap
-    slope altered by 0.02 (two units of its last digit) it refuses and leaves the file as it was."""
+    """refresh_depth_law recomputes a committed study from its CSVs: it reproduces every committed
+    column; it refuses to change a committed column (a likelihood interval as printed before issue
+    57's corrected profile) unless told to rewrite it, and with a bootstrap slope altered by 0.02
+    (two units of its last digit) it refuses and leaves the file as it was."""
     import shutil
 
     from normexp.analysis.report.sections import refresh_depth_law
@@ -135,12 +136,17 @@ def test_a_refresh_reproduces_the_committed_columns_or_writes_nothing(tmp_path):
     folder = tmp_path / "issue39_800"
     shutil.copytree(LAW_800, folder)
     slopes = folder / "depth_law_slopes.csv"
-    committed = slopes.read_text(encoding="utf-8")
-    # the committed likelihood columns are the seeds-only fit's; the fit now has a depth term
+    refresh_depth_law(folder, echo=lambda *_: None)
+    assert pd.read_csv(slopes).equals(pd.read_csv(LAW_800 / "depth_law_slopes.csv"))
+    corrected = "-1.16 [-1.72, -0.57]"     # Post-LN/torchscale; before issue 57: -1.16 [-1.36, -0.97]
+    assert corrected in slopes.read_text(encoding="utf-8")
+    narrow = slopes.read_text(encoding="utf-8").replace(corrected, "-1.16 [-1.36, -0.97]")
+    slopes.write_text(narrow, encoding="utf-8")
     with pytest.raises(ValueError, match="slope, likelihood"):
         refresh_depth_law(folder, echo=lambda *_: None)
-    assert slopes.read_text(encoding="utf-8") == committed
+    assert slopes.read_text(encoding="utf-8") == narrow
     refresh_depth_law(folder, echo=lambda *_: None, rewrite=LIKELIHOOD_COLUMNS)
+    assert corrected in slopes.read_text(encoding="utf-8")
     fresh = pd.read_csv(slopes)
     assert "upper edge per depth (failure rule)" in fresh.columns
     assert fresh["slope [95 %]"].tolist() == pd.read_csv(LAW_800 / "depth_law_slopes.csv")["slope [95 %]"].tolist()
@@ -155,3 +161,23 @@ def test_a_refresh_reproduces_the_committed_columns_or_writes_nothing(tmp_path):
 LIKELIHOOD_COLUMNS = ("slope, likelihood [95 %]", "limit (50 %) at the shallowest depth [95 %]",
                       "likelihood at 1000 blocks [95 %]", "seed × depth limits fitted (depths left out)",
                       "slope, likelihood, stability limits only [95 %]")
+
+
+def test_a_refresh_reads_the_depth_of_a_search_run_at_one_depth(tmp_path):
+    """A search at one depth writes no layers column (issue49_800/pre_sandwich_8_800): its depth
+    comes from the multirun.yaml beside it, so the refresh places its rows at 8 blocks (they
+    entered as NaN depths before, and the fit stopped with 'SVD did not converge')."""
+    import shutil
+
+    from normexp.analysis.report.sections import refresh_depth_law
+
+    folder = tmp_path / "issue49_800"
+    shutil.copytree(LAW_800.parent / "issue49_800", folder)
+    assert "layers" not in pd.read_csv(folder / "pre_sandwich_8_800" / "boundary.csv").columns
+    refresh_depth_law(folder, echo=lambda *_: None)
+    fresh = pd.read_csv(folder / "depth_law_slopes.csv").set_index(["placement", "init"])
+    assert fresh.loc[("pre", "xavier"), "max stable lr per depth (failure rule)"].startswith("2: ")
+    assert "8: 0.195 .. 0.225" in fresh.loc[("pre", "torchscale"), "max stable lr per depth (failure rule)"]
+    (folder / "pre_sandwich_8_800" / "multirun.yaml").write_text("placement: pre\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no layers column"):
+        refresh_depth_law(folder, echo=lambda *_: None)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...runs.reading import Run
+from ...runs.safe_files import read_yaml
 from ...runs.schema import Status
 from .. import depth_law, study
 from ..boundary import FAILURE_RULE, RESULT_COLUMNS, budget_check_rows, points_file, row_edge_class
@@ -363,8 +364,9 @@ def depth_law_section(tables: list[Path], out_dir: Path, echo, runs: list[Run] |
                "(t: Student's 97.5 % point at J−2 df; no interval with 2 depths); σ: the seeds' scatter, τ: the "
                "depths', both in log lr. "
                "The optimal lr: per depth the vertex of a parabola in log lr through the lowest mean final loss "
-               "(a run's loss clipped at its initial loss) and its neighbours, 95 % parametric bootstrap over "
-               "seeds; ≤/≥: the best mean at the lowest/highest lr tried; its slope: least squares over the placed "
+               "(a run's loss clipped at its initial loss) and its neighbours, its 95 % interval "
+               + depth_law.OPTIMUM_INTERVAL + "; ≤/≥: the best mean at the lowest/highest lr tried; its slope: "
+               "least squares over the placed "
                "optima, t-interval. Coverage of each interval: docs/results/methods. The failure rule's columns: "
                "the class of each depth's upper edge, how many of the bracketed edges are stability limits, the max "
                "stable lr per depth (≥: no seed collapsed or diverged at any lr probed) and the likelihood slope "
@@ -410,6 +412,19 @@ def _or_word(value, word: str, pattern: str = "{:g}") -> str:
     return word if value is None or value != value else pattern.format(value)
 
 
+def _with_layers(frame: pd.DataFrame, boundary_csv: Path) -> pd.DataFrame:
+    """`frame` (a search's boundary.csv or its points) with a layers column: a search at one depth
+    writes none, and its depth is the `layers` of the multirun.yaml beside it."""
+    if "layers" in frame.columns:
+        return frame
+    recorded = boundary_csv.parent / "multirun.yaml"
+    layers = (read_yaml(recorded.parent, recorded.name) or {}).get("layers") if recorded.is_file() else None
+    if not isinstance(layers, int):
+        raise ValueError(f"{boundary_csv}: no layers column and no `layers:` in {recorded}; "
+                         "a depth-law folder's searches must name their depth")
+    return frame.assign(layers=layers)
+
+
 def refresh_depth_law(folder: Path, echo=print, rewrite: Collection[str] = ()) -> list[Path]:
     """The depth-law table and figure of a committed study folder rewritten from its CSVs alone
     (each search's boundary.csv and boundary_points.csv, and the report's runs.csv for the final
@@ -422,9 +437,9 @@ def refresh_depth_law(folder: Path, echo=print, rewrite: Collection[str] = ()) -
     tables = sorted(folder.glob("*/boundary.csv"))
     if not tables or not (folder / "runs.csv").is_file():
         raise ValueError(f"{folder}: needs */boundary.csv and runs.csv (a study folder that `normexp report` wrote)")
-    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
+    table = pd.concat([_with_layers(pd.read_csv(t), t) for t in tables], ignore_index=True)
     line_cols = [c for c in table.columns if c not in RESULT_COLUMNS and c != "layers"]
-    points = pd.concat([pd.read_csv(points_file(t)) for t in tables], ignore_index=True)
+    points = pd.concat([_with_layers(pd.read_csv(points_file(t)), t) for t in tables], ignore_index=True)
     if "steps_factor" not in points.columns:  # a search from before the budget check
         points["steps_factor"] = 1
     runs = pd.read_csv(folder / "runs.csv")

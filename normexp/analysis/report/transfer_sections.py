@@ -5,6 +5,7 @@ section returns its report.md lines and writes its tables and figures (each with
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from pathlib import Path
 
 import pandas as pd
@@ -88,7 +89,7 @@ def _optimum(o: dict | None) -> str:
     if o is None:
         return "-"
     if o["kind"] == "optimum":
-        return f"{o['lr']:.3g}" + (f" [{o['low']:.3g}, {o['high']:.3g}]" if math.isfinite(o["low"]) else "")
+        return f"{o['lr']:.3g}" + depth_law.optimum_interval_words(o, "{:.3g}")
     if o["kind"] in ("≤", "≥"):
         return f"{o['kind']} {o['best_grid_lr']:.3g} (grid edge)"
     return o["kind"]
@@ -126,15 +127,16 @@ def write_transfer_tables(lines: list[str], edges: pd.DataFrame, results: list[d
 RULE_FILE = "transfer_rule.csv"
 
 
-def refresh_depth_transfer(folder: Path, lines: list[str]) -> list[Path]:
+def refresh_depth_transfer(folder: Path, lines: list[str], rewrite: Collection[str] = ()) -> list[Path]:
     """A committed depth-transfer study's transfer_edges.csv and transfer_lrs.csv, transfer_law.png
     and RULE_FILE (the slope table's failure-rule columns) rewritten from its runs.csv alone (the run
     folders are not committed), `lines` its line keys as runs.csv names them. transfer_slopes.csv is
-    left as the report wrote it: its likelihood point estimates sit on flat optima that move in their
-    last digits with the order the optimizer sees the data. runs.csv holds no initial loss: a
-    diverged run would enter at its last loss, not ℓ₀, so every column the folder's tables already
-    have must come out as it is, to one unit of its last printed digit (tables.same_columns), or
-    nothing is written."""
+    left as the report wrote it (its likelihood point estimates sit on flat optima that move in their
+    last digits with the order the optimizer sees the data) but for its columns named in `rewrite`.
+    runs.csv holds no initial loss: a diverged run would enter at its last loss, not ℓ₀, so every
+    column the folder's tables already have must come out as it is, to one unit of its last printed
+    digit (tables.same_columns), or nothing is written; `rewrite`: columns (of any of the tables)
+    whose method changed on purpose, written anew."""
     folder = Path(folder)
     runs = pd.read_csv(folder / "runs.csv", dtype={k: str for k in lines})
     runs = runs[runs["left_out"].isna()] if "left_out" in runs.columns else runs
@@ -153,7 +155,17 @@ def refresh_depth_transfer(folder: Path, lines: list[str]) -> list[Path]:
         rule = [display_name(k) for k in lines] + depth_law.RULE_HEAD
         pd.DataFrame(slope_rows, columns=slope_head)[rule].to_csv(staged / RULE_FILE, index=False)
         for name in names[:2]:
-            same_columns(folder / name, staged / name)
+            same_columns(folder / name, staged / name, rewrite)
+        slopes = folder / "transfer_slopes.csv"
+        patched = [c for c in rewrite if slopes.is_file() and c in pd.read_csv(slopes, nrows=0).columns]
+        if patched:
+            old = pd.read_csv(slopes, dtype=str, keep_default_na=False)
+            new = pd.DataFrame(slope_rows, columns=slope_head).astype(str)
+            if list(old.iloc[:, :len(lines)].values.tolist()) != list(new.iloc[:, :len(lines)].values.tolist()):
+                raise ValueError(f"{slopes}: its lines are not the recomputed table's; nothing written")
+            old[patched] = new[patched].values
+            old.to_csv(staged / "transfer_slopes.csv", index=False)
+            names.append("transfer_slopes.csv")
         for name in names:
             (staged / name).replace(folder / name)
     finally:
@@ -215,8 +227,9 @@ def depth_transfer_section(runs: list[Run], keys: list[str], out_dir: Path, echo
     echo("\nslopes against depth:\n" + text_table(slope_head, slope_rows))
     return ["## Does the lr transfer across depth?", "",
             "Per line and depth: the optimal lr (the vertex of the parabola in log lr through the lowest mean "
-            "final loss and its neighbours, a run's loss clipped at its initial loss; 95 % parametric bootstrap "
-            "over seeds; ≤/≥: the best mean at the grid's edge), the max lr that learns within the budget (the "
+            "final loss and its neighbours, a run's loss clipped at its initial loss; its 95 % interval "
+            + depth_law.OPTIMUM_INTERVAL + "; ≤/≥: the best mean at the grid's edge), the max lr that learns "
+            "within the budget (the "
             "largest grid lr at which every seed learned .. the next grid lr, with the failure rule's class of "
             "that edge; top of the grid = learned throughout) and the max stable lr by the failure rule. "
             + FAILURE_RULE + " A grid has no budget check: its stalls are not checked. "
