@@ -337,11 +337,10 @@ def _draw_optima(ax, r: dict, color, label: str, line_cols: list[str], data: lis
         hi = np.array([p[1]["high"] if math.isfinite(p[1]["high"]) else p[1]["lr"] for p in placed])
         ax.errorbar(d, v, yerr=[v - lo, hi - v], fmt="s", color=color, capsize=3, ms=4,
                     label=f"{label}: slope {slope:.2f}" if math.isfinite(slope) else label)
-        for depth, o in placed:   # an end open past the lrs tried: an arrow from its last bound on
-            for end, bound, towards in (("low", lo, 1 / 3), ("high", hi, 3)):
-                if o[end] == 0 or o[end] == math.inf:
-                    at = bound[[p[0] for p in placed].index(depth)]
-                    ax.annotate("", (depth, at * towards), (depth, at),
+        for i, (depth, o) in enumerate(placed):   # an end open past the lrs tried: an arrow from its last bound on
+            for end, bound, towards in (("low", lo[i], 1 / 3), ("high", hi[i], 3)):
+                if o[end] in (0, math.inf):
+                    ax.annotate("", (depth, bound * towards), (depth, bound),
                                 arrowprops={"arrowstyle": "->", "color": color, "lw": 0.8})
         if math.isfinite(slope):
             b = np.mean(np.log(v)) - slope * np.mean(np.log(d))

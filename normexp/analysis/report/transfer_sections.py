@@ -161,7 +161,7 @@ def refresh_depth_transfer(folder: Path, lines: list[str], rewrite: Collection[s
         if patched:
             old = pd.read_csv(slopes, dtype=str, keep_default_na=False)
             new = pd.DataFrame(slope_rows, columns=slope_head).astype(str)
-            if list(old.iloc[:, :len(lines)].values.tolist()) != list(new.iloc[:, :len(lines)].values.tolist()):
+            if old.iloc[:, :len(lines)].values.tolist() != new.iloc[:, :len(lines)].values.tolist():
                 raise ValueError(f"{slopes}: its lines are not the recomputed table's; nothing written")
             old[patched] = new[patched].values
             old.to_csv(staged / "transfer_slopes.csv", index=False)
