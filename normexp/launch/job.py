@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from omegaconf import DictConfig
 
 from ..config.checks import ConfigError
 from ..config.keys import override_key
@@ -31,9 +33,21 @@ from .validate import validate
 log = logging.getLogger("normexp")
 
 
-def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hooks) -> dict:
+@dataclass(frozen=True)
+class PreparedJob:
+    """A job checked, its folder claimed and its record kept: what trains next, with its
+    JobContext (train.loop). `hydra_task(cfg, prepare_only=True)` returns it, for the packed
+    launcher to train its members together (loop.train_runs)."""
+
+    cfg: DictConfig
+    run_dir: Path
+    job: object
+
+
+def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hooks,
+             prepare_only: bool = False) -> dict | PreparedJob:
     """Check the job against the run already in its folder (if any), keep normexp's record of
-    a new run's settings, and train."""
+    a new run's settings, and train (or, `prepare_only`, return the PreparedJob)."""
     if previous is None and (run_dir / "summary.json").exists():  # a sweep's job folder: no pre-flight saw it
         raise FolderTaken(f"{run_dir}: {unreadable_summary(run_dir)}")
     validate(cfg, explicit)
@@ -62,11 +76,15 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
     if is_main() and (not existing or read_record(run_dir) is None):  # under torchrun rank 0 writes
         write_record(run_dir, cfg.data)
     log.info("idle OpenMP threads: %s", current_choice())  # chosen before torch loaded (train/threads.py)
+    if prepare_only:
+        return PreparedJob(cfg, run_dir, job_context(run_dir))
     return train(cfg, run_dir, stop=stop, hooks=hooks, job=job_context(run_dir))
 
 
-def hydra_task(cfg, hooks=None) -> dict | None:
-    """The job Hydra runs once per run (or per sweep combination). `hooks`: see train.loop.Hooks."""
+def hydra_task(cfg, hooks=None, prepare_only: bool = False) -> dict | PreparedJob | None:
+    """The job Hydra runs once per run (or per sweep combination). `hooks`: see train.loop.Hooks.
+    `prepare_only`: everything up to training (checks, claim, record), the PreparedJob
+    returned; a refusal or failure ends the job as it ends a solo one."""
     from ..data.batches import DataError  # imports torch: the job trains next anyway
 
     hc = HydraConfig.get()
@@ -78,11 +96,12 @@ def hydra_task(cfg, hooks=None) -> dict | None:
         os.chdir(hc.runtime.cwd)
     if multirun:
         label_console(sweep.job_label(hc))
-    stop = StopSignals(on_hard_stop=lambda signum: mark_interrupted(run_dir, signum))
+    stop = StopSignals(on_hard_stop=lambda signum: mark_interrupted(run_dir, signum, grace=stop.grace))
     previous = read_summary(run_dir)
     try:
         with stop:
-            return _run_job(cfg, run_dir, previous, {override_key(o) for o in hc.overrides.task}, stop, hooks)
+            return _run_job(cfg, run_dir, previous, {override_key(o) for o in hc.overrides.task}, stop, hooks,
+                            prepare_only)
     except Preempted as e:
         # SLURM stops the job soon (time limit or preemption). The checkpoint is saved and the
         # status is "requeued" (also when the signal came before training began); submitit's

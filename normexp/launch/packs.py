@@ -7,7 +7,7 @@ Jobs go to one pack when they build the same computation (`pack_key`: everything
 values a member may have of its own, `MEMBER_VALUES`); others go to packs of their own, at most
 `max_members` a pack. Each job is set up exactly as a solo job (Hydra's `run_job` with the
 job's config: its folder, .hydra files, train.log, normexp's checks, claim and record), except
-that `train` hands the job back here instead of training it (loop.deferred_training); then
+that it stops before training (`hydra_task(cfg, prepare_only=True)` returns a PreparedJob); then
 the pack trains, and each job's result reaches Hydra's callbacks (the sweep's progress line and
 closing line) as a solo job's does. Works under -m sweeps, the presets and the boundary
 sweeper's rounds (each round one launch).
@@ -68,14 +68,13 @@ def member_memory_bytes(cfg: DictConfig) -> int:
     return model + model // 2 + batch
 
 
-def members_that_fit(cfg: DictConfig) -> int | None:
-    """How many members of this shape fit in the free memory of the run's device (the GPU's,
-    where the run uses one); None where it cannot be read."""
+def members_that_fit(cfg: DictConfig, free: int | None = None) -> int | None:
+    """How many members of this shape fit in `free` bytes, by default the free memory of the
+    run's device (the GPU's, where the run uses one); None where it cannot be read."""
     from ..config.resources import available_memory_bytes
 
-    free = None
     device = str(cfg.get("device", "auto"))
-    if device in ("auto", "cuda") or device.startswith("cuda"):
+    if free is None and (device in ("auto", "cuda") or device.startswith("cuda")):
         import torch
 
         if torch.cuda.is_available():
@@ -85,11 +84,12 @@ def members_that_fit(cfg: DictConfig) -> int | None:
     return None if free is None else max(0, int(free * 0.9) // member_memory_bytes(cfg))
 
 
-def pack_sizes(n: int, max_members: int | str, cfg: DictConfig) -> list[int]:
+def pack_sizes(n: int, max_members: int | str, cfg: DictConfig, free_bytes: int | None = None) -> list[int]:
     """How `n` jobs of one shape split into packs: `max_members` each at most (`auto`: as many as
-    fit); an explicit size that does not fit is refused, saying how many would, and a shape of
-    which not one member fits is refused whatever the size."""
-    fit = members_that_fit(cfg)
+    fit in `free_bytes`, by default the device's free memory; a SLURM job's mem_gb for
+    slurm_packed); an explicit size that does not fit is refused, saying how many would, and a
+    shape of which not one member fits is refused whatever the size."""
+    fit = members_that_fit(cfg, free_bytes)
     if fit == 0:  # not even one: a "pack" of one would need ~1.5x the memory of the solo run it replaces
         raise ConfigError("hydra.launcher.max_members", max_members,
                           f"not one member of this shape fits in the free memory (a member needs about "
@@ -111,9 +111,9 @@ def pack_sizes(n: int, max_members: int | str, cfg: DictConfig) -> list[int]:
     return [n // packs + (1 if i < n % packs else 0) for i in range(packs)]  # even packs, in job order
 
 
-class _HoldDeferred:
-    """Hydra's callbacks, with the end of a job whose training was deferred held back: that job
-    ends when its pack does (PackedLauncher reports it then)."""
+class HoldPrepared:
+    """Hydra's callbacks, with the end of a job that was only prepared (launch.job.PreparedJob)
+    held back: that job ends when its pack does (PackedLauncher reports it then)."""
 
     def __init__(self, callbacks):
         self.callbacks = callbacks
@@ -122,12 +122,20 @@ class _HoldDeferred:
         return getattr(self.callbacks, name)
 
     def on_job_end(self, config, job_return, **kwargs):
-        if job_return.status == JobStatus.COMPLETED and job_return._return_value is DEFERRED:
+        if prepared(job_return) is not None:
             return
         self.callbacks.on_job_end(config=config, job_return=job_return, **kwargs)
 
 
-DEFERRED = object()  # what a job set up for a pack returns before its pack trains
+def prepared(job_return: JobReturn):
+    """The PreparedJob a job set up for a pack returned; None for a job that ended (refused,
+    failed, or finished already)."""
+    from .job import PreparedJob
+
+    if job_return.status != JobStatus.COMPLETED:
+        return None
+    value = job_return.return_value
+    return value if isinstance(value, PreparedJob) else None
 
 
 @dataclass
@@ -141,14 +149,14 @@ class Member:
 
 
 class _MemberFilter(logging.Filter):
-    """Passes the records of one member (train/pack.py's `current_member`) and the pack's own."""
+    """Passes the records of one member (train/loop.py's `current_member`) and the pack's own."""
 
     def __init__(self, index: int):
         super().__init__()
         self.index = index
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from ..train.pack import current_member
+        from ..train.loop import current_member
 
         return current_member.get() in (None, self.index)
 
@@ -161,7 +169,7 @@ class _LabelFilter(logging.Filter):
         self.labels = labels
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from ..train.pack import current_member
+        from ..train.loop import current_member
 
         i = current_member.get()
         record.pack_label = self.labels[i] if i is not None else "pack"

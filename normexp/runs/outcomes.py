@@ -97,8 +97,6 @@ def classify(summary: dict, learned_margin: float | None = None) -> str | None:
 def curve(summary: dict, reference: float | None) -> str:
     """slow / stuck / never_learned for a run that never got going, from its last
     `SLOPE_POINTS` validation losses (see the module's rule)."""
-    from scipy.special import stdtrit  # Student's t quantile; why not scipy.stats: 1.5 s to import, paid by every run
-
     # step 0 is the untrained model (recorded since issue 58, as TensorBoard draws it): not the run's slope
     val = [p for p in ((summary.get("loss_trajectory") or {}).get("val") or [])
            if len(p) == 2 and is_number(p[0]) and is_number(p[1]) and p[0] > 0][-SLOPE_POINTS:]
@@ -107,10 +105,44 @@ def curve(summary: dict, reference: float | None) -> str:
     steps, losses = zip(*val)
     slope, stderr = least_squares_slope(steps, losses)
     fall = -slope * (steps[-1] - steps[0])
-    t = stdtrit(len(val) - 2, 0.95)
+    t = t_quantile(len(val) - 2, 0.95)
     beyond_noise = slope < 0 and (stderr == 0 or slope / stderr < -t)
     scale = reference if reference is not None else abs(losses[-1])
     return SLOW if beyond_noise and fall >= FLAT_FALL * scale else STUCK
+
+
+def t_cdf(t: float, df: int) -> float:
+    """P(T ≤ t) for Student's t with a whole number `df` ≥ 1 of degrees of freedom, in closed form
+    (Abramowitz & Stegun 26.7.3-4: with θ = atan(t/√df), P(|T| < t) is a finite sum of powers
+    of cos θ, times sin θ, plus 2θ/π for odd df). Exact to rounding, and it needs no SciPy:
+    every finishing run calls it (`curve`), also on a GPU image without SciPy."""
+    theta = math.atan2(abs(t), math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    term, total = 1.0, 1.0
+    if df % 2:  # odd: 2/π (θ + sin θ cos θ (1 + 2/3 cos²θ + 2·4/(3·5) cos⁴θ + ...)), df − 3 powers
+        for k in range(2, df - 1, 2):
+            term *= c2 * k / (k + 1)
+            total += term
+        inside = (2 / math.pi) * (theta + math.sin(theta) * math.cos(theta) * total) if df > 1 else 2 * theta / math.pi
+    else:  # even: sin θ (1 + 1/2 cos²θ + 1·3/(2·4) cos⁴θ + ...), df − 2 powers
+        for k in range(1, df - 2, 2):
+            term *= c2 * k / (k + 1)
+            total += term
+        inside = math.sin(theta) * total
+    return 0.5 + math.copysign(inside / 2, t)
+
+
+def t_quantile(df: int, p: float) -> float:
+    """The t with P(T ≤ t) = p (0.5 < p < 1), by bisection on `t_cdf` to the last bit."""
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        low, high = (middle, high) if t_cdf(middle, df) < p else (low, middle)
+    return high
 
 
 def least_squares_slope(xs, ys) -> tuple[float, float]:

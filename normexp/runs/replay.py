@@ -18,13 +18,13 @@ from pathlib import Path
 from ..config.checks import ConfigError
 from ..config.keys import hydra_quoted
 
-LAUNCHERS = ("basic", "joblib", "packed", "slurm", "submitit_local", "submitit_slurm")
+LAUNCHERS = ("basic", "joblib", "packed", "slurm", "slurm_packed", "submitit_local", "submitit_slurm")
 SWEEPERS = ("basic", "boundary")
 # settings of those launchers that size and place the jobs; never one that holds commands
 # (submitit's setup, srun_args, additional_parameters) or folders to write (submitit_folder, temp_folder)
 LAUNCHER_SETTINGS = frozenset({
     "n_jobs", "backend", "prefer", "verbose", "timeout", "pre_dispatch", "batch_size",  # joblib
-    "max_members", "cuda_graph",  # packed
+    "max_members", "cuda_graph",  # packed, slurm_packed
     "timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name",  # submitit
     "partition", "qos", "comment", "constraint", "exclude", "gres", "cpus_per_gpu", "gpus_per_task",
     "mem_per_gpu", "mem_per_cpu", "account", "signal_delay_s", "max_num_timeout", "array_parallelism",

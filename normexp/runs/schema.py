@@ -134,6 +134,45 @@ STATUSES = tuple(Status)[:7]
 FINISHED = (Status.COMPLETED, Status.STALLED, Status.DIVERGED)
 UNFINISHED = (Status.RUNNING, Status.KILLED, Status.REQUEUED)
 
+# The status changes summary.json may see (runs.summary.write_summary refuses any other), from
+# no summary (None) or a written status. Writing the status a run already has is always allowed.
+#   None         a job begins: training starts ("running"); refused or broken before it trained
+#                ("failed"); stopped before training ("interrupted"; "requeued" under SLURM)
+#   running      training ends (completed, stalled, diverged), is stopped (interrupted,
+#                requeued), or the job breaks (failed, when it trained nothing)
+#   interrupted, requeued, failed
+#                resumed or started again ("running"), or stopped or refused again before training
+#   completed, stalled, diverged
+#                none: a finished run is final (a re-run of its sweep skips it)
+STARTS_AGAIN = (Status.RUNNING, Status.FAILED, Status.INTERRUPTED, Status.REQUEUED)
+TRANSITIONS: dict[Status | None, tuple[Status, ...]] = {
+    None: STARTS_AGAIN,
+    Status.RUNNING: (*FINISHED, Status.INTERRUPTED, Status.REQUEUED, Status.FAILED),
+    Status.INTERRUPTED: STARTS_AGAIN,
+    Status.REQUEUED: STARTS_AGAIN,
+    Status.FAILED: STARTS_AGAIN,
+    **{finished: () for finished in FINISHED},
+}
+
+
+class StatusChangeRefused(ValueError):
+    """A status change TRANSITIONS does not allow: a bug in whatever asked for it."""
+
+
+def check_status_change(old: str | None, new: str) -> None:
+    """Raise StatusChangeRefused unless summary.json may go from `old` (None: no summary yet, or
+    one without a status) to `new`."""
+    new = Status(new)
+    old = Status(old) if old is not None else None
+    if new == old:
+        return
+    if old not in TRANSITIONS:
+        raise StatusChangeRefused(f"status {old} is not one summary.json may hold")
+    if new not in TRANSITIONS[old]:
+        where = old or "no summary"
+        why = f"{where} is final" if not TRANSITIONS[old] else f"from {where}: {', '.join(map(str, TRANSITIONS[old]))}"
+        raise StatusChangeRefused(f"a run's status may not change from {where} to {new} ({why})")
+
 
 class Field(NamedTuple):
     about: str

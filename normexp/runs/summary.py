@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..config.run_config import effective_warmup
 from ..data.files import atomic_write_bytes
-from .schema import EXECUTION_FACTS, HPARAMS, LOSS_TRAJECTORY, OUTCOME_FIELDS, SETTINGS_FIELDS, STATUSES, Status
+from .schema import (EXECUTION_FACTS, HPARAMS, LOSS_TRAJECTORY, OUTCOME_FIELDS, SETTINGS_FIELDS, STATUSES, Status,
+                     check_status_change)
 
 
 def data_label(cfg) -> str:
@@ -76,11 +77,16 @@ def hparams_row(summary: dict) -> dict:
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
-    """The one writer of summary.json, and so of a run's status: training (running, then how
-    it ended) and the launch layer (interrupted, requeued, failed; `set_status`) both write
-    through here. A status that summary.json may not hold (not in STATUSES) is a bug: refused."""
+    """The one writer of summary.json, and so the one owner of a run's status: training
+    (running, then how it ended) and the launch layer (interrupted, requeued, failed;
+    `set_status`) both write through here. A status that summary.json may not hold (not in
+    STATUSES), or a change from the status on disk that schema.TRANSITIONS does not allow
+    (a finished run made "running" again), is a bug: refused (StatusChangeRefused)."""
     if summary.get("status") is not None and summary["status"] not in STATUSES:
         raise ValueError(f"status {summary['status']!r} is not one summary.json may hold ({', '.join(STATUSES)})")
+    if summary.get("status") is not None:
+        on_disk = read_summary(run_dir) or {}
+        check_status_change(on_disk.get("status") if on_disk.get("status") in STATUSES else None, summary["status"])
     atomic_write_bytes(Path(run_dir) / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
 
 

@@ -81,7 +81,7 @@ class FlatAdamW(torch.optim.AdamW):
         for p, m, v in zip(params, self._views(exp_avg, params), self._views(exp_avg_sq, params)):
             self.state[p] = {"step": step, "exp_avg": m, "exp_avg_sq": v}
 
-    def _go_per_tensor(self) -> None:
+    def go_per_tensor(self) -> None:
         """From now on torch's per-tensor step, on the same views; each parameter its own step count."""
         self.per_tensor = True
         for state in self.state.values():
@@ -92,7 +92,7 @@ class FlatAdamW(torch.optim.AdamW):
     def step(self, closure=None):
         if self.per_tensor or any(p.grad is None for g in self.param_groups for p in g["params"]):
             if not self.per_tensor:
-                self._go_per_tensor()
+                self.go_per_tensor()
             return super().step(closure)
         loss = None
         if closure is not None:
@@ -130,7 +130,7 @@ class FlatAdamW(torch.optim.AdamW):
             return  # saved before the first step
         steps = {float(s["step"]) for group in states for s in group if s}
         if any(s is None for group in states for s in group) or len(steps) != 1:
-            self._go_per_tensor()
+            self.go_per_tensor()
             return
         for i, group in enumerate(states):
             flat = self._flat[i]

@@ -226,6 +226,17 @@ DEPTH_FIGURE_DPI = 80
 DEPTH_FIGURE_MARGINS = {"left": 0.055, "right": 0.99, "bottom": 0.17, "top": 0.9, "wspace": 0.22}
 
 
+def can_draw() -> bool:
+    """Whether matplotlib is installed: the depth-profile images need it, training does not (a
+    bare GPU image trains without them: scripts/gpu_checks.sh)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except ImportError:
+        return False
+
+
 def depth_profile_figure(values: dict, step: int):
     """The signals with a profile_title (train/layer_signals/: act_std, grad_norm, update_ratio) against
     layer index at one logging step, from the values the instruments already read (no extra
@@ -291,8 +302,13 @@ def plain_tick_formatter():
     from matplotlib.ticker import Formatter
 
     class _PlainTicks(Formatter):
+        ticks: list = []
+
+        def set_locs(self, locs):  # the ticks of this drawing, kept here (Formatter.locs is deprecated)
+            self.ticks = list(locs)
+
         def __call__(self, x, pos=None):
-            return plain_tick(x, self.locs)
+            return plain_tick(x, self.ticks or [x])
 
     return _PlainTicks()
 

@@ -1,24 +1,28 @@
-"""The training loop: one run from a resolved config into one run folder.
+"""The training loop: runs from resolved configs into their run folders, one loop for a run
+alone (a list of one) and for a pack's members alike.
 
-`train()` reads top to bottom: build a `Trainer` (its `Run` part: data, model, optimizer,
-instruments, resume, the run's log), then step until done, then finish. One step
-(`Trainer.train_step`), on one screen:
+`train_runs()` reads top to bottom: build a `Trainer` per run (its `Run` part: data, model,
+optimizer, instruments, resume, the run's log), then step until each is done (`Runs.step`),
+each finishing on its own. One run's step (`Trainer.train_step`), on one screen:
 
     lr for this update → next batch → forward/backward (recorded by the instruments on a
     logging step) → the instruments before the update → divergence check → optional clipping
     → optimizer step → the instruments after it, and logging
 
 and after it (`Trainer.after_step`): throughput, evaluation, checkpoint, progress. A
-divergence raises `Diverged`, which ends the run with status "diverged". What the run leaves
-behind (summary.json, events, checkpoints, every status change) is its RunLog's (run_log.py);
-resuming is resume.py's. The loop's parts have names of their own: `is_logging_step` (the one
-logging-step rule), `SEED_STREAMS` (the random streams), `DivergenceGuard`, `ThroughputMeter`,
-`make_optimizer`, `build_parts`.
+divergence raises `Diverged`, which ends that run with status "diverged". A pack
+(train/pack.py) supplies one thing, the plain steps of its members as one model; their
+checks, updates and everything after are the members' own, through the same Trainer methods.
+What a run leaves behind (summary.json, events, checkpoints, every status change) is its
+RunLog's (run_log.py); resuming is resume.py's. The loop's parts have names of their own:
+`is_logging_step` (the one logging-step rule), `SEED_STREAMS` (the random streams),
+`DivergenceGuard`, `ThroughputMeter`, `make_optimizer`, `build_parts`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gc
 import logging
 import math
@@ -26,7 +30,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Callable
 
 import numpy as np
@@ -83,39 +87,82 @@ class Hooks:
     on_step: Callable[[int], None] | None = None    # a step finished (its index)
 
 
-# Set by the packed launcher while it sets its jobs up: `train` hands each job's config, folder and
-# JobContext to it and returns what it returns, and the launcher trains them together afterwards.
-deferred_training: Callable[[DictConfig, Path, JobContext], dict] | None = None
-
-
 def train(cfg: DictConfig | TrainConfig, run_dir: Path, stop: StopSignals | None = None, hooks: Hooks | None = None,
           job: JobContext | None = None) -> dict:
     """Train one model as `cfg` says (a checked composed config, read once into a TrainConfig,
     or the TrainConfig), logging into `run_dir`. Returns the summary (also written to
     summary.json). On SIGINT/SIGTERM (see signals.py) it saves a checkpoint, records status
-    "interrupted" and raises `Interrupted`. `job`: see JobContext."""
-    if deferred_training is not None:  # a pack's launcher collects its members (launch/packs.py)
-        return deferred_training(cfg, Path(run_dir), job or JobContext())
-    config = cfg if isinstance(cfg, TrainConfig) else TrainConfig.from_composed(cfg)
-    trainer = Trainer(config, Path(run_dir), hooks or Hooks(), job or JobContext())
-    with trainer.log.full_disk_named(lambda: trainer.step), contextlib.ExitStack() as stack:
+    "interrupted" and raises `Interrupted`. `job`: see JobContext. A run alone is the loop's
+    list of one (`train_runs`)."""
+    return train_runs([cfg], [run_dir], stop, [job or JobContext()], hooks)[0]
+
+
+# A first signal waits for the next step boundary this many times the longest step so far (at
+# least signals.GRACE_SECONDS) before the loop stops at once: a step's time varies with
+# evaluations, checkpoints and load, and a pack's step is K members'.
+STEP_GRACE_FACTOR = 3.0
+
+# the run whose code runs now (None: the loop's own), for the packed launcher's per-member logs
+current_member: contextvars.ContextVar[int | None] = contextvars.ContextVar("current_member", default=None)
+
+
+@contextlib.contextmanager
+def as_member(i: int):
+    token = current_member.set(i)
+    try:
+        yield
+    finally:
+        current_member.reset(token)
+
+
+def train_runs(configs: Sequence[DictConfig | TrainConfig], run_dirs: Sequence[Path], stop: StopSignals | None = None,
+               jobs: Sequence[JobContext] | None = None, hooks: Hooks | None = None,
+               stepping: Callable[[list[Trainer]], Runs] | None = None) -> list[dict]:
+    """The one training loop: the runs `configs` describe, each into its run folder, stepped
+    together until each has finished (a run alone: a list of one). Returns their summaries.
+
+        each run at step 0: the initial evaluation
+        while some run is running:
+            a signal since the last step? each running run checkpoints, records "interrupted"
+                (or "requeued"), and `Interrupted` is raised
+            one step of every running run (`Runs.step`: its update, then evaluation,
+                checkpoint, progress; a run that diverged or reached its last step finishes)
+
+    `stepping` builds what steps them from their Trainers: `Runs` (each its own step), or a
+    pack (train/pack.py) whose plain steps are one model. The first signal waits for the next
+    step boundary up to STEP_GRACE_FACTOR × the longest step so far (`stop.grace` raised to
+    it); a stop that cannot wait (a second signal, the grace spent) is `stop`'s on_hard_stop's
+    to record (the launcher's). The set-up's objects are out of the garbage collector's sight
+    while the runs train (set_up_objects_frozen); a write the disk refuses names its file
+    (RunLog.full_disk_named)."""
+    configs = [c if isinstance(c, TrainConfig) else TrainConfig.from_composed(c) for c in configs]
+    jobs = [j or JobContext() for j in (jobs or [None] * len(configs))]
+    trainers = []
+    for i, (config, run_dir, job) in enumerate(zip(configs, run_dirs, jobs)):
+        with as_member(i):
+            trainers.append(Trainer(config, Path(run_dir), hooks or Hooks(), job))
+    runs = (stepping or Runs)(trainers)
+    with contextlib.ExitStack() as stack:
         stop = stop or stack.enter_context(StopSignals())
         stack.enter_context(set_up_objects_frozen())
         try:
             with stop.deferred():
-                if trainer.step == 0:
-                    trainer.evaluate_initial()
-                while trainer.step < config.steps:
+                for i in runs.running():
+                    if trainers[i].step == 0:
+                        runs.guarded(i, trainers[i].evaluate_initial)
+                longest = 0.0
+                while runs.running():
                     stop.check()
-                    trainer.train_step()
-                    trainer.after_step()
-        except Diverged as e:  # finished like a completed run: after the step, outside the deferral
-            return trainer.finish(Status.DIVERGED, diverged_at_step=e.step)
+                    began = time.monotonic()
+                    runs.step()
+                    longest = max(longest, time.monotonic() - began)
+                    stop.grace = max(stop.grace, STEP_GRACE_FACTOR * longest)
         except Interrupted as e:
-            trainer.stop_interrupted(e)
+            for i in runs.running():
+                with as_member(i):
+                    trainers[i].stop_interrupted(e)
             raise
-        trainer.save_checkpoint()
-        return trainer.finish(Status.COMPLETED)
+    return [s if s is not None else t.summary for s, t in zip(runs.summaries, trainers)]
 
 
 @contextlib.contextmanager
@@ -440,12 +487,17 @@ class Trainer(Run):
         if self.config.optim.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip, foreach=True)
         self.optimizer.step()
-        self.model.after_optimizer_step()
-        self.step += 1
+        self.advance()
         if watch:
             values = {**values, **watch.after_update(self.optimizer)}
             drawing = self.log.log_step(values, lr, self.step - 1, lambda: block_outputs(self.model, x))
             self.meter.exclude(drawing)  # drawing histograms is not training
+
+    def advance(self) -> None:
+        """The update applied (here, or by a pack for all its members at once): the model's own
+        after-step (nGPT's renormalization), then the step count."""
+        self.model.after_optimizer_step()
+        self.step += 1
 
     def set_lr(self, step: int) -> float:
         schedule = self.config.schedule
@@ -534,6 +586,59 @@ class Trainer(Run):
         self.log.log_val(val, 0)
         self.meter.restart()
 
+
+
+class Runs:
+    """The runs one loop steps (`train_runs`), each a Trainer; a run alone is a list of one.
+    Each step: the runs at a logging step take their own `train_step` (the instruments watch
+    it); the others their plain step (`plain_step`: here each its own `train_step`; a pack,
+    train/pack.py, computes them as one model); then each its `after_step`, and a run that
+    reached its last step saves its checkpoint and finishes. A run that diverges finishes
+    alone (status "diverged"); the others go on."""
+
+    def __init__(self, trainers: Sequence[Trainer]):
+        self.trainers = list(trainers)
+        self.summaries: list[dict | None] = [None] * len(self.trainers)  # a finished run's
+
+    def running(self) -> list[int]:
+        return [i for i, t in enumerate(self.trainers) if self.summaries[i] is None and t.step < t.config.steps]
+
+    def step(self) -> None:
+        running = self.running()
+        plain = []
+        for i in running:
+            t = self.trainers[i]
+            if is_logging_step(t.step, t.config.log.log_every, t.config.steps):
+                self.guarded(i, t.train_step)
+            else:
+                plain.append(i)
+        if plain:
+            self.plain_step(plain)
+        for i in running:
+            t = self.trainers[i]
+            if self.summaries[i] is None:
+                self.guarded(i, t.after_step)
+            if self.summaries[i] is None and t.step >= t.config.steps:
+                self.guarded(i, lambda i=i, t=t: self.completed(i, t))
+
+    def plain_step(self, runs: list[int]) -> None:
+        """One update of each listed run at a step that is not a logging step."""
+        for i in runs:
+            self.guarded(i, self.trainers[i].train_step)
+
+    def completed(self, i: int, trainer: Trainer) -> None:
+        trainer.save_checkpoint()
+        self.summaries[i] = trainer.finish(Status.COMPLETED)
+
+    def guarded(self, i: int, action: Callable[[], None]) -> None:
+        """One run's action, its log lines its own (`as_member`), a write the disk refuses named
+        (RunLog.full_disk_named); a divergence finishes that run alone."""
+        t = self.trainers[i]
+        with as_member(i), t.log.full_disk_named(lambda: t.step):
+            try:
+                action()
+            except Diverged as e:
+                self.summaries[i] = t.finish(Status.DIVERGED, diverged_at_step=e.step)
 
 
 @torch.no_grad()

@@ -24,8 +24,8 @@ from ..runs.schema import Status
 from ..runs.summary import beat_baseline, hparams_row, write_summary
 from .config import TrainConfig
 from .instruments import scalar_tags
-from .logbook import (depth_profile_figure, hparam_values, hparams_writer, open_writer, trial_id, write_hparams,
-                      write_scalars)
+from .logbook import (can_draw, depth_profile_figure, hparam_values, hparams_writer, open_writer, trial_id,
+                      write_hparams, write_scalars)
 from .progress import Progress
 from .signals import Interrupted, Preempted
 from .spikes import HampelSpikeRule
@@ -45,6 +45,9 @@ class RunLog:
         self.wall_before = 0.0  # a resumed run's earlier segments (start): wall_seconds sums them all
         self.spike_rule = HampelSpikeRule(**asdict(config.loss_spike))
         self.bytes_per_token = 1.0
+        self.draws = can_draw()  # the depth-profile images need matplotlib
+        if not self.draws and config.log.profile_interval(config.steps):
+            log.info("depth-profile images off: matplotlib is not installed (pip install matplotlib draws them)")
 
     def start(self, purge_step: int | None, step: int) -> None:
         """The run begins (or resumes at `step`; `purge_step`: where a resumed run's events start again)."""
@@ -77,7 +80,7 @@ class RunLog:
         trajectory.append([step, values["loss"]])  # for outcomes.classify and the loss-spike rule
         tags = {**scalar_tags(values), schema.TRAIN_LOSS: values["loss"], schema.TRAIN_LR: lr, **self.check_spike(trajectory)}
         write_scalars(self.writer, tags, step)
-        every = self.config.log.profile_interval(self.config.steps)
+        every = self.config.log.profile_interval(self.config.steps) if self.draws else 0
         t0 = time.perf_counter()
         if every and (step % every == 0 or step == self.config.steps - 1):
             self.writer.add_figure(schema.DEPTH_PROFILE, depth_profile_figure(values, step), step)

@@ -88,6 +88,29 @@ LONG = [*TINY, "batch_size=8", "seq_len=64", "steps=1500", "warmup=100", "log_ev
         "checkpoint_every=100", "placement=post"]
 
 
+# the states of a SLURM job that has ended (a requeued one goes back to PENDING instead)
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+
+
+def wait_for_requeue(job_id: str, proc: subprocess.Popen) -> None:
+    """Until SLURM holds the job PENDING again; a job that ended instead fails at once (without
+    accounting, submitit would wait for its result for ever)."""
+    state = wait_for(lambda: (s := scontrol_job(job_id).get("JobState")) in ("PENDING", *ENDED) and s,
+                     "the requeued job", SAFETY_NET_S, proc)
+    assert state == "PENDING", f"job {job_id} ended ({state}) instead of being requeued"
+
+
+def start_now_and_finish(job_id: str, proc: subprocess.Popen, ref: subprocess.Popen) -> str:
+    """Start the requeued job now (SLURM holds one about two minutes, its BeginTime), then wait for
+    the sweep and its uninterrupted reference to end, both cleanly; the sweep's stderr."""
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, timeout=SAFETY_NET_S)
+    _, err = proc.communicate(timeout=SAFETY_NET_S)
+    _, ref_err = ref.communicate(timeout=SAFETY_NET_S)
+    assert proc.returncode == 0, err[-3000:]
+    assert ref.returncode == 0, ref_err[-3000:]
+    return err
+
+
 def wait_for(predicate, what: str, timeout: float, proc: subprocess.Popen):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -116,20 +139,15 @@ def test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted
         job_id = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
         # what SLURM sends signal_delay_s before a time limit, and on preemption
         subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=SAFETY_NET_S)
-        wait_for(lambda: scontrol_job(job_id).get("JobState") == "PENDING", "the requeued job", SAFETY_NET_S, proc)
+        wait_for_requeue(job_id, proc)
         stopped = read_summary(log().parent)
         assert stopped["status"] == "requeued" and stopped["requeues"] == 1
         assert 300 <= stopped["steps_completed"] < 1500, stopped
-        # SLURM holds a requeued job for about two minutes (its BeginTime); let it start now
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, timeout=SAFETY_NET_S)
-        out, err = proc.communicate(timeout=SAFETY_NET_S)
-        ref_out, ref_err = ref.communicate(timeout=SAFETY_NET_S)
+        start_now_and_finish(job_id, proc, ref)
     finally:
         for p in (proc, ref):
             if p.poll() is None:
                 p.kill()
-    assert proc.returncode == 0, err[-3000:]
-    assert ref.returncode == 0, ref_err[-3000:]
 
     (run,) = find_runs(sweep)
     summary = read_summary(run)
@@ -151,3 +169,99 @@ def test_preempted_run_is_requeued_and_resumes_to_the_losses_of_an_uninterrupted
     for tag in ("train/loss", "val/loss", "train/grad_norm"):
         assert got[tag] == want[tag], f"{tag} (stopped at {stop_step})"
     assert summary["final_val_loss"] == read_summary(reference)["final_val_loss"]
+
+
+# the shipped hydra/launcher=slurm_packed config, sized for the one-node test cluster: packs of 3
+SLURM_PACKED = ["hydra/launcher=slurm_packed", "hydra.launcher.cpus_per_task=1", "hydra.launcher.gpus_per_node=0",
+                "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=10"]
+# tokens/s is the only thing a member logs that depends on where and with whom it ran
+NOT_COMPARED = {"perf/tokens_per_second"}
+
+
+def assert_members_equal_solo_runs(sweep: Path, solo: Path, names: list[str]) -> None:
+    """Each member's curves and final losses equal its solo run's (the same folder name under `solo`)."""
+    for name in names:
+        got, want = scalar_events(sweep / name), scalar_events(solo / name)
+        assert set(got) == set(want), name
+        differ = [t for t in got if t not in NOT_COMPARED and got[t] != want[t]]
+        assert not differ, f"{name}: {len(differ)} tags differ from its solo run, e.g. {differ[:4]}"
+        a, b = read_summary(sweep / name), read_summary(solo / name)
+        assert (a["final_val_loss"], a["final_train_loss"], a["steps_completed"]) == \
+               (b["final_val_loss"], b["final_train_loss"], b["steps_completed"]), name
+
+
+def test_a_packed_sweep_runs_each_pack_as_one_slurm_job_and_each_member_equals_its_solo_run(tmp_path, cli_env):
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=20_000)
+    common = [*TINY, "data=text", f"data.files=[{corpus}]", "steps=30", "warmup=10", "log_every=5", "eval_every=10",
+              "lr=1e-3,2e-3,3e-3", "seed=0,1"]
+    sweep, solo = tmp_path / "sweep", tmp_path / "solo"
+    proc = run_cli(["train", "-m", *SLURM_PACKED, "hydra.launcher.max_members=3", *common, f"hydra.sweep.dir={sweep}"],
+                   cli_env)
+    assert "normexp: 6 jobs in 2 packs (3, 3 members)" in proc.stderr, proc.stderr[-3000:]
+    run_cli(["train", "-m", *common, f"hydra.sweep.dir={solo}"], cli_env)  # the same six, one after another here
+
+    # two SLURM jobs (the tasks of one array), each a pack of three, each seen ending cleanly
+    tasks = sorted(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name))
+    assert len(tasks) == 2 and len({t.split("_")[0] for t in tasks}) == 1, tasks
+    for task in tasks:
+        assert settled_job(task).get("JobState") == "COMPLETED", task
+    names = sorted(p.parent.name for p in sweep.glob("*/summary.json"))
+    assert names == sorted(p.parent.name for p in solo.glob("*/summary.json")) and len(names) == 6, names
+    for name in names:  # every member's folder complete, as a solo run's
+        summary = read_summary(sweep / name)
+        assert summary["status"] in RAN_TO_THE_END and summary["steps_completed"] == 30, (name, summary["status"])
+        assert (sweep / name / ".hydra" / "config.yaml").exists() and (sweep / name / "train.log").exists()
+        assert list((sweep / name / "checkpoints").glob("step_*.pt")), name
+    assert_members_equal_solo_runs(sweep, solo, names)
+
+
+def test_a_preempted_pack_is_requeued_and_every_member_resumes_to_its_uninterrupted_run(tmp_path, cli_env):
+    """One pack of four: two members that train on, two that diverge at once (lr=100). SLURM's
+    warning stops the pack; the requeued job resumes the two from their checkpoints and skips the
+    two that had finished."""
+    corpus = make_corpus(tmp_path / "corpus.txt", n_bytes=100_000)
+    common = ["data=text", f"data.files=[{corpus}]", *LONG, "lr=2e-3,100", "seed=0,1"]
+    sweep, solo = tmp_path / "sweep", tmp_path / "solo"
+    proc = subprocess.Popen([sys.executable, "-m", "normexp.cli", "train", "-m", *SLURM_PACKED,
+                             "hydra.launcher.max_members=4", *common, "hydra.launcher.max_num_timeout=2",
+                             f"hydra.sweep.dir={sweep}"], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    ref = subprocess.Popen([sys.executable, "-m", "normexp.cli", "train", "-m", *common, f"hydra.sweep.dir={solo}"],
+                           env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        log = lambda name: sweep / name / "train.log"  # noqa: E731
+        named = lambda lr: sorted(p.parent.name for p in sweep.glob(f"*lr={lr},*/train.log"))  # noqa: E731
+        wait_for(lambda: len(named("100")) == 2 and len(named("0.002")) == 2
+                 and all("step 300 " in log(n).read_text() for n in named("0.002")),
+                 "step 300 of both training members", SAFETY_NET_S, proc)
+        training, diverging = named("0.002"), named("100")
+        job_id = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=SAFETY_NET_S)
+        wait_for_requeue(job_id, proc)
+        stopped = {n: read_summary(sweep / n) for n in training + diverging}
+        for name in training:  # every running member checkpointed at the same step boundary
+            assert stopped[name]["status"] == "requeued" and stopped[name]["requeues"] == 1, name
+            assert 300 <= stopped[name]["steps_completed"] < 1500, (name, stopped[name]["steps_completed"])
+        assert stopped[training[0]]["steps_completed"] == stopped[training[1]]["steps_completed"]
+        for name in diverging:
+            assert stopped[name]["status"] == "diverged", (name, stopped[name]["status"])
+        err = start_now_and_finish(job_id, proc, ref)
+    finally:
+        for p in (proc, ref):
+            if p.poll() is None:
+                p.kill()
+    assert "4 jobs (2 completed, 2 diverged)" in err, err[-3000:]  # none "failed": the finished two were skipped
+    job = settled_job(job_id)
+    assert job.get("Restarts") == "1" and job.get("JobState") == "COMPLETED", job
+    for name in training:
+        summary = read_summary(sweep / name)
+        assert summary["status"] == "completed" and summary["steps_completed"] == 1500 and summary["requeues"] == 1
+        step = stopped[name]["steps_completed"]
+        train_log = log(name).read_text()
+        assert f"preempted by SIGUSR2 at step {step}" in train_log and f"resumed from step {step}" in train_log
+    for name in diverging:
+        assert read_summary(sweep / name) == stopped[name], name  # untouched by the requeued job
+        assert "already finished (status diverged): skipped" in log(name).read_text(), name
+    # each training member stopped after three periodic checkpoints and resumed from the fourth, in
+    # a new process on the node: its curves equal its uninterrupted solo run's bit for bit
+    assert_members_equal_solo_runs(sweep, solo, training + diverging)

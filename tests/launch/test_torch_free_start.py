@@ -80,3 +80,38 @@ def test_model_settings_as_shipped_only_for_the_shipped_yaml_values():
     assert not model_settings_as_shipped(compose_config(["placement=deepnorm", "placement.alpha=2"]))
     # equal in Python (1 == True) but not what the init takes: the type counts too
     assert not model_settings_as_shipped(compose_config(["init.scale_positions=1"]))
+
+
+# runs `normexp ARGS` with SciPy and matplotlib made absent (ModuleNotFoundError, as on a bare GPU image)
+WITHOUT_REPORT_STACK = (
+    "import sys\n"
+    "class Absent:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] in ('scipy', 'matplotlib'):\n"
+    "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+    "sys.meta_path.insert(0, Absent())\n"
+    "from normexp.cli import main\n"
+    "sys.argv = ['normexp', *sys.argv[1:]]\n"
+    "main()\n")
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["single run", "packed sweep"])
+def test_training_needs_neither_scipy_nor_matplotlib(tmp_path, packed):
+    """What a bare GPU image has is enough to train (scripts/gpu_checks.sh): a run, and a packed
+    sweep, finish and judge their outcome without SciPy or matplotlib; the depth-profile images
+    are left out with one line saying why."""
+    from conftest import TINY, make_corpus, read_summary
+
+    corpus = make_corpus(tmp_path / "corpus.txt")
+    out = tmp_path / "out"
+    args = ["train", *TINY, "data=text", f"data.files=[{corpus}]", "steps=12", "log_every=4", "eval_every=4"]
+    args += ["-m", "hydra/launcher=packed", "lr=1e-3,2e-3", f"hydra.sweep.dir={out}"] if packed else [f"hydra.run.dir={out}"]
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_REPORT_STACK, *args], env=cli_environment(tmp_path / "cache"),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=SAFETY_NET_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "depth-profile images off: matplotlib is not installed" in proc.stderr, proc.stderr[-2000:]
+    folders = [out / "lr=0.001", out / "lr=0.002"] if packed else [out]
+    for folder in folders:
+        summary = read_summary(folder)
+        assert summary["status"] in ("completed", "stalled") and summary["steps_completed"] == 12
+        assert summary["outcome"] is not None  # judged: a stalled run's curve rule used the t quantile

@@ -171,3 +171,15 @@ def test_the_slope_and_its_standard_error_are_scipys_linregress():
                 assert (slope, stderr) == (0.0, 0.0)
             else:
                 assert stderr == pytest.approx(fit.stderr, rel=1e-6, abs=1e-12)
+
+
+def test_the_t_quantile_of_the_curve_rule_is_scipys_without_scipy():
+    """outcomes.t_quantile (closed-form CDF, bisection) against SciPy's Student t, the reference:
+    every df the rule can meet (3 to SLOPE_POINTS points: df 1..) and the tails around it."""
+    from scipy.special import stdtr, stdtrit
+
+    for df in range(1, 61):
+        for p in (0.6, 0.9, 0.95, 0.975, 0.999):
+            assert math.isclose(outcomes.t_quantile(df, p), stdtrit(df, p), rel_tol=1e-12, abs_tol=0), (df, p)
+        for t in (-7.5, -1.3, 0.0, 0.4, 2.0, 30.0):
+            assert math.isclose(outcomes.t_cdf(t, df), stdtr(df, t), rel_tol=1e-12, abs_tol=1e-15), (df, t)

@@ -92,6 +92,20 @@ def test_every_member_of_an_8_run_pack_logs_what_its_solo_run_logs_bit_for_bit(t
         assert_same_run(s, p)
 
 
+def test_a_pack_of_one_is_its_solo_run_bit_for_bit(tmp_path, corpus):
+    """A run alone and a pack go through the one loop (loop.train_runs); a pack of one differs from
+    its solo run only in its plain steps (one PackedGPT of one member, the optimizer per tensor),
+    and logs what the solo run logs, checkpoints and all."""
+    [config] = members(corpus, [["lr=2e-3", "seed=1", "warmup=20"]], steps=60)
+    solo, packed = runs(tmp_path, "solo", 1)[0], runs(tmp_path, "pack", 1)[0]
+    train(config, solo)
+    [summary] = train_pack([config], [packed])
+    assert summary["status"] in ("completed", "stalled") and summary["steps_completed"] == 60
+    assert_same_run(solo, packed)
+    a, b = (torch.load(d / "checkpoints" / "step_00000060.pt", weights_only=False)["model"] for d in (solo, packed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_a_pack_computes_each_members_loss_and_gradients_for_every_placement_and_norm():
     """One step of the model alone, for every registered placement (under LayerNorm) and norm
     (under Pre-LN) a pack takes, i.e. whose class is not `unpackable`: each member's loss and
@@ -317,14 +331,17 @@ def test_jobs_split_into_even_packs_of_what_fits_and_a_size_that_cannot_fit_is_r
     from normexp.config.checks import ConfigError
 
     cfg = compose_config(["layers=2", "d_model=32", "heads=2"])
-    monkeypatch.setattr(packs, "members_that_fit", lambda cfg: 4)
+    # a SLURM pack's memory is its job's mem_gb (slurm_packed): 90 % of it, in members
+    assert packs.members_that_fit(cfg, free=10 * packs.member_memory_bytes(cfg)) == 9
+    assert packs.pack_sizes(20, "auto", cfg, free_bytes=10 * packs.member_memory_bytes(cfg)) == [7, 7, 6]
+    monkeypatch.setattr(packs, "members_that_fit", lambda cfg, free=None: 4)
     assert packs.pack_sizes(10, "auto", cfg) == [4, 3, 3]  # at most 4, as even as they split
     assert packs.pack_sizes(3, "auto", cfg) == [3]
     assert packs.pack_sizes(10, 2, cfg) == [2] * 5
     with pytest.raises(ConfigError, match=r"a pack of 8 members of this shape needs about .* GiB and 4 fit in the free "
                                           r"memory: set hydra.launcher.max_members=4 \(or auto\)"):
         packs.pack_sizes(10, 8, cfg)
-    monkeypatch.setattr(packs, "members_that_fit", lambda cfg: None)  # free memory unreadable: as asked
+    monkeypatch.setattr(packs, "members_that_fit", lambda cfg, free=None: None)  # free memory unreadable: as asked
     assert packs.pack_sizes(10, "auto", cfg) == [10]
 
 
