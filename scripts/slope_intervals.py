@@ -23,9 +23,9 @@ Each depth-scatter fit is also done with each seed's limit read by the failure r
 per_seed_* and per_seed_limits_*, and the differences' rows with rule "per seed".
 
 DeepNet's contrast alone, both readings side by side, from any boundary.csv files (new depths
-added to a study: give their folders in the glob):
+added to a study: give their folders in a glob of their own):
 
-    PYTHONPATH=$PWD python scripts/slope_intervals.py --deepnet 'issue39_800/*/boundary.csv' \
+    PYTHONPATH=$PWD python scripts/slope_intervals.py --deepnet 'issue39_800/*/boundary.csv' 'deep_end/boundary.csv' \
         [--out docs/results/depth_law]     # writes deepnet_contrast.csv
 """
 
@@ -45,7 +45,8 @@ from normexp.analysis.report.sections import read_searches
 ROOT = Path(__file__).resolve().parents[1]
 LAW = ROOT / "docs/results/depth_law"
 SWEEPS = {   # the page's section: the sweep folders its table reads
-    "depth_law, 800 steps": ["issue39_800/post_deepnorm_shallow_800", "issue39_800/post_deepnorm_mid_800"],
+    "depth_law, 800 steps": ["issue39_800/post_deepnorm_shallow_800", "issue39_800/post_deepnorm_mid_800",
+                             "deep_end"],  # Post-LN and DeepNorm under xavier at 32 and 64 blocks (issue 60)
     "depth_law, 200 steps (issue 39 search)": ["issue39/post_deepnorm_shallow", "issue39/post_deepnorm_deep"],
     "depth_law, 200 steps Pre-LN/Sandwich (issue 39 search)": ["issue39/pre_sandwich_shallow"],
     "depth_law, 200 steps (first search)": ["post_deepnorm", "pre_sandwich"],
@@ -246,10 +247,16 @@ def contrast_sentence(diffs: pd.DataFrame) -> str:
     common_scatter = _difference(diffs, "common depths", "depth scatter")
     bounded = math.isfinite(common_scatter["low"]) and math.isfinite(common_scatter["high"])
     dn, pl = (words(own[c]) for c in ("minuend depths", "subtrahend depths"))
+    if own["low"] > 0:
+        verdict = (f"over these depths the data show DeepNorm's limit falling more slowly than Post-LN's under the "
+                   f"same init")
+    elif own["high"] < 0:
+        verdict = "over these depths the data show DeepNorm's limit falling faster than Post-LN's under the same init"
+    else:
+        verdict = "the data do not show DeepNorm's limit falling more slowly than Post-LN's under the same init"
     return (f"Under `init=xavier` at 800 steps DeepNorm's likelihood slope minus Post-LN's is "
             f"{interval(own['difference'], own['low'], own['high'])} (95 %; one fit of both lines with a depth "
-            f"scatter term, τ̂ {own['tau']:.2f}; DeepNorm at {dn} blocks, Post-LN at {pl}): the data do not show "
-            f"DeepNorm's limit falling more slowly than Post-LN's under the same init; at the depths both "
+            f"scatter term, τ̂ {own['tau']:.2f}; DeepNorm at {dn} blocks, Post-LN at {pl}): {verdict}; at the depths both "
             f"have, {words(common['minuend depths'])} blocks, the difference is "
             f"{interval(common['difference'], common['low'], common['high'])} if depths do not scatter "
             f"(seeds only), and " + ("is " + interval(common_scatter["difference"], common_scatter["low"],
@@ -292,16 +299,17 @@ def deepnet_markdown(diffs: pd.DataFrame) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="write likelihood_slopes.csv and slope_differences.csv in this folder")
-    p.add_argument("--deepnet", metavar="GLOB",
+    p.add_argument("--deepnet", metavar="GLOB", nargs="+",
                    help="only DeepNet's contrast (DeepNorm/xavier − Post-LN/xavier), both readings of the seeds' "
-                        "limits, from the boundary.csv files matching GLOB under docs/results/depth_law "
-                        "(e.g. 'issue39_800/*/boundary.csv'); with --out also deepnet_contrast.csv there")
+                        "limits, from the boundary.csv files matching any GLOB under docs/results/depth_law "
+                        "(e.g. 'issue39_800/*/boundary.csv' 'deep_end/boundary.csv'); with --out also "
+                        "deepnet_contrast.csv there")
     args = p.parse_args()
     t0 = time.time()
     if args.deepnet:
-        tables = sorted(LAW.glob(args.deepnet))
+        tables = sorted({t for pattern in args.deepnet for t in LAW.glob(pattern)})
         if not tables or not all(t.name == "boundary.csv" for t in tables):
-            p.exit(2, f"--deepnet {args.deepnet}: matches no boundary.csv under {LAW} (found {len(tables)} files); "
+            p.exit(2, f"--deepnet {' '.join(args.deepnet)}: matches no boundary.csv under {LAW} (found {len(tables)} files); "
                       f"give a glob of boundary.csv files, e.g. 'issue39_800/*/boundary.csv'\n")
         print("tables: " + ", ".join(str(t.relative_to(LAW)) for t in tables))
         diffs = deepnet_contrast(tables)

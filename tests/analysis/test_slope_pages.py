@@ -76,7 +76,7 @@ def test_the_deepnet_sentence_is_the_csv():
     _, diffs = csvs()
     sentence = script().contrast_sentence(diffs)
     assert sentence in (LAW / "README.md").read_text(encoding="utf-8")
-    assert "1.51 [−1.01, 4.09]" in sentence  # the numbers of the run this page reports
+    assert "1.96 [0.78, 3.55]" in sentence  # the numbers of the run this page reports (2–64 blocks, issue 60)
 
 
 @pytest.mark.parametrize("page", PROSE, ids=[p.relative_to(ROOT).as_posix() for p in PROSE])
@@ -129,7 +129,7 @@ def test_the_per_seed_tables_are_the_csvs():
     page = (LAW / "README.md").read_text(encoding="utf-8")
     contrast = pd.read_csv(LAW / "deepnet_contrast.csv")
     assert module.deepnet_markdown(contrast) in page
-    assert "| per seed | depths fitted | 2, 4 and 8 | 2, 4 and 16 | 1.45 [−0.99, 3.90] (0.25) |" in page
+    assert "| per seed | depths fitted | 2, 4, 8 and 64 | 2, 4 and 16 | 2.01 [0.12, 4.04] (0.34) |" in page
     table, diffs = csvs()
     assert module.per_seed_markdown(table) in page
     per_seed = diffs[(diffs["rule"] == "per seed") & (diffs["minuend"] == "deepnorm/xavier")
