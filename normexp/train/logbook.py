@@ -250,7 +250,7 @@ def depth_profile_figure(values: dict, step: int):
     panels = {s.tag: s for s in signals(per_head=False) if s.profile_title}
     width, height = DEPTH_FIGURE_PIXELS
     fig = Figure(figsize=(width / DEPTH_FIGURE_DPI, height / DEPTH_FIGURE_DPI), dpi=DEPTH_FIGURE_DPI)
-    for ax, (key, family) in zip(fig.subplots(1, len(panels)), panels.items()):
+    for ax, (key, family) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
         ys = values.get(key) or []
         ax.plot(range(len(ys)), ys, marker="o" if len(ys) <= 64 else None, ms=4)  # a dot per block while they can be told apart
         readable_y_axis(ax, ys, family.log_scale)

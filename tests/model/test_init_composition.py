@@ -12,6 +12,7 @@ import torch
 
 from normexp.config.compose import compose_config, group_options
 from normexp.model import GPT, ModelConfig
+from normexp.model.placements import PLACEMENTS, ModelPolicy
 
 D, LAYERS = 64, 3
 ROLES = ("query", "key", "value", "attn_out", "mlp_in", "mlp_out")
@@ -22,9 +23,11 @@ GAINS = {"deepnorm": (8 * LAYERS) ** -0.25,           # DeepNet: β = (8N)^-¼ (
          "subln": math.sqrt(math.log(2 * LAYERS))}    # Magneto: √(ln 2N)
 
 
-# placements that renormalize every matrix along d_model once the init has drawn it (nGPT):
-# each d-long row or column is a unit vector, so its entries have std 1/√d whatever the init
-RENORMALIZED = {"ngpt"}
+# placements whose model policy acts on the weights once they are drawn (ModelPolicy.after_optimizer_step
+# runs then too; nGPT renormalizes every matrix along d_model): each d-long row or column is a unit
+# vector, so its entries have std 1/√d whatever the init. From the registry: a new one is picked up.
+RENORMALIZED = {name for name, cls in PLACEMENTS.items()
+                if cls.model_policy.after_optimizer_step is not ModelPolicy.after_optimizer_step}
 
 
 def truncated_normal_std(cut: float) -> float:

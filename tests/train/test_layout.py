@@ -238,3 +238,15 @@ def test_depth_profile_image_is_at_least_1000_pixels_wide():
     for ax in fig.axes:
         assert ax.title.get_fontsize() >= 10 and ax.xaxis.label.get_fontsize() >= 10
         assert all(t.get_fontsize() >= 9 for t in ax.get_yticklabels())
+
+
+def test_a_depth_profile_of_one_profiled_signal_is_one_panel(monkeypatch):
+    """With a single profiled signal (a registry that profiles one), the image is that one panel:
+    matplotlib hands back one Axes, not a list, for a 1 × 1 grid unless asked not to."""
+    from normexp.train import logbook
+
+    only = PROFILED[0]
+    monkeypatch.setattr(logbook, "signals", lambda per_head=False: [only])
+    fig = logbook.depth_profile_figure({only.tag: [0.5 * 1.3 ** i for i in range(6)]}, step=3)
+    assert [ax.get_title() for ax in fig.axes] == [f"{only.profile_title} (step 3)"]
+    assert list(fig.axes[0].lines[0].get_ydata()) == [0.5 * 1.3 ** i for i in range(6)]
