@@ -6,7 +6,9 @@
 #      lacks them (scripts/gpu_wheels.sh makes .whl/ here; carry it). Training needs no SciPy or
 #      matplotlib (without matplotlib the depth-profile images are left out, with a line);
 #   3. the default run (`normexp train`, device=auto);
-#   4. the README's usage line alone (`normexp train norm=rms placement=pre layers=48`, 200 steps);
+#   4. the README's usage line alone (`normexp train norm=rms placement=pre layers=48`, 200 steps), as
+#      the run takes it by default (cuda_graph=auto: its plain steps one CUDA graph) and eager
+#      (cuda_graph=false): tokens/s of each, and how far apart their losses end (graph.txt);
 #   5. a packed sweep through the launcher (hydra/launcher=packed): 8 runs of the usage line's shape;
 #   6. packs against their members alone: scripts/bench_packs.py at the usage line's shape with 8 and
 #      16 members, and at the depth law's small shape (32 x 64, seq 64) with 24.
@@ -69,7 +71,22 @@ if python3 -c "import hydra, omegaconf, antlr4, typer, yaml, tensorboard, torch"
   say "the usage line alone: norm=rms placement=pre layers=48, 200 steps"
   /usr/bin/time -f "wall %e s" timeout 120 python3 -m normexp train norm=rms placement=pre layers=48 steps=200 \
     hydra.run.dir=$WORK/usage $EXTRA > "$OUT/usage_line.log" 2>&1
-  say "usage line rc=$?"; tail -2 "$OUT/usage_line.log"; numbers "usage line alone" $WORK/usage
+  say "usage line rc=$?"; tail -2 "$OUT/usage_line.log"; numbers "usage line alone (cuda_graph=auto)" $WORK/usage
+
+  say "the usage line alone, eager: cuda_graph=false"
+  /usr/bin/time -f "wall %e s" timeout 120 python3 -m normexp train norm=rms placement=pre layers=48 steps=200 \
+    cuda_graph=false hydra.run.dir=$WORK/usage_eager $EXTRA > "$OUT/usage_line_eager.log" 2>&1
+  say "usage line eager rc=$?"; tail -2 "$OUT/usage_line_eager.log"; numbers "usage line alone (cuda_graph=false)" $WORK/usage_eager
+  python3 - $WORK/usage $WORK/usage_eager <<'PY' 2>&1 | tee "$OUT/graph.txt"
+import json, pathlib, sys
+graphed, eager = (json.loads((pathlib.Path(d) / "summary.json").read_text()) for d in sys.argv[1:3])
+print("graphed:", graphed.get("cuda_graph"), "eager:", eager.get("cuda_graph"))
+print("tokens/s graphed / eager:", round(graphed["tokens_per_second"] / eager["tokens_per_second"], 2))
+for part in ("train", "val"):
+    a, b = graphed["loss_trajectory"][part], eager["loss_trajectory"][part]
+    worst = max(abs(x - y) / abs(y) for (_, x), (_, y) in zip(a, b))
+    print(f"{part} loss, largest relative difference over {len(a)} points: {worst:.3g}; final {a[-1][1]:.5f} vs {b[-1][1]:.5f}")
+PY
 
   say "a packed sweep through the launcher: 8 runs of 48 x 128 (lr x seed), 200 steps"
   /usr/bin/time -f "wall %e s" timeout 200 python3 -m normexp train -m hydra/launcher=packed norm=rms layers=48 \

@@ -72,6 +72,10 @@ CASES = [
     ("nan-weight-decay", ["optim.weight_decay=nan"], "optim.weight_decay=nan: must be a finite number >= 0"),
     ("nan-max-loss", ["divergence.max_loss=nan"], "divergence.max_loss=nan: must be a finite number > 0"),
     ("infinite-z-loss", ["z_loss=inf"], "z_loss=inf: must be a finite number >= 0"),
+    ("word-cuda-graph", ["cuda_graph=maybe"], "cuda_graph=maybe: choose auto, true or false"),
+    ("cuda-graph-on-cpu", ["cuda_graph=true", "device=cpu"], "cuda_graph=true: device=cpu: a CUDA graph needs CUDA"),
+    ("cuda-graph-with-z-loss", ["cuda_graph=true", "z_loss=1e-4"], "cuda_graph=true: z_loss selects tokens"),
+    ("cuda-graph-on-cpu-machine", ["cuda_graph=true", "hydra.run.dir={fresh}"], "cuda_graph=true: not on CUDA; use cuda_graph=auto"),
     ("infinite-deepnorm-alpha", ["placement=deepnorm", "placement.alpha=inf"], "placement.alpha=inf"),
     ("infinite-layerscale-init", ["placement=layerscale", "placement.init_scale=inf"], "placement.init_scale=inf"),
     ("huge-layerscale-init", ["placement=layerscale", "placement.init_scale=1e308"], "placement.init_scale=1e+308: must be"),
@@ -153,7 +157,7 @@ CASES = [
     ("seq-len-longer-than-split", ["seq_len=100000", "hydra.run.dir={fresh}"], "seq_len=100000: the train split has only"),
     ("non-utf8-file", ["data.files=[{latin1}]", "hydra.run.dir={fresh}"], "data.files: {latin1} is not UTF-8"),
 ]
-IN_JOB = {"seq-len-longer-than-split", "non-utf8-file"}
+IN_JOB = {"seq-len-longer-than-split", "non-utf8-file", "cuda-graph-on-cpu-machine"}
 
 
 def cuda_available() -> bool:
@@ -169,7 +173,7 @@ def mps_available() -> bool:
 
 
 # cases that are not bad input on this machine: device=cuda is valid where there is a GPU
-NOT_BAD_HERE = ({"cuda-on-cpu-machine"} if cuda_available() else set()) | (
+NOT_BAD_HERE = ({"cuda-on-cpu-machine", "cuda-graph-on-cpu-machine"} if cuda_available() else set()) | (
     {"mps-where-there-is-none"} if mps_available() else set())
 
 

@@ -232,6 +232,7 @@ class RunConfig(Settings):
     device: str = setting("device", read=lambda v, cfg: str(v))  # auto | cpu | cuda | cuda:N | mps
     threads: int | str = setting("threads")          # a count, or "auto" (train/threads.py)
     compile: bool = setting("compile")
+    cuda_graph: bool | str = setting("cuda_graph", absent="auto")  # True, False or "auto" (train/pack.py: alone)
     resume: bool = setting("resume")
     batch_size: int = setting("batch_size", rule=POSITIVE)
     z_loss: float = setting("z_loss")                # c of the auxiliary loss c·(log Z)² (0 = off)
@@ -251,6 +252,19 @@ class RunConfig(Settings):
         if self.divergence_every_step == "auto":
             return device_type == "cpu"
         return bool(self.divergence_every_step)
+
+    def cuda_graph_refusal(self) -> str | None:
+        """Why this run's plain steps cannot be a CUDA graph, from its settings alone (the run adds
+        what only it knows: the device it got, its model's pack refusal; train/pack.py), or None."""
+        if self.device == "cpu" or self.device == "mps":
+            return f"device={self.device}: a CUDA graph needs CUDA"
+        if self.compile is True:
+            return "compile=true: the graph records the pack's own (eager) forward"
+        if is_number(self.z_loss) and self.z_loss > 0:
+            return "z_loss selects tokens by a data-dependent mask"
+        if self.divergence_every_step is True:
+            return "divergence.every_step=true reads each step's loss"
+        return None
 
     @property
     def steps(self) -> int:
@@ -274,6 +288,10 @@ class RunConfig(Settings):
             raise ConfigError("divergence.max_loss", self.max_loss, "must be a finite number > 0")
         if self.divergence_every_step not in (True, False, "auto"):
             raise ConfigError("divergence.every_step", self.divergence_every_step, "choose auto, true or false")
+        if self.cuda_graph not in (True, False, "auto"):
+            raise ConfigError("cuda_graph", self.cuda_graph, "choose auto, true or false")
+        if self.cuda_graph is True and (why := self.cuda_graph_refusal()):
+            raise ConfigError("cuda_graph", "true", f"{why}; use cuda_graph=auto (a graph where it can be) or false")
         if not is_integer(self.checkpoint_every) or self.checkpoint_every < 0:
             raise ConfigError("checkpoint_every", self.checkpoint_every, "must be an integer >= 0 (0 = only at the end)")
         if self.threads != "auto" and (not is_integer(self.threads) or self.threads <= 0):

@@ -55,4 +55,21 @@ def auto_notes(cfg) -> dict[str, str]:
     if OmegaConf.select(cfg, "divergence.every_step") == "auto":
         every_step = RunConfig.from_composed(cfg).divergence_checks_every_step(device_type)
         notes["divergence.every_step"] = f"{str(every_step).lower()} on {device_type}"
+    if OmegaConf.select(cfg, "cuda_graph") == "auto":
+        notes["cuda_graph"] = _cuda_graph_note(cfg, device_type)
     return notes
+
+
+def _cuda_graph_note(cfg, device_type: str) -> str:
+    """cuda_graph=auto's choice as the run makes it (train/pack.alone), from the settings and the device."""
+    from ..config.run_config import RunConfig
+
+    run = RunConfig.from_composed(cfg)
+    why = "not on CUDA" if device_type != "cuda" else run.cuda_graph_refusal()
+    if why is None and run.divergence_checks_every_step(device_type):
+        why = "divergence.every_step reads each step's loss"
+    if why is None:
+        from .packs import cannot_pack  # imports torch (loaded already: CUDA was asked)
+
+        why = cannot_pack(cfg)
+    return f"eager here: {why}" if why else "a graph here: plain steps as one CUDA graph, logging steps eager"

@@ -93,8 +93,14 @@ def train(cfg: DictConfig | TrainConfig, run_dir: Path, stop: StopSignals | None
     or the TrainConfig), logging into `run_dir`. Returns the summary (also written to
     summary.json). On SIGINT/SIGTERM (see signals.py) it saves a checkpoint, records status
     "interrupted" and raises `Interrupted`. `job`: see JobContext. A run alone is the loop's
-    list of one (`train_runs`)."""
-    return train_runs([cfg], [run_dir], stop, [job or JobContext()], hooks)[0]
+    list of one (`train_runs`), stepped eagerly or, on CUDA, as a graphed pack of one (pack.alone)."""
+    return train_runs([cfg], [run_dir], stop, [job or JobContext()], hooks, stepping=_alone)[0]
+
+
+def _alone(trainers: list[Trainer]) -> Runs:
+    from .pack import alone  # pack.py builds on this module
+
+    return alone(trainers)
 
 
 # A first signal waits for the next step boundary this many times the longest step so far (at
@@ -599,6 +605,8 @@ class Runs:
     def __init__(self, trainers: Sequence[Trainer]):
         self.trainers = list(trainers)
         self.summaries: list[dict | None] = [None] * len(self.trainers)  # a finished run's
+        for t in self.trainers:
+            t.summary["cuda_graph"] = False  # a pack whose plain steps are a graph says True
 
     def running(self) -> list[int]:
         return [i for i, t in enumerate(self.trainers) if self.summaries[i] is None and t.step < t.config.steps]

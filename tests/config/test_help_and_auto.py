@@ -150,7 +150,7 @@ def _cfg_job(env, *overrides):
 def test_cfg_job_gives_every_auto_its_value(cli_env):
     text = _cfg_job(cli_env, "placement=deepnorm", "layers=48", "steps=200")
     autos = [ln for ln in text.splitlines() if re.search(r": auto\b", ln)]
-    assert len(autos) == 9 and all("  # " in ln for ln in autos), autos  # none left bare
+    assert len(autos) == 10 and all("  # " in ln for ln in autos), autos  # none left bare
     cores = len(os.sched_getaffinity(0))
     assert f"threads: auto  # {cores} here: this process's {cores} cores" in text
     assert "eval_every: auto  # 27 for steps=200, eval_batches=8: 8 evaluations after step 0" in text
@@ -158,6 +158,8 @@ def test_cfg_job_gives_every_auto_its_value(cli_env):
     assert "  profiles_every: auto  # 40 for steps=200, log_every=5" in text  # 5 images: every 40, at a logging step
     assert "  alpha: auto  # 3.13017 for layers=48" in text  # (2·48)^¼
     assert "device: auto  # cpu here" in text or "device: auto  # cuda here" in text
+    assert ("device: auto  # cpu here" in text and "cuda_graph: auto  # eager here: not on CUDA" in text
+            or "cuda_graph: auto  # a graph here" in text)
     assert "  every_step: auto  # true on cpu" in text or "  every_step: auto  # false on cuda" in text
     assert "  progress: auto  # lines here (not a terminal)" in text  # stderr is a pipe here
 

@@ -30,7 +30,7 @@ FIELD_KEYS = {
     "log.progress": "log.progress", "log.profiles_every": "log.profiles_every",
     "loss_spike.window": "loss_spike.window", "loss_spike.k": "loss_spike.k", "loss_spike.floor": "loss_spike.floor",
     "loss_spike.min_points": "loss_spike.min_points",
-    "seed": "seed", "device": "device", "threads": "threads", "compile": "compile", "resume": "resume",
+    "seed": "seed", "device": "device", "threads": "threads", "compile": "compile", "cuda_graph": "cuda_graph", "resume": "resume",
     "batch_size": "batch_size", "z_loss": "z_loss", "max_loss": "divergence.max_loss",
     "divergence_every_step": "divergence.every_step",
     "checkpoint_every": "checkpoint_every", "keep_checkpoints": "keep_checkpoints",

@@ -106,6 +106,59 @@ def test_a_pack_of_one_is_its_solo_run_bit_for_bit(tmp_path, corpus):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def as_if_on_cuda(monkeypatch):
+    """A graph cannot be captured on CPU; what one would record (Pack._device_step) runs eagerly
+    through the graph's own path (GraphedPackStep, never past its warm-up) where the device check
+    is passed over. Returns the list its calls append to."""
+    import normexp.train.pack as pack_module
+    import normexp.train.pack_graph as pack_graph
+
+    monkeypatch.setattr(pack_module, "graph_step_fits", lambda *a: None)
+    monkeypatch.setattr(pack_graph, "WARMUP", 10**9)
+    calls = []
+    real = pack_module.Pack._device_step
+    monkeypatch.setattr(pack_module.Pack, "_device_step", lambda self, xs, ys: calls.append(1) or real(self, xs, ys))
+    return calls
+
+
+@pytest.mark.slow
+def test_a_run_alone_where_a_graph_fits_steps_its_plain_steps_as_a_graphed_pack_of_one(tmp_path, corpus, monkeypatch):
+    """`train` (cuda_graph=auto) where the graph fits: every plain step goes through the graph's
+    step, logging steps eager; the run equals a pack of one with the packed optimizer bit for bit,
+    and its eager solo run to float32 rounding. cuda_graph=false: the eager solo run."""
+    [config] = members(corpus, [["lr=2e-3", "seed=1", "warmup=20"]], steps=60)
+    solo, packed, graphed, refused = runs(tmp_path, "solo", 4)
+    train(config, solo)
+    train_pack([config], [packed], packed_optimizer=True, cuda_graph=False)
+    calls = as_if_on_cuda(monkeypatch)
+    summary = train(config, graphed)
+    logging_steps = len([*range(0, 60, 10), 59])
+    assert summary["cuda_graph"] is True and len(calls) == 60 - logging_steps
+    assert_same_run(packed, graphed)
+    a, b = (json.loads((d / "summary.json").read_text())["loss_trajectory"] for d in (solo, graphed))
+    assert a.keys() == b.keys() and a != b  # not the solo run's path ...
+    for part in a:  # ... but its numbers, to float32 rounding over 60 Adam steps
+        assert [s for s, _ in a[part]] == [s for s, _ in b[part]]
+        assert [v for _, v in b[part]] == pytest.approx([v for _, v in a[part]], rel=1e-4)
+    calls.clear()
+    off = compose_config([*base(corpus, 60), "lr=2e-3", "seed=1", "warmup=20", "cuda_graph=false"])
+    assert train(off, refused)["cuda_graph"] is False and not calls
+    assert_same_run(solo, refused)
+
+
+def test_cuda_graph_true_stops_a_run_no_graph_can_take_with_the_reason(tmp_path, corpus, monkeypatch):
+    """Where the settings pass but the model cannot be packed (BatchNorm), cuda_graph=true stops
+    the run before its first step with one line naming why; auto steps it eagerly."""
+    from normexp.config.checks import ConfigError
+
+    as_if_on_cuda(monkeypatch)
+    batch = ["norm=batch", "lr=2e-3"]
+    with pytest.raises(ConfigError, match=r"cuda_graph=true: norm=batch: BatchNorm.*use cuda_graph=auto"):
+        train(compose_config([*base(corpus, 20), *batch, "cuda_graph=true"]), runs(tmp_path, "true", 1)[0])
+    summary = train(compose_config([*base(corpus, 20), *batch]), runs(tmp_path, "auto", 1)[0])
+    assert summary["cuda_graph"] is False and summary["steps_completed"] == 20
+
+
 def test_a_pack_computes_each_members_loss_and_gradients_for_every_placement_and_norm():
     """One step of the model alone, for every registered placement (under LayerNorm) and norm
     (under Pre-LN) a pack takes, i.e. whose class is not `unpackable`: each member's loss and
