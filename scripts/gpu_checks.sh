@@ -9,6 +9,8 @@
 #   4. the README's usage line alone (`normexp train norm=rms placement=pre layers=48`, 200 steps), as
 #      the run takes it by default (cuda_graph=auto: its plain steps one CUDA graph) and eager
 #      (cuda_graph=false): tokens/s of each, and how far apart their losses end (graph.txt);
+#      and the graphed run killed (kill -9) after its step-RESUME_AT checkpoint and resumed, against
+#      the straight run (resume.txt: bit for bit or not);
 #   5. a packed sweep through the launcher (hydra/launcher=packed): 8 runs of the usage line's shape;
 #   6. packs against their members alone: scripts/bench_packs.py at the usage line's shape with 8 and
 #      16 members, and at the depth law's small shape (32 x 64, seq 64) with 24.
@@ -86,6 +88,25 @@ for part in ("train", "val"):
     a, b = graphed["loss_trajectory"][part], eager["loss_trajectory"][part]
     worst = max(abs(x - y) / abs(y) for (_, x), (_, y) in zip(a, b))
     print(f"{part} loss, largest relative difference over {len(a)} points: {worst:.3g}; final {a[-1][1]:.5f} vs {b[-1][1]:.5f}")
+PY
+
+  AT=${RESUME_AT:-100}
+  say "resume: the graphed usage line killed (-9) after its step-$AT checkpoint, then normexp resume"
+  python3 -m normexp train norm=rms placement=pre layers=48 steps=200 checkpoint_every=$AT \
+    hydra.run.dir=$WORK/usage_resume $EXTRA > "$OUT/usage_resume.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1200); do
+    [ -e "$WORK/usage_resume/checkpoints/step_$(printf %08d "$AT").pt" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1
+  done
+  kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+  timeout 120 python3 -m normexp resume $WORK/usage_resume >> "$OUT/usage_resume.log" 2>&1
+  say "resume rc=$?"; tail -2 "$OUT/usage_resume.log"; numbers "usage line killed and resumed" $WORK/usage_resume
+  python3 - $WORK/usage $WORK/usage_resume <<'PY' 2>&1 | tee "$OUT/resume.txt"
+import json, pathlib, sys
+straight, resumed = (json.loads((pathlib.Path(d) / "summary.json").read_text()) for d in sys.argv[1:3])
+print("resumed run:", resumed.get("status"), resumed.get("steps_completed"), "steps, cuda_graph", resumed.get("cuda_graph"))
+print("final val loss straight", straight["final_val_loss"], "resumed", resumed["final_val_loss"],
+      "bit for bit" if straight["loss_trajectory"] == resumed["loss_trajectory"] else "trajectories DIFFER")
 PY
 
   say "a packed sweep through the launcher: 8 runs of 48 x 128 (lr x seed), 200 steps"

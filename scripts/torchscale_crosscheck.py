@@ -278,7 +278,7 @@ def train_reference(cfg, corpus, weights: str = "own") -> float:
 
 def train_normexp(cfg, work: Path) -> tuple[float, str]:
     """normexp's own training loop (`normexp train` in-process): final val loss and status."""
-    from normexp.train.loop import train
+    from normexp.train.alone import train
 
     summary = train(cfg, work)
     return summary.get("final_val_loss", math.nan), summary["status"]

@@ -2,7 +2,7 @@
 
 All measurements run in one process so that they are comparable (see suite.py for the
 order): the fp32 matmul peak of this machine (the denominator of MFU); normexp's real
-training loop (`normexp.train.loop.train`) timed step by step on the shapes of shapes.py; the
+training loop (`normexp.train.alone.train`) timed step by step on the shapes of shapes.py; the
 same network written by hand (minimal_gpt.py), interleaved with normexp so that load from
 other processes hits both alike; the instruments' cost; and, optionally, torch.compile,
 parallel sweep jobs, start-up time and the depth-profile images.

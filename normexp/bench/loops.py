@@ -1,7 +1,7 @@
 """The timed runs: normexp's own training loop, the hand-written loop of the minimal GPT,
 and the time to build each model.
 
-normexp's loop is `normexp.train.loop.train`, the code path `normexp train` runs (forward,
+normexp's loop is `normexp.train.alone.train`, the code path `normexp train` runs (forward,
 backward, divergence check, fused AdamW, instruments on logging steps, TensorBoard writes),
 timed through its `on_step` hook and otherwise unchanged."""
 
@@ -55,7 +55,8 @@ def normexp_config(shape: Shape, corpus: Path, steps: int, log_every: int, threa
 def normexp_run(shape: Shape, corpus: Path, steps: int, log_every: int, threads: int,
                 compile: bool = False, extra: tuple[str, ...] = ()) -> NormexpRun:
     """normexp's training loop on `shape`, timestamped at the end of every step."""
-    from ..train.loop import Hooks, train
+    from ..train.alone import train
+    from ..train.loop import Hooks
 
     k = run_log_every(log_every, steps)
     cfg = normexp_config(shape, corpus, steps, k, threads, compile, extra)

@@ -232,7 +232,7 @@ class RunConfig(Settings):
     device: str = setting("device", read=lambda v, cfg: str(v))  # auto | cpu | cuda | cuda:N | mps
     threads: int | str = setting("threads")          # a count, or "auto" (train/threads.py)
     compile: bool = setting("compile")
-    cuda_graph: bool | str = setting("cuda_graph", absent="auto")  # True, False or "auto" (train/pack.py: alone)
+    cuda_graph: bool | str = setting("cuda_graph", absent="auto")  # True, False or "auto" (train/alone.py)
     resume: bool = setting("resume")
     batch_size: int = setting("batch_size", rule=POSITIVE)
     z_loss: float = setting("z_loss")                # c of the auxiliary loss c·(log Z)² (0 = off)
@@ -255,7 +255,7 @@ class RunConfig(Settings):
 
     def cuda_graph_refusal(self) -> str | None:
         """Why this run's plain steps cannot be a CUDA graph, from its settings alone (the run adds
-        what only it knows: the device it got, its model's pack refusal; train/pack.py), or None."""
+        what only it knows: the device it got, its model's pack refusal; train/alone.py), or None."""
         if self.device == "cpu" or self.device == "mps":
             return f"device={self.device}: a CUDA graph needs CUDA"
         if self.compile is True:

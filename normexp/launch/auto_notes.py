@@ -61,7 +61,7 @@ def auto_notes(cfg) -> dict[str, str]:
 
 
 def _cuda_graph_note(cfg, device_type: str) -> str:
-    """cuda_graph=auto's choice as the run makes it (train/pack.alone), from the settings and the device."""
+    """cuda_graph=auto's choice as the run makes it (train/alone.py: alone), from the settings and the device."""
     from ..config.run_config import RunConfig
 
     run = RunConfig.from_composed(cfg)

@@ -106,6 +106,7 @@ def run_train(args: list[str], hooks=None) -> None:
         plan = claim_output(plan, cfg)
     try:
         outcome = run_hydra(plan, hooks)
+        distributed.leave_together()
     finally:
         distributed.cleanup()
     sweep.end_of_sweep(outcome)

@@ -63,7 +63,7 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
         log.info("%s already finished (status %s): skipped", run_dir, previous["status"])
         return previous
     from ..train.distributed import is_main  # imports torch, as training does next
-    from ..train.loop import train
+    from ..train.alone import train
 
     if is_main():  # before the job writes anything: the folder is this job's alone (or FolderTaken)
         released = claim_folder(run_dir, bool(cfg.resume) or (previous or {}).get("status") == Status.REQUEUED,

@@ -68,20 +68,20 @@ def member_memory_bytes(cfg: DictConfig) -> int:
     return model + model // 2 + batch
 
 
-def members_that_fit(cfg: DictConfig, free: int | None = None) -> int | None:
-    """How many members of this shape fit in `free` bytes, by default the free memory of the
+def members_that_fit(cfg: DictConfig, free_bytes: int | None = None) -> int | None:
+    """How many members of this shape fit in `free_bytes`, by default the free memory of the
     run's device (the GPU's, where the run uses one); None where it cannot be read."""
     from ..config.resources import available_memory_bytes
 
     device = str(cfg.get("device", "auto"))
-    if free is None and (device in ("auto", "cuda") or device.startswith("cuda")):
+    if free_bytes is None and (device in ("auto", "cuda") or device.startswith("cuda")):
         import torch
 
         if torch.cuda.is_available():
-            free = torch.cuda.mem_get_info()[0]
-    if free is None:
-        free = available_memory_bytes()
-    return None if free is None else max(0, int(free * 0.9) // member_memory_bytes(cfg))
+            free_bytes = torch.cuda.mem_get_info()[0]
+    if free_bytes is None:
+        free_bytes = available_memory_bytes()
+    return None if free_bytes is None else max(0, int(free_bytes * 0.9) // member_memory_bytes(cfg))
 
 
 def pack_sizes(n: int, max_members: int | str, cfg: DictConfig, free_bytes: int | None = None) -> list[int]:

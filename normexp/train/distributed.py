@@ -53,6 +53,14 @@ def init_from_env() -> None:
     dist.init_process_group(backend=backend, init_method="env://")
 
 
+def leave_together() -> None:
+    """Every rank waits here for the others once its run is done, before the group is torn
+    down: a rank that tore it down while rank 0 still wrote its run's end aborted now and then
+    ("terminate called without an active exception", gloo, torch 2.13, once in a suite under load)."""
+    if is_distributed():
+        dist.barrier()
+
+
 def cleanup() -> None:
     if is_distributed():
         dist.destroy_process_group()

@@ -1,7 +1,8 @@
 """The training loop: runs from resolved configs into their run folders, one loop for a run
 alone (a list of one) and for a pack's members alike.
 
-`train_runs()` reads top to bottom: build a `Trainer` per run (its `Run` part: data, model,
+A run alone starts at train/alone.py's `train()`, a pack at train/pack.py's `train_pack()`;
+both are `train_runs()`, which reads top to bottom: build a `Trainer` per run (its `Run` part: data, model,
 optimizer, instruments, resume, the run's log), then step until each is done (`Runs.step`),
 each finishing on its own. One run's step (`Trainer.train_step`), on one screen:
 
@@ -85,22 +86,6 @@ class Hooks:
 
     on_start: Callable[[], None] | None = None      # set-up done, step 0 next
     on_step: Callable[[int], None] | None = None    # a step finished (its index)
-
-
-def train(cfg: DictConfig | TrainConfig, run_dir: Path, stop: StopSignals | None = None, hooks: Hooks | None = None,
-          job: JobContext | None = None) -> dict:
-    """Train one model as `cfg` says (a checked composed config, read once into a TrainConfig,
-    or the TrainConfig), logging into `run_dir`. Returns the summary (also written to
-    summary.json). On SIGINT/SIGTERM (see signals.py) it saves a checkpoint, records status
-    "interrupted" and raises `Interrupted`. `job`: see JobContext. A run alone is the loop's
-    list of one (`train_runs`), stepped eagerly or, on CUDA, as a graphed pack of one (pack.alone)."""
-    return train_runs([cfg], [run_dir], stop, [job or JobContext()], hooks, stepping=_alone)[0]
-
-
-def _alone(trainers: list[Trainer]) -> Runs:
-    from .pack import alone  # pack.py builds on this module
-
-    return alone(trainers)
 
 
 # A first signal waits for the next step boundary this many times the longest step so far (at
@@ -470,7 +455,7 @@ class Run:
 
 class Trainer(Run):
     """A run's step (`train_step`, on one screen) and what follows it (`after_step`:
-    throughput, evaluation, checkpoint, progress). `train()` drives a Trainer; a pack drives several."""
+    throughput, evaluation, checkpoint, progress). `alone.train()` drives a Trainer; a pack drives several."""
 
     # ------------------------------------------------------------------ one step
 

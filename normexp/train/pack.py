@@ -25,9 +25,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from ..config.checks import ConfigError
-from ..model.packed import PackedGPT, packable
-from . import distributed
+from ..model.packed import PackedGPT
 from .config import TrainConfig
 from .flat_adamw import FlatAdamW
 from .pack_graph import GraphedPackStep, graph_step_fits, packed_device_step
@@ -127,34 +125,6 @@ class Pack(Runs):
         self.optimizer.step(healthy)
         for i in healthy:
             self.trainers[i].advance()
-
-
-def alone(trainers: Sequence[Trainer]) -> Runs:
-    """What steps a run alone (`loop.train`): on CUDA a pack of one whose plain steps replay as
-    one CUDA graph (the packed optimizer's step in it; logging steps, evaluations and checkpoints
-    eager, the run's own), where the run's `cuda_graph` setting and `graph_refusal` allow; else
-    the run's own eager step (loop.Runs). The choice is logged and kept in summary.json
-    ("cuda_graph"). `cuda_graph=true` where no graph can be taken stops the run with the reason."""
-    wanted = trainers[0].config.cuda_graph
-    why = "cuda_graph=false" if wanted is False else graph_refusal(trainers)
-    if why is None:
-        log.info("plain steps as one CUDA graph (a pack of one; cuda_graph=false steps eagerly)")
-        return Pack(trainers, packed_optimizer=True, cuda_graph=True)
-    if wanted is True:
-        raise ConfigError("cuda_graph", "true", f"{why}; use cuda_graph=auto (a graph where it can be) or false")
-    if trainers[0].device.type == "cuda":
-        log.info("plain steps eager, not as a CUDA graph: %s", why)
-    return Runs(trainers)
-
-
-def graph_refusal(trainers: Sequence[Trainer]) -> str | None:
-    """Why a run alone cannot step as a graphed pack of one: its settings (RunConfig.cuda_graph_refusal),
-    the device it got, a torchrun launch, its model's pack refusal (model/packed.py); None if it can."""
-    t = trainers[0]
-    why = t.config.cuda_graph_refusal() or graph_step_fits(t.device, True, [t.config.z_loss], t.guard.every_step)
-    if why is None and distributed.is_distributed():
-        why = "a torchrun launch (DDP steps each rank)"
-    return why or packable(t.model)
 
 
 def train_pack(configs: Sequence[DictConfig | TrainConfig], run_dirs: Sequence[Path], stop: StopSignals | None = None,

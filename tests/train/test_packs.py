@@ -19,7 +19,7 @@ from normexp.config.model_config import ModelConfig
 from normexp.launch.packs import cannot_pack
 from normexp.model import GPT, NORMS, PLACEMENTS
 from normexp.model.packed import PackedGPT, pack_refusal
-from normexp.train.loop import train
+from normexp.train.alone import train
 from normexp.train.pack import train_pack
 
 # tokens/s and the wall time are the only things a member logs that depend on the pack
@@ -110,9 +110,11 @@ def as_if_on_cuda(monkeypatch):
     """A graph cannot be captured on CPU; what one would record (Pack._device_step) runs eagerly
     through the graph's own path (GraphedPackStep, never past its warm-up) where the device check
     is passed over. Returns the list its calls append to."""
+    import normexp.train.alone as alone_module
     import normexp.train.pack as pack_module
     import normexp.train.pack_graph as pack_graph
 
+    monkeypatch.setattr(alone_module, "graph_step_fits", lambda *a: None)
     monkeypatch.setattr(pack_module, "graph_step_fits", lambda *a: None)
     monkeypatch.setattr(pack_graph, "WARMUP", 10**9)
     calls = []
@@ -385,16 +387,16 @@ def test_jobs_split_into_even_packs_of_what_fits_and_a_size_that_cannot_fit_is_r
 
     cfg = compose_config(["layers=2", "d_model=32", "heads=2"])
     # a SLURM pack's memory is its job's mem_gb (slurm_packed): 90 % of it, in members
-    assert packs.members_that_fit(cfg, free=10 * packs.member_memory_bytes(cfg)) == 9
+    assert packs.members_that_fit(cfg, free_bytes=10 * packs.member_memory_bytes(cfg)) == 9
     assert packs.pack_sizes(20, "auto", cfg, free_bytes=10 * packs.member_memory_bytes(cfg)) == [7, 7, 6]
-    monkeypatch.setattr(packs, "members_that_fit", lambda cfg, free=None: 4)
+    monkeypatch.setattr(packs, "members_that_fit", lambda cfg, free_bytes=None: 4)
     assert packs.pack_sizes(10, "auto", cfg) == [4, 3, 3]  # at most 4, as even as they split
     assert packs.pack_sizes(3, "auto", cfg) == [3]
     assert packs.pack_sizes(10, 2, cfg) == [2] * 5
     with pytest.raises(ConfigError, match=r"a pack of 8 members of this shape needs about .* GiB and 4 fit in the free "
                                           r"memory: set hydra.launcher.max_members=4 \(or auto\)"):
         packs.pack_sizes(10, 8, cfg)
-    monkeypatch.setattr(packs, "members_that_fit", lambda cfg, free=None: None)  # free memory unreadable: as asked
+    monkeypatch.setattr(packs, "members_that_fit", lambda cfg, free_bytes=None: None)  # free memory unreadable: as asked
     assert packs.pack_sizes(10, "auto", cfg) == [10]
 
 

@@ -130,6 +130,7 @@ def test_decay_with_one_update_after_warmup_ends_at_the_floor():
 def _run(tmp_path, monkeypatch, overrides):
     """Train in-process; returns ([lr the optimizer held at each update], {step: train/lr})."""
     import normexp.train.loop as train_mod
+    from normexp.train.alone import train
     from normexp.config.compose import compose_config
 
     monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
@@ -155,7 +156,7 @@ def _run(tmp_path, monkeypatch, overrides):
     threads = torch.get_num_threads()
     (tmp_path / "run").mkdir()  # Hydra makes the run folder before the job starts
     try:
-        summary = train_mod.train(cfg, tmp_path / "run")
+        summary = train(cfg, tmp_path / "run")
     finally:
         torch.set_num_threads(threads)
     assert summary["status"] in RAN_TO_THE_END  # a plumbing run of 4-6 steps: it need not learn

@@ -22,7 +22,8 @@ def test_tokens_per_second_leaves_out_images_and_checkpoints(tmp_path, monkeypat
     from normexp.runs import reading as runs
     from normexp.train import run_log as train_module  # where the depth-profile image is drawn
     from normexp.config.compose import compose_config
-    from normexp.train.loop import Hooks, train
+    from normexp.train.alone import train
+    from normexp.train.loop import Hooks
     from torch.utils.tensorboard import SummaryWriter
 
     monkeypatch.setenv("NORMEXP_CACHE", str(tmp_path / "cache"))
