@@ -96,6 +96,11 @@ class Pack(Runs):
         if self.graph is not None and members == list(range(K)):
             self.optimizer.prepare()
             self.graph.run(xs, ys)  # unchecked plain steps (graph_step_fits): nothing to read back
+            if self.graph.uncapturable is not None:
+                log.warning("pack: the CUDA graph could not be captured (%s); plain steps run eagerly", self.graph.uncapturable)
+                self.graph = None  # this step ran, eagerly; the later ones take the eager step below
+                for t in self.trainers:
+                    t.summary["cuda_graph"] = False
             for t in self.trainers:
                 t.advance()
             return

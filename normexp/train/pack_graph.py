@@ -11,7 +11,8 @@ run eagerly (the allocator and kernels settle), the next is captured and replaye
 Used where it is correct and pays: CUDA, the packed optimizer, every member stepping, no
 z-loss (its token selection has a data-dependent shape), and plain steps left unchecked
 (divergence.every_step false, the GPU default: the check would read the loss mid-graph).
-Anything else, and any change of the members stepping (one finished), runs the eager step.
+Anything else, and any change of the members stepping (one finished), runs the eager step. A
+capture that fails (out of memory, an operation a graph cannot record) leaves the pack to the eager step.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def packed_device_step(model, optimizer, xs: torch.Tensor, ys: torch.Tensor) -> 
 
 class GraphedPackStep:
     """`run(xs, ys)` takes one plain step of every member (see the module docstring) and returns
-    the members' losses (a tensor the graph rewrites at each replay)."""
+    the members' losses (a tensor the graph rewrites at each replay). A capture that fails (out of
+    memory, an operation CUDA graphs cannot record) records nothing and runs nothing: that step and
+    every later one run eagerly, the same step function, and `uncapturable` says why."""
 
     def __init__(self, step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], example: torch.Tensor):
         self.step = step  # forward, backward, the packed optimizer's apply: device work only
@@ -61,25 +64,39 @@ class GraphedPackStep:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.losses: torch.Tensor | None = None
         self.eager_steps = 0
+        self.uncapturable: str | None = None  # why the capture failed: every step eager from then on
 
     def run(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         self.xs.copy_(xs, non_blocking=True)
         self.ys.copy_(ys, non_blocking=True)
         if self.graph is None and self.eager_steps < WARMUP:
             self.eager_steps += 1
-            if not self.xs.is_cuda:
-                return self.step(self.xs, self.ys)
-            # on a side stream, as the capture will be: autograd's gradient accumulators are
-            # made at the first backward and keep that stream (on the default one, the capture fails)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                losses = self.step(self.xs, self.ys)
-            torch.cuda.current_stream().wait_stream(side)
-            return losses
+            return self._eager()
+        if self.uncapturable is not None:
+            return self._eager()
         if self.graph is None:
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):  # records; the replay below takes the step
-                self.losses = self.step(self.xs, self.ys)
+            try:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):  # records; the replay below takes the step
+                    self.losses = self.step(self.xs, self.ys)
+            except RuntimeError as e:  # out of memory, an op that cannot be captured: nothing ran, so run it eagerly
+                self.uncapturable = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()  # the failed capture's pool
+                return self._eager()
+            self.graph = graph
         self.graph.replay()
         return self.losses
+
+    def _eager(self) -> torch.Tensor:
+        """The step run eagerly, where the capture will be (a side stream on CUDA)."""
+        if not self.xs.is_cuda:
+            return self.step(self.xs, self.ys)
+        # on a side stream, as the capture will be: autograd's gradient accumulators are
+        # made at the first backward and keep that stream (on the default one, the capture fails)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            losses = self.step(self.xs, self.ys)
+        torch.cuda.current_stream().wait_stream(side)
+        return losses

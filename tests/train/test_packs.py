@@ -148,6 +148,29 @@ def test_a_run_alone_where_a_graph_fits_steps_its_plain_steps_as_a_graphed_pack_
     assert_same_run(solo, refused)
 
 
+@pytest.mark.slow
+def test_a_graph_that_cannot_be_captured_leaves_the_run_to_the_eager_step(tmp_path, corpus, monkeypatch, caplog):
+    """The capture itself fails (here: CPU torch has no CUDAGraph, as an out-of-memory or an
+    uncapturable op would fail on a GPU): that step runs eagerly once (the optimizer's step counted
+    once) and the rest through the eager packed step; the run equals a packed pack of one bit for
+    bit, says cuda_graph false, and the log says why."""
+    import normexp.train.pack_graph as pack_graph
+
+    [config] = members(corpus, [["lr=2e-3", "seed=1", "warmup=20"]], steps=40)
+    packed, fallen_back = runs(tmp_path, "packed", 2)
+    train_pack([config], [packed], packed_optimizer=True, cuda_graph=False)
+    calls = as_if_on_cuda(monkeypatch)
+    monkeypatch.setattr(pack_graph, "WARMUP", 0)  # the first plain step is the capture
+    with caplog.at_level("WARNING", logger="normexp"):
+        summary = train(config, fallen_back)
+    # the failed capture never reached the step (on a GPU a capture that fails part-way has recorded,
+    # not run, it); that step ran once eagerly, the later ones through the pack's eager path
+    assert len(calls) == 1
+    assert summary["cuda_graph"] is False
+    assert "the CUDA graph could not be captured (Tried to instantiate dummy base class CUDAGraph)" in caplog.text
+    assert_same_run(packed, fallen_back)
+
+
 def test_cuda_graph_true_stops_a_run_no_graph_can_take_with_the_reason(tmp_path, corpus, monkeypatch):
     """Where the settings pass but the model cannot be packed (BatchNorm), cuda_graph=true stops
     the run before its first step with one line naming why; auto steps it eagerly."""
