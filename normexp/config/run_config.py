@@ -286,10 +286,9 @@ class RunConfig(Settings):
             raise ConfigError("z_loss", self.z_loss, "must be a finite number >= 0 (0 = off; PaLM uses 1e-4)")
         if not is_number(self.max_loss) or self.max_loss <= 0:
             raise ConfigError("divergence.max_loss", self.max_loss, "must be a finite number > 0")
-        if self.divergence_every_step not in (True, False, "auto"):
-            raise ConfigError("divergence.every_step", self.divergence_every_step, "choose auto, true or false")
-        if self.cuda_graph not in (True, False, "auto"):
-            raise ConfigError("cuda_graph", self.cuda_graph, "choose auto, true or false")
+        for key, value in (("divergence.every_step", self.divergence_every_step), ("cuda_graph", self.cuda_graph)):
+            if not (isinstance(value, bool) or value == "auto"):  # not `in (True, False, "auto")`: 0 == False
+                raise ConfigError(key, value, "choose auto, true or false")
         if self.cuda_graph is True and (why := self.cuda_graph_refusal()):
             raise ConfigError("cuda_graph", "true", f"{why}; use cuda_graph=auto (a graph where it can be) or false")
         if not is_integer(self.checkpoint_every) or self.checkpoint_every < 0:

@@ -45,7 +45,7 @@ def alone(trainers: Sequence[Trainer]) -> Runs:
     why = "cuda_graph=false" if wanted is False else graph_refusal(trainers)
     if why is None:
         log.info("plain steps as one CUDA graph (a pack of one; cuda_graph=false steps eagerly)")
-        return Pack(trainers, packed_optimizer=True, cuda_graph=True)
+        return Pack(trainers, packed_optimizer=True)  # its graph as the run's cuda_graph says
     if wanted is True:
         raise ConfigError("cuda_graph", "true", f"{why}; use cuda_graph=auto (a graph where it can be) or false")
     if trainers[0].device.type == "cuda":

@@ -87,6 +87,7 @@ class FlatAdamW(torch.optim.AdamW):
         for state in self.state.values():
             state["step"] = state["step"].clone()
         self._inner = None
+        self._flat = []  # the flat buffers and their gradients: what still views them keeps them (a pack's rows do not)
 
     @torch.no_grad()
     def step(self, closure=None):

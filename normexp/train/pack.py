@@ -66,7 +66,12 @@ class Pack(Runs):
             t.summary["cuda_graph"] = self.graph is not None
 
     def _graph(self, wanted: bool | None) -> GraphedPackStep | None:
-        """The plain step as a CUDA graph (train/pack_graph.py) where it fits; `wanted`: None = where it fits."""
+        """The plain step as a CUDA graph (train/pack_graph.py) where it fits; `wanted` (the packed
+        launcher's cuda_graph): None = as the runs' own `cuda_graph` says (false if one says false,
+        true if all say true), where it fits."""
+        if wanted is None:
+            own = {t.config.cuda_graph for t in self.trainers}
+            wanted = False if False in own else True if own == {True} else None
         why = graph_step_fits(self.device, self.optimizer is not None, [t.config.z_loss for t in self.trainers],
                               any(t.guard.every_step for t in self.trainers))
         if wanted is False or (why is not None and not wanted):
@@ -75,7 +80,8 @@ class Pack(Runs):
             log.warning("pack: plain steps run eagerly, not as a CUDA graph: %s", why)
             return None
         K, B, T = len(self.trainers), self.trainers[0].config.batch_size, self.trainers[0].config.seq_len
-        return GraphedPackStep(self._device_step, torch.zeros(K, B, T, dtype=torch.long, device=self.device))
+        return GraphedPackStep(self._device_step, torch.zeros(K, B, T, dtype=torch.long, device=self.device),
+                               "true" if wanted else "auto")
 
     def _device_step(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         return packed_device_step(self.model, self.optimizer, xs, ys)
@@ -96,11 +102,6 @@ class Pack(Runs):
         if self.graph is not None and members == list(range(K)):
             self.optimizer.prepare()
             self.graph.run(xs, ys)  # unchecked plain steps (graph_step_fits): nothing to read back
-            if self.graph.uncapturable is not None:
-                log.warning("pack: the CUDA graph could not be captured (%s); plain steps run eagerly", self.graph.uncapturable)
-                self.graph = None  # this step ran, eagerly; the later ones take the eager step below
-                for t in self.trainers:
-                    t.summary["cuda_graph"] = False
             for t in self.trainers:
                 t.advance()
             return

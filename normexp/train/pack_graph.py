@@ -12,7 +12,8 @@ Used where it is correct and pays: CUDA, the packed optimizer, every member step
 z-loss (its token selection has a data-dependent shape), and plain steps left unchecked
 (divergence.every_step false, the GPU default: the check would read the loss mid-graph).
 Anything else, and any change of the members stepping (one finished), runs the eager step. A
-capture that fails (out of memory, an operation a graph cannot record) leaves the pack to the eager step.
+capture that fails (out of memory, an operation a graph cannot record) stops the run with a line
+naming cuda_graph=false.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
+from ..config.checks import ConfigError
 
 WARMUP = 3  # eager plain steps before the capture
 
@@ -55,16 +58,18 @@ def packed_device_step(model, optimizer, xs: torch.Tensor, ys: torch.Tensor) -> 
 class GraphedPackStep:
     """`run(xs, ys)` takes one plain step of every member (see the module docstring) and returns
     the members' losses (a tensor the graph rewrites at each replay). A capture that fails (out of
-    memory, an operation CUDA graphs cannot record) records nothing and runs nothing: that step and
-    every later one run eagerly, the same step function, and `uncapturable` says why."""
+    memory, an operation CUDA graphs cannot record) stops the run with a ConfigError naming
+    cuda_graph=false: after a failed capture the allocator and the stream may still be mid-capture,
+    so the step is not tried again in this process."""
 
-    def __init__(self, step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], example: torch.Tensor):
+    def __init__(self, step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], example: torch.Tensor,
+                 setting: str = "auto"):
         self.step = step  # forward, backward, the packed optimizer's apply: device work only
         self.xs, self.ys = torch.zeros_like(example), torch.zeros_like(example)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.losses: torch.Tensor | None = None
         self.eager_steps = 0
-        self.uncapturable: str | None = None  # why the capture failed: every step eager from then on
+        self.setting = setting  # the cuda_graph value that asked for the graph, for a failed capture's line
 
     def run(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         self.xs.copy_(xs, non_blocking=True)
@@ -72,18 +77,17 @@ class GraphedPackStep:
         if self.graph is None and self.eager_steps < WARMUP:
             self.eager_steps += 1
             return self._eager()
-        if self.uncapturable is not None:
-            return self._eager()
         if self.graph is None:
             try:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):  # records; the replay below takes the step
                     self.losses = self.step(self.xs, self.ys)
-            except RuntimeError as e:  # out of memory, an op that cannot be captured: nothing ran, so run it eagerly
-                self.uncapturable = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()  # the failed capture's pool
-                return self._eager()
+            except RuntimeError as e:
+                # out of memory, an op a graph cannot record: the process may be left mid-capture,
+                # so the run stops here (its checkpoints stay) rather than try the step again
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ConfigError("cuda_graph", self.setting, f"the step could not be captured as a CUDA graph "
+                                  f"({reason}); use cuda_graph=false (resume=true continues from the last checkpoint)") from e
             self.graph = graph
         self.graph.replay()
         return self.losses

@@ -20,6 +20,7 @@ from normexp.launch.packs import cannot_pack
 from normexp.model import GPT, NORMS, PLACEMENTS
 from normexp.model.packed import PackedGPT, pack_refusal
 from normexp.train.alone import train
+from normexp.train.config import TrainConfig
 from normexp.train.pack import train_pack
 
 # tokens/s and the wall time are the only things a member logs that depend on the pack
@@ -148,27 +149,33 @@ def test_a_run_alone_where_a_graph_fits_steps_its_plain_steps_as_a_graphed_pack_
     assert_same_run(solo, refused)
 
 
-@pytest.mark.slow
-def test_a_graph_that_cannot_be_captured_leaves_the_run_to_the_eager_step(tmp_path, corpus, monkeypatch, caplog):
-    """The capture itself fails (here: CPU torch has no CUDAGraph, as an out-of-memory or an
-    uncapturable op would fail on a GPU): that step runs eagerly once (the optimizer's step counted
-    once) and the rest through the eager packed step; the run equals a packed pack of one bit for
-    bit, says cuda_graph false, and the log says why."""
+def test_a_step_that_cannot_be_captured_stops_the_run_naming_cuda_graph_false(tmp_path, corpus, monkeypatch):
+    """The capture itself fails (here: CPU torch has no CUDAGraph; on a GPU, out of memory or an op
+    a graph cannot record, after which the process may still be mid-capture): the run stops with
+    one line that names the way out, not with a traceback or a second try."""
     import normexp.train.pack_graph as pack_graph
+    from normexp.config.checks import ConfigError
 
-    [config] = members(corpus, [["lr=2e-3", "seed=1", "warmup=20"]], steps=40)
-    packed, fallen_back = runs(tmp_path, "packed", 2)
-    train_pack([config], [packed], packed_optimizer=True, cuda_graph=False)
-    calls = as_if_on_cuda(monkeypatch)
+    [config] = members(corpus, [["lr=2e-3", "seed=1"]], steps=20)
+    as_if_on_cuda(monkeypatch)
     monkeypatch.setattr(pack_graph, "WARMUP", 0)  # the first plain step is the capture
-    with caplog.at_level("WARNING", logger="normexp"):
-        summary = train(config, fallen_back)
-    # the failed capture never reached the step (on a GPU a capture that fails part-way has recorded,
-    # not run, it); that step ran once eagerly, the later ones through the pack's eager path
-    assert len(calls) == 1
-    assert summary["cuda_graph"] is False
-    assert "the CUDA graph could not be captured (Tried to instantiate dummy base class CUDAGraph)" in caplog.text
-    assert_same_run(packed, fallen_back)
+    with pytest.raises(ConfigError, match=r"^cuda_graph=auto: the step could not be captured as a CUDA graph "
+                                          r"\(Tried to instantiate dummy base class CUDAGraph\); use cuda_graph=false"):
+        train(config, runs(tmp_path, "run", 1)[0])
+
+
+def test_a_packs_graph_follows_its_runs_cuda_graph_where_the_launcher_leaves_it_auto(tmp_path, corpus, monkeypatch):
+    """hydra.launcher.cuda_graph=auto (None here) defers to the runs' own cuda_graph: false in one
+    run, no graph; the launcher's explicit value wins."""
+    from normexp.train.loop import Hooks, JobContext, Trainer
+    from normexp.train.pack import Pack
+
+    as_if_on_cuda(monkeypatch)
+    configs = [compose_config([*base(corpus, 20), "lr=1e-3", f"seed={k}", *(["cuda_graph=false"] if k else [])])
+               for k in range(2)]
+    trainers = [Trainer(TrainConfig.from_composed(c), d, Hooks(), JobContext()) for c, d in zip(configs, runs(tmp_path, "m", 2))]
+    assert Pack(trainers, packed_optimizer=True, cuda_graph=None).graph is None
+    assert Pack(trainers, packed_optimizer=True, cuda_graph=True).graph is not None
 
 
 def test_cuda_graph_true_stops_a_run_no_graph_can_take_with_the_reason(tmp_path, corpus, monkeypatch):
