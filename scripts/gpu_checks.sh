@@ -8,7 +8,7 @@
 #   3. the default run (`normexp train`, device=auto);
 #   4. the README's usage line alone (`normexp train norm=rms placement=pre layers=48`, 200 steps), as
 #      the run takes it by default (cuda_graph=auto: its plain steps one CUDA graph) and eager
-#      (cuda_graph=false): tokens/s of each, and how far apart their losses end (graph.txt);
+#      (cuda_graph=false): tokens/s and peak GPU memory of each, and how far apart their losses end (graph.txt);
 #      and the graphed run killed (kill -9) after its step-RESUME_AT checkpoint and resumed, against
 #      the straight run (resume.txt: bit for bit or not);
 #   5. a packed sweep through the launcher (hydra/launcher=packed): 8 runs of the usage line's shape;
@@ -84,6 +84,7 @@ import json, pathlib, sys
 graphed, eager = (json.loads((pathlib.Path(d) / "summary.json").read_text()) for d in sys.argv[1:3])
 print("graphed:", graphed.get("cuda_graph"), "eager:", eager.get("cuda_graph"))
 print("tokens/s graphed / eager:", round(graphed["tokens_per_second"] / eager["tokens_per_second"], 2))
+print("peak GPU MiB graphed:", graphed.get("peak_gpu_mib"), "eager:", eager.get("peak_gpu_mib"))
 for part in ("train", "val"):
     a, b = graphed["loss_trajectory"][part], eager["loss_trajectory"][part]
     worst = max(abs(x - y) / abs(y) for (_, x), (_, y) in zip(a, b))

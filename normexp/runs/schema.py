@@ -221,7 +221,7 @@ LOSS_TRAJECTORY = "loss_trajectory"
 #   may change them, the report never calls them "varied", a setting's identity
 #   (folder.result_settings) and run names leave them out (train.yaml's exclude_keys holds them
 #   too, with the path keys; tests/runs/test_runfolder.py checks the two agree).
-EXECUTION_FACTS = ("device", "threads", "cuda_graph", "pid", "host", "pid_start", "boot_id")
+EXECUTION_FACTS = ("device", "threads", "cuda_graph", "peak_gpu_mib", "pid", "host", "pid_start", "boot_id")
 # log.extra_signals and loss_spike only add to what is logged: checkpoints written before they existed resume.
 EXECUTION_SETTINGS = ("resume", "threads", "device", "compile", "cuda_graph", "log.progress", "checkpoint_every", "keep_checkpoints",
                       "log.extra_signals", "loss_spike.window", "loss_spike.k", "loss_spike.floor", "loss_spike.min_points")

@@ -446,6 +446,8 @@ class Run:
         self.log.interrupted(e, self.step, self.save_checkpoint, self.results())
 
     def finish(self, status: str, **extra) -> dict:
+        if self.device.type == "cuda":  # this process's peak: a pack's (all members), a resumed run's last part
+            extra.setdefault("peak_gpu_mib", round(torch.cuda.max_memory_allocated(self.device) / 2**20))
         return self.log.finish(status, self.step, **self.results(), **extra)
 
     # what tools and tests reach through the run, owned by its log
