@@ -253,17 +253,21 @@ class RunConfig(Settings):
             return device_type == "cpu"
         return bool(self.divergence_every_step)
 
-    def cuda_graph_refusal(self) -> str | None:
-        """Why this run's plain steps cannot be a CUDA graph, from its settings alone (the run adds
-        what only it knows: the device it got, its model's pack refusal; train/alone.py), or None."""
-        if self.device == "cpu" or self.device == "mps":
+    def cuda_graph_refusal(self, device_type: str | None = None) -> str | None:
+        """Why this run's plain steps cannot be a CUDA graph, or None: the one rule for a run alone
+        (train/alone.py adds a torchrun launch and its model's pack refusal), `--cfg job`'s note and
+        the pre-flight. `device_type`: the device the run got; None before it has one (the
+        pre-flight: only device=cpu/mps say no, device=auto may be CUDA)."""
+        if device_type is None and self.device in ("cpu", "mps"):
             return f"device={self.device}: a CUDA graph needs CUDA"
+        if device_type is not None and device_type != "cuda":
+            return "not on CUDA"
         if self.compile is True:
             return "compile=true: the graph records the pack's own (eager) forward"
         if is_number(self.z_loss) and self.z_loss > 0:
             return "z_loss selects tokens by a data-dependent mask"
-        if self.divergence_every_step is True:
-            return "divergence.every_step=true reads each step's loss"
+        if self.divergence_checks_every_step(device_type or "cuda"):
+            return "divergence.every_step reads each step's loss"
         return None
 
     @property

@@ -65,9 +65,7 @@ def _cuda_graph_note(cfg, device_type: str) -> str:
     from ..config.run_config import RunConfig
 
     run = RunConfig.from_composed(cfg)
-    why = "not on CUDA" if device_type != "cuda" else run.cuda_graph_refusal()
-    if why is None and run.divergence_checks_every_step(device_type):
-        why = "divergence.every_step reads each step's loss"
+    why = run.cuda_graph_refusal(device_type)
     if why is None:
         from .packs import cannot_pack  # imports torch (loaded already: CUDA was asked)
 

@@ -19,7 +19,6 @@ from . import distributed
 from .config import TrainConfig
 from .loop import Hooks, JobContext, Runs, Trainer, train_runs
 from .pack import Pack
-from .pack_graph import graph_step_fits
 from .signals import StopSignals
 
 log = logging.getLogger("normexp")
@@ -57,7 +56,7 @@ def graph_refusal(trainers: Sequence[Trainer]) -> str | None:
     """Why a run alone cannot step as a graphed pack of one: its settings (RunConfig.cuda_graph_refusal),
     the device it got, a torchrun launch, its model's pack refusal (model/packed.py); None if it can."""
     t = trainers[0]
-    why = t.config.cuda_graph_refusal() or graph_step_fits(t.device, True, [t.config.z_loss], t.guard.every_step)
+    why = t.config.cuda_graph_refusal(t.device.type)
     if why is None and distributed.is_distributed():
         why = "a torchrun launch (DDP steps each rank)"
     return why or packable(t.model)

@@ -20,6 +20,7 @@ from normexp.launch.packs import cannot_pack
 from normexp.model import GPT, NORMS, PLACEMENTS
 from normexp.model.packed import PackedGPT, pack_refusal
 from normexp.train.alone import train
+from normexp.config.run_config import RunConfig
 from normexp.train.config import TrainConfig
 from normexp.train.pack import train_pack
 
@@ -111,11 +112,10 @@ def as_if_on_cuda(monkeypatch):
     """A graph cannot be captured on CPU; what one would record (Pack._device_step) runs eagerly
     through the graph's own path (GraphedPackStep, never past its warm-up) where the device check
     is passed over. Returns the list its calls append to."""
-    import normexp.train.alone as alone_module
     import normexp.train.pack as pack_module
     import normexp.train.pack_graph as pack_graph
 
-    monkeypatch.setattr(alone_module, "graph_step_fits", lambda *a: None)
+    monkeypatch.setattr(RunConfig, "cuda_graph_refusal", lambda self, device_type=None: None)
     monkeypatch.setattr(pack_module, "graph_step_fits", lambda *a: None)
     monkeypatch.setattr(pack_graph, "WARMUP", 10**9)
     calls = []
