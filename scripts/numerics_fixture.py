@@ -64,7 +64,7 @@ UNRECORDED = ["log.profiles_every=0"]
 def registered_runs() -> list[str]:
     """"norm/placement" for every registered norm × placement that trains a run of its own, in
     registry order: a placement that builds no norm takes the default norm only (any other is
-    refused, normexp.model.check_settings_read; same_run_as)."""
+    refused, normexp.config.variants.check_settings_read; same_run_as)."""
     from normexp.model import NORMS, PLACEMENTS
 
     runs = [f"{norm}/{placement}" for norm in NORMS for placement in PLACEMENTS]
@@ -80,7 +80,7 @@ def same_run_as(run: str) -> str | None:
 
     norm, placement = run.split("/")
     default = group_default("norm")
-    return f"{default}/{placement}" if "norm" not in PLACEMENTS[placement].reads and norm != default else None
+    return f"{default}/{placement}" if "norm" not in PLACEMENTS[placement].Settings.reads and norm != default else None
 
 
 def sweeps_for(runs: list[str]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:

@@ -121,28 +121,34 @@ LEAVES = {"config.checks", "config.registry", "config.defaults", "config.keys", 
 
 
 def test_the_model_stands_on_torch_and_the_configs_checks_alone():
-    """The model package imports torch, the standard library, its own modules and the
-    config's five leaves (the checks, stdlib only; the defaults, read from the shipped yaml
-    with PyYAML; the registry helpers, which fill a variant's settings from those defaults;
-    the keys, stdlib only, whose `plain` turns a config node into ModelConfig's plain data;
-    ModelConfig itself with its rules): no Hydra, no OmegaConf, no run folder, no data."""
+    """The model package imports torch, the standard library, its own modules, the config's
+    five leaves (the checks, stdlib only; the defaults, read from the shipped yaml with PyYAML;
+    the registry helpers, which fill a variant's settings from those defaults; the keys, stdlib
+    only, whose `plain` turns a config node into ModelConfig's plain data; ModelConfig itself
+    with its rules) and the variants' settings classes (config/variants/, which stand on the
+    checks, the registry helpers and the defaults, and import no torch: the pre-flight asks
+    them): no Hydra, no OmegaConf, no run folder, no data."""
     import sys
 
     graph = module_imports()
     model = {m for m in graph if m == "model" or m.startswith("model.")}
-    assert {"model.gpt", "model.norms", "model.placements"} <= model
+    variants = {m for m in graph if m == "config.variants" or m.startswith("config.variants.")}
+    assert {"model.gpt", "model.norms", "model.placements"} <= model and "config.variants.placements.deepnorm" in variants
     for m in sorted(model):
-        assert graph[m] <= model | LEAVES, (m, graph[m] - model)
+        assert graph[m] <= model | LEAVES | variants, (m, graph[m] - model)
     for m in LEAVES:
         assert graph[m] <= LEAVES - {"config.registry", "config.model_config"}, (m, graph[m])
+    for m in variants:
+        assert graph[m] <= variants | {"config.checks", "config.registry", "config.defaults"}, (m, graph[m])
     leaves = [PACKAGE / "config" / f"{m.split('.')[1]}.py" for m in LEAVES]
-    for path in [*(PACKAGE / "model").rglob("*.py"), *leaves]:
+    for path in [*(PACKAGE / "model").rglob("*.py"), *leaves, *(PACKAGE / "config" / "variants").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
             for name in names:
                 top = name.split(".")[0]
-                allowed = ("yaml",) if path.name == "defaults.py" else ("torch", "__future__")
+                allowed = (("yaml",) if path.name == "defaults.py" else ("__future__",) if "variants" in path.parts
+                           else ("torch", "__future__"))
                 assert top in allowed or top in sys.stdlib_module_names, f"{path.name} imports {name}"
 
 

@@ -3,7 +3,7 @@ rules that are the model's alone (the head split, the soft caps, QK-norm needing
 Standard library only (with config/'s checks, defaults and keys; no Hydra, so model/ may import
 it): the pre-flight builds and checks it before torch loads; model/ builds the GPT from it. The
 names of the norm, placement and init are checked against the shipped options by the pre-flight
-(launch/validate.py), their settings by their own classes (model/gpt.py `check_settings`)."""
+(launch/validate.py), their settings by their settings classes (config/variants/ `check_settings`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The registries' helpers: a class registered under its names, and a variant (a norm,
 placement or init) built by name with its settings filled from its one yaml.
 
-A variant's settings are its constructor's keyword-only parameters, written without default
-values: the signature says which keys exist, configs/<group>/<name>.yaml gives their values.
-`variant` is the one place that joins the two: the settings a caller gives, over the yaml's."""
+A variant's settings are the keyword-only parameters of its settings class's constructor
+(config/variants/: torch-free, so the pre-flight can ask them), written without default values:
+the signature says which keys exist, configs/<group>/<name>.yaml gives their values. `variant`
+is the one place that joins the two: the settings a caller gives, over the yaml's."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def register(registry: dict, *names: str):
 
 
 def setting_names(cls) -> list[str]:
-    """The settings a variant class takes: its constructor's keyword-only parameters."""
+    """The settings a variant class takes: its settings class's (`cls.Settings`, for a variant
+    that computes: config/variants/) or its own constructor's keyword-only parameters."""
+    cls = getattr(cls, "Settings", cls)
     return [p.name for p in inspect.signature(cls.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY]
 
 

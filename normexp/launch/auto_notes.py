@@ -7,8 +7,8 @@ from __future__ import annotations
 
 def auto_notes(cfg) -> dict[str, str]:
     """`--cfg job`: {dotted key: the value the run will use, and why} for every setting of the job
-    config `cfg` left "auto", worked out as the run works it out (imports torch for the norm's and
-    placement's numbers, and for the device where a GPU may be)."""
+    config `cfg` left "auto", worked out as the run works it out (the norm's and placement's numbers
+    by their settings classes; torch only for the device where a GPU may be)."""
     import os
     import sys
 
@@ -19,7 +19,7 @@ def auto_notes(cfg) -> dict[str, str]:
     notes: dict[str, str] = {}
     groups = ("norm", "placement")
     if any(v == "auto" for g in groups for v in cfg[g].values()):
-        from ..model.gpt import resolved_settings
+        from ..config.variants import resolved_settings
 
         values = resolved_settings(cfg.norm, cfg.placement, cfg.layers)
         for group in groups:

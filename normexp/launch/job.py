@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from ..config.checks import ConfigError
 from ..config.keys import override_key
+from ..config.variants import check_settings_read
 from ..runs.claims import FolderTaken, claim_folder, trained_nothing
 from ..runs.record import read_record, restore_hydra_files, write_record
 from ..runs.resume import same_settings, unreadable_summary
@@ -51,8 +52,6 @@ def _run_job(cfg, run_dir: Path, previous: dict | None, explicit: set, stop, hoo
     if previous is None and (run_dir / "summary.json").exists():  # a sweep's job folder: no pre-flight saw it
         raise FolderTaken(f"{run_dir}: {unreadable_summary(run_dir)}")
     validate(cfg, explicit)
-    from ..model import check_settings_read  # imports torch, as training does next
-
     # the pre-flight checks some jobs of a sweep: a job with a setting nothing reads is refused here
     check_settings_read(cfg.norm, cfg.placement, cfg.qk_norm, cfg.scale_embeddings)
     existing = previous is not None and not trained_nothing(run_dir, previous)

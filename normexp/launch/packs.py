@@ -41,13 +41,11 @@ MEMBER_VALUES = ("lr", "warmup", "schedule", "seed", "init", "optim", "z_loss", 
 def pack_key(cfg: DictConfig) -> str:
     """The computation a job builds, as text: jobs with equal keys can share a pack. The init's
     `scale_positions` is in it (it changes the forward), the init's draw is not."""
-    from ..config.registry import variant
-    from ..model.inits import INITS
+    from ..config.variants import settings_of
 
     task = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
-    init_cls, init_settings = variant(INITS, "init", task.get("init"))
     shared = {k: v for k, v in task.items() if k not in MEMBER_VALUES}
-    shared["scale_positions"] = bool(init_cls(8, 1, **init_settings).scale_positions)
+    shared["scale_positions"] = bool(settings_of("init", task.get("init")).scale_positions)
     return json.dumps(shared, sort_keys=True, default=str)
 
 

@@ -16,9 +16,8 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from ..config.checks import ConfigError
 from ..config.compose import CONFIG_NAME, compose_config, config_groups, group_options, hydra_groups, sweep_jobs
 from ..config.keys import did_you_mean, dotted, hydra_quoted, override_key, spaced_override, suggest_key
-from ..config.defaults import group_default, option_default, train_default
-from ..config.registry import build
 from ..config.resources import data_problem, training_memory_bytes
+from ..config.variants import check_settings, check_settings_read
 from ..data.files import cache_root
 from ..runs.claims import (CLAIM, FolderTaken, claim_default_folder, claim_folder, claim_sweep_folder,
                            claim_sweep_folder_to_resume, holds_own_claim, read_claim)
@@ -248,51 +247,14 @@ def _suggest_override(key: str, others: list[str], hydra: bool) -> str:
 
 
 def check_job(job, explicit) -> None:
-    """Everything about one job's settings that needs no data: validate.py's rules, then the
-    norm's, placement's and init's own (their classes, so this imports torch), unless all three
-    are as shipped."""
+    """Everything about one job's settings that needs no data: validate.py's rules, the norm's,
+    placement's and init's own (their settings classes, config/variants/: no torch), no model
+    setting that nothing reads, the memory and the data's size."""
     validate(job, explicit)
-    if not model_settings_as_shipped(job):
-        from ..model import INITS, check_settings  # imports torch: the norm's and placement's own classes
-
-        check_settings(job.norm, job.placement, job.layers)
-        build(INITS, "init", job.init, job.d_model, job.layers)  # settings the init does not take, and bad values
-        # (found at model build otherwise)
-    if may_set_something_unread(job):
-        from ..model import check_settings_read  # imports torch: what the classes declare they read
-
-        check_settings_read(job.norm, job.placement, job.qk_norm, job.scale_embeddings)  # no setting that changes nothing
-
+    check_settings(job.norm, job.placement, job.init, job.layers)
+    check_settings_read(job.norm, job.placement, job.qk_norm, job.scale_embeddings)  # no setting that changes nothing
     check_memory(job)
     check_data_fits(job)
-
-
-def may_set_something_unread(job) -> bool:
-    """Whether check_settings_read could refuse this job: only a norm or a qk_norm/scale_embeddings
-    other than the default can be a setting nothing reads, so the default ones need no torch."""
-    norm = job.norm.get("name") if OmegaConf.is_config(job.norm) or isinstance(job.norm, dict) else job.norm
-    return (not model_settings_as_shipped(job) or norm != group_default("norm")
-            or any(job.get(key) != train_default(key) for key in ("qk_norm", "scale_embeddings")))
-
-
-def model_settings_as_shipped(job) -> bool:
-    """True when the norm's, placement's and init's settings are each exactly their shipped yaml
-    (configs/<group>/<name>.yaml; same keys, values of the same type): their classes' own checks
-    pass on every shipped option (tests/model/test_shipped_options.py), so the pre-flight need not
-    import torch (seconds) to ask them again. Any setting given or changed by a preset: False."""
-    for group in ("norm", "placement", "init"):
-        spec = job.get(group)
-        spec = OmegaConf.to_container(spec, resolve=True) if OmegaConf.is_config(spec) else spec
-        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-            return False
-        try:
-            shipped = option_default(group, spec["name"])
-        except (OSError, ValueError):  # not a shipped option (a custom --config-dir's)
-            return False
-        if spec.keys() != shipped.keys() or any(type(spec[k]) is not type(shipped[k]) or spec[k] != shipped[k]
-                                                for k in spec):
-            return False
-    return True
 
 
 def check_data_fits(job) -> None:

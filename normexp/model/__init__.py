@@ -12,16 +12,16 @@ swappable. It stands on torch and the config's checks alone (no Hydra, no run fo
     encoder_decoder.py  the encoder-decoder of `normexp probe --encoder-decoder`
 
 A new norm is one module in norms/, a new placement one module in placements/ (each found
-there, no list to edit), a new init one class in inits.py; each with one yaml file in
-configs/<group>/.
+there, no list to edit), each with its settings class, one module in config/variants/norms/ or
+config/variants/placements/ (torch-free: what the pre-flight asks); a new init one class in
+inits.py and its name in config/variants/inits.py; each with one yaml file in configs/<group>/.
 """
 
 from ..config.model_config import ModelConfig
-from .gpt import GPT, IGNORE_TARGET, check_settings, check_settings_read
+from .gpt import GPT, IGNORE_TARGET
 from .inits import INITS
 from .norms import NORMS
 from .placements import PLACEMENTS
 from .readouts import Readout, read_outputs
 
-__all__ = ["GPT", "IGNORE_TARGET", "INITS", "NORMS", "PLACEMENTS", "ModelConfig", "Readout", "check_settings", "check_settings_read",
-           "read_outputs"]
+__all__ = ["GPT", "IGNORE_TARGET", "INITS", "NORMS", "PLACEMENTS", "ModelConfig", "Readout", "read_outputs"]

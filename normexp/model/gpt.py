@@ -6,8 +6,9 @@ scale, the optimizer's groups, a hook after each step) the GPT asks its policy, 
 
 One `ModelConfig` drives everything. A norm, a placement or an init is a small class picked
 by name from `NORMS` (norms/), `PLACEMENTS` (placements/) or `INITS` (inits.py); its
-settings are its constructor's keyword-only parameters, their values those of its own config
-file (configs/norm/<name>.yaml, ...) where the config leaves them out (config/registry.py's
+settings are those of its settings class (config/variants/, torch-free: the pre-flight asks it
+without building a model), their values those of its own config file
+(configs/norm/<name>.yaml, ...) where the config leaves them out (config/registry.py's
 `variant`, the one place that fills them):
 
     NORMS[name](d_model, **settings)
@@ -22,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
@@ -31,7 +32,7 @@ import torch.nn.functional as F
 from ..config.registry import variant
 from ..config.model_config import ModelConfig
 from .inits import INITS
-from .layers import MLP, CausalSelfAttention, CrossAttention, Sublayer, softcap
+from .layers import MLP, CausalSelfAttention, CrossAttention, softcap
 from .norms import NORMS
 from .placements import PLACEMENTS, ModelPolicy, Placement
 from .readouts import Readout, _first, _second, read_outputs
@@ -87,18 +88,6 @@ class Block(nn.Module):
         """The matrices whose output joins the stream (init roles attn_out and mlp_out); the
         MLP's second matrix W₂ is the one Xiong et al.'s Fig. 3 plots the gradient of."""
         return {"attn_out": self.attn.sublayer.proj.weight, "mlp_out": self.mlp.sublayer.fc_out.weight}
-
-
-def resolved_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -> dict:
-    """{"norm": {...}, "placement": {...}}: the settings a model of `layers` blocks uses ("auto"
-    worked out, as GPT.settings() reports them), from the norm and a placement around a
-    stand-in sublayer (as check_settings builds them): what `--cfg job` shows beside "auto"."""
-    norm_cls, norm_settings = variant(NORMS, "norm", norm)
-    placement_cls, placement_settings = variant(PLACEMENTS, "placement", placement)
-    stand_in = Sublayer(8)
-    built = placement_cls(stand_in, lambda width=8: norm_cls(width, **norm_settings), index=0, depth=layers,
-                          **placement_settings)
-    return {"norm": norm_cls(8, **norm_settings).resolved(), "placement": built.resolved()}
 
 
 # ----------------------------------------------------------------------------- GPT
@@ -275,50 +264,3 @@ class GPT(nn.Module):
         """{"attn_out": [W_O per block], "mlp_out": [W₂ per block]} (Block.residual_output_weights)."""
         per_block = [block.residual_output_weights() for block in self.blocks]
         return {role: [w[role] for w in per_block] for role in per_block[0]}
-
-
-def check_settings(norm: str | Mapping, placement: str | Mapping, layers: int) -> None:
-    """Build the norm, and the placement around a stand-in sublayer, once: a bad setting
-    raises ConfigError naming its key, before any data is loaded."""
-    norm_cls, norm_settings = variant(NORMS, "norm", norm)
-    placement_cls, placement_settings = variant(PLACEMENTS, "placement", placement)
-    stand_in = Sublayer(8)  # width 8, no norm slots: only the placement's own settings are checked
-    placement_cls(stand_in, lambda width=8: norm_cls(width, **norm_settings), index=0, depth=layers, **placement_settings)
-
-
-def check_settings_read(norm: str | Mapping, placement: str | Mapping, qk_norm: bool, scale_embeddings: bool) -> None:
-    """Refuse a model setting that nothing of this run reads, set to other than its default: it
-    would train the same run as the default under another name (and a sweep over it, several
-    folders of one run). What is read comes from the classes' declarations: the placement's
-    `reads` (placements/base.py) and the norm's `normalizes` (norms/base.py). The norm type is
-    read where the placement builds norms, or through QK-norm when that is on."""
-    from ..config.checks import ConfigError
-    from ..config.defaults import group_default, train_default
-
-    norm_cls, norm_settings = variant(NORMS, "norm", norm)
-    placement_cls, _ = variant(PLACEMENTS, "placement", placement)
-    where = f"placement={_name(placement)}"
-    unread = {"qk_norm": (f"{where} does not read it" if "qk_norm" not in placement_cls.reads else
-                          None if getattr(norm_cls, "normalizes", True) else f"norm={_name(norm)} normalizes nothing"),
-              "scale_embeddings": None if "scale_embeddings" in placement_cls.reads else f"{where} does not read it"}
-    for key, value in (("qk_norm", qk_norm), ("scale_embeddings", scale_embeddings)):
-        default = train_default(key)
-        if unread[key] and value != default:
-            raise ConfigError(key, str(value).lower(), f"{unread[key]}, so it would train the same run as "
-                              f"{key}={str(default).lower()}; drop it (in a sweep, give these settings a sweep of their own)")
-    norm_read = "norm" in placement_cls.reads or (unread["qk_norm"] is None and qk_norm is True)
-    default_norm = group_default("norm")
-    default_cls, default_settings = variant(NORMS, "norm", default_norm)
-    if not norm_read and (norm_cls, norm_settings) != (default_cls, default_settings):
-        key, value = "norm", _name(norm)
-        if norm_cls is default_cls:  # the default norm with other settings: name the first that differs
-            key = next(f"norm.{k}" for k in sorted(norm_settings) if norm_settings[k] != default_settings[k])
-            value = norm_settings[key.split(".", 1)[1]]
-        raise ConfigError(key, value, f"{where} builds no norm (nor QK-norm here), so every norm trains the same "
-                          f"run as the default norm={default_norm}; leave norm out with {where} (a sweep over norms: "
-                          f"give {_name(placement)} a sweep of its own)")
-
-
-def _name(spec: str | Mapping) -> str:
-    """A registry name, or a config node's `name`."""
-    return spec if isinstance(spec, str) else spec.get("name")

@@ -7,11 +7,11 @@ import math
 import torch
 import torch.nn as nn
 
-from ..config.checks import require
 from ..config.registry import register
+from ..config.variants import InitSettings
 
-# INITS[name](d_model, layers, **settings), settings (keyword-only, no defaults) from configs/init/<name>.yaml
-# through config/registry.py's `variant`: `embedding(w)`, `matrix(w, gain, role, block)` and
+# INITS[name](d_model, layers, **settings), settings (InitSettings's: config/variants/base.py) from
+# configs/init/<name>.yaml through config/registry.py's `variant`: `embedding(w)`, `matrix(w, gain, role, block)` and
 # `bias(b, w, gain, role, block)` draw the initial weights. `role` names the matrix: query, key,
 # value, attn_out, mlp_in, mlp_out (attn_out and mlp_out are the residual outputs, whose output
 # joins the stream); `block` is the 0-based index of the block it belongs to (mitchell's std
@@ -33,9 +33,11 @@ class XavierInit:
     (tok + pos)·√d, as Vaswani et al. 2017 state it; false (torchscale): the token embedding
     only, tok·√d + pos, as fairseq and torchscale's `Decoder.forward_embedding` do."""
 
-    def __init__(self, d_model: int, layers: int, *, scale_positions: bool):
-        require(isinstance(scale_positions, bool), "init.scale_positions", scale_positions, "must be true or false")
-        self.d_model, self.layers, self.scale_positions = d_model, layers, scale_positions
+    Settings = InitSettings
+
+    def __init__(self, d_model: int, layers: int, **settings):
+        self.settings = self.Settings(**settings)
+        self.d_model, self.layers, self.scale_positions = d_model, layers, self.settings.scale_positions
 
     def embedding(self, w: torch.Tensor) -> None:
         nn.init.normal_(w, std=self.d_model ** -0.5)

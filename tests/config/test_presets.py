@@ -9,7 +9,7 @@ was built with (a norm's settings are its own whatever the placement; the whole 
 product trains in tests/train/test_numerics.py, to its recorded losses).
 Each command runs when a test first needs it (a sweep is one process of ~10-40 s idle, a
 --cfg job ~3 s), with a time limit only as a safety net against a hang. Placements that build no
-norm (Placement.reads) train the default norm only: another norm is refused there.
+norm (its settings class's `reads`) train the default norm only: another norm is refused there.
 """
 
 import itertools
@@ -127,9 +127,9 @@ def shrunk_grid(preset: str) -> dict[str, list]:
 # A command's time limit is a safety net against a hung process, not a speed limit: the suite must
 # pass on a slow or busy machine (a sweep here takes ~10-40 s idle, several minutes at load 6-9).
 SAFETY_NET_S = 3 * 3600
-# placements that read the run's norm type (Placement.reads) train every norm; the others build
+# placements that read the run's norm type (their settings classes' `reads`) train every norm; the others build
 # none, so only the default norm is theirs (another norm would be refused: tests/model/test_settings_read.py)
-NORM_READERS = [p for p in PLACEMENTS if "norm" in REGISTERED_PLACEMENTS[p].reads]
+NORM_READERS = [p for p in PLACEMENTS if "norm" in REGISTERED_PLACEMENTS[p].Settings.reads]
 NO_NORM = [p for p in PLACEMENTS if p not in NORM_READERS]
 # the sweeps that train every norm and every placement: (norms, placements) of each
 GRIDS = {"grid_norms": (NORMS, ["pre"]), "grid_placements": ([DEFAULT_NORM], NORM_READERS),

@@ -1,7 +1,8 @@
-"""Each variant's settings have one home, its yaml: every registry is walked, and a class
-whose keyword-only parameters (the settings schema) and its configs/<group>/<name>.yaml
+"""Each variant's settings have one home, its yaml: every registry is walked, and a settings
+class whose keyword-only parameters (the settings schema) and its configs/<group>/<name>.yaml
 disagree, or that writes a default into its signature, fails here (so a new variant cannot
-drift). And a spec's missing settings are filled from that yaml by `variant`."""
+drift); the model's variant registered under a name takes the settings class registered under
+it (config/variants/). And a spec's missing settings are filled from that yaml by `variant`."""
 
 import pytest
 
@@ -9,6 +10,7 @@ from normexp.config.checks import ConfigError
 from normexp.config.compose import group_options
 from normexp.config.defaults import option_default
 from normexp.config.registry import build, schema_drift, setting_names, variant
+from normexp.config.variants import SETTINGS
 from normexp.model import INITS, NORMS, PLACEMENTS
 
 REGISTRIES = {"norm": NORMS, "placement": PLACEMENTS, "init": INITS}
@@ -16,10 +18,25 @@ REGISTRIES = {"norm": NORMS, "placement": PLACEMENTS, "init": INITS}
 
 @pytest.mark.parametrize("group", sorted(REGISTRIES))
 def test_every_variant_and_its_yaml_declare_the_same_settings(group):
-    registry = REGISTRIES[group]
-    assert set(registry) == set(group_options(group))  # a class per yaml, a yaml per class
-    problems = [p for name, cls in registry.items() for p in schema_drift(cls, name, option_default(group, name))]
+    settings = SETTINGS[group]
+    assert set(settings) == set(group_options(group))  # a settings class per yaml, a yaml per class
+    problems = [p for name, cls in settings.items() for p in schema_drift(cls, name, option_default(group, name))]
     assert not problems, problems
+
+
+@pytest.mark.parametrize("group", sorted(REGISTRIES))
+def test_each_model_variant_takes_the_settings_class_of_its_name(group):
+    """The torch-free registry (what the pre-flight asks) and the model's (what trains) hold the
+    same names, and each name's model class builds its settings from that name's class."""
+    modules, settings = REGISTRIES[group], SETTINGS[group]
+    assert set(modules) == set(settings)
+    wrong = {name: (cls.Settings.__name__, settings[name].__name__) for name, cls in modules.items()
+             if cls.Settings is not settings[name]}
+    assert not wrong, wrong
+    if group != "init":  # a norm's or placement's two halves are modules of one name (inits share one class)
+        leaf = lambda cls: cls.__module__.rsplit(".", 1)[1]  # noqa: E731
+        apart = {name: (leaf(cls), leaf(settings[name])) for name, cls in modules.items() if leaf(cls) != leaf(settings[name])}
+        assert not apart, apart
 
 
 class Drifting:

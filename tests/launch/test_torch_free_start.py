@@ -1,6 +1,7 @@
 """The command line answers help, `--cfg job` and its refusals without importing torch (seconds
 on a small machine) or the report's statistics and figures (scipy, pandas, matplotlib): torch
-loads only for a run, the bench, or a setting only the model's own classes can check."""
+loads only for a run or the bench. A norm's, placement's or init's settings, their rules and
+their "auto" numbers are their settings classes' (config/variants/), asked without torch."""
 
 import subprocess
 import sys
@@ -33,12 +34,19 @@ def test_importing_the_command_line_leaves_torch_unloaded(tmp_path):
     assert proc.stdout.strip() == "False", proc.stderr
 
 
-@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["train", "--cfg", "job"]])
+DEEP_DEEPNORM = ["train", "norm=rms", "placement=deepnorm", "layers=48", "--cfg", "job"]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["train", "--cfg", "job"], DEEP_DEEPNORM],
+                         ids=["--help", "train --help", "--cfg job", "--cfg job deepnorm"])
 def test_help_and_the_config_display_leave_torch_unloaded(args, tmp_path):
     proc = normexp_without_torch(args, tmp_path)
     assert proc.returncode == 0
     if args[-1] == "job":  # the display still annotates "auto" (the device's without torch here)
         assert "device: auto  # " in proc.stdout and "threads: auto  # " in proc.stdout
+    if args == DEEP_DEEPNORM:  # DeepNorm's α = (2N)^¼, β = (8N)^-¼ for N = 48 (Wang et al. 2022, Table 1)
+        assert f"alpha: auto  # {(2 * 48) ** 0.25:.6g} for layers=48" in proc.stdout
+        assert f"beta: auto  # {(8 * 48) ** -0.25:.6g} for layers=48" in proc.stdout
 
 
 REFUSALS = [
@@ -46,6 +54,11 @@ REFUSALS = [
     (["train", "layers=0"], "layers=0: must be a positive integer"),
     (["train", "-m", "layers=0,-1"], "every one of the 2 jobs of the sweep would fail"),  # a sweep's pre-flight too
     (["report", "runs/nonexistent"], "runs/nonexistent: no such folder"),
+    # a variant's own setting, a model setting nothing reads, an init's setting: their settings classes' rules
+    (["train", "placement=deepnorm", "placement.alpha=abc"], 'placement.alpha=abc: must be "auto" or a number > 0'),
+    (["train", "placement=rezero", "norm=rms"], "norm=rms: placement=rezero builds no norm"),
+    (["train", "norm=batch", "norm.momentum=2"], "norm.momentum=2: must be a number in (0, 1]"),
+    (["train", "init.scale_positions=1"], "init.scale_positions=1: must be true or false"),
 ]
 
 
@@ -60,26 +73,6 @@ def test_refusals_leave_torch_unloaded(args, says, tmp_path):
 def test_device_cuda_is_refused_without_torch_where_no_nvidia_driver_is(tmp_path):
     proc = normexp_without_torch(["train", "device=cuda"], tmp_path)
     assert proc.returncode == 2 and "device=cuda: no CUDA device is available here" in proc.stderr
-
-
-def test_a_changed_model_setting_is_still_checked_by_the_model(tmp_path):
-    """Only the model's classes know their settings' rules: a changed one is asked of them (torch)."""
-    env = {**cli_environment(tmp_path / "cache"), "PYTHONUTF8": "1"}
-    proc = subprocess.run([sys.executable, "-m", "normexp.cli", "train", "placement=deepnorm", "placement.alpha=abc"],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=SAFETY_NET_S)
-    assert proc.returncode == 2 and 'placement.alpha=abc: must be "auto" or a number > 0' in proc.stderr
-
-
-def test_model_settings_as_shipped_only_for_the_shipped_yaml_values():
-    from normexp.config.compose import compose_config
-    from normexp.launch.preflight import model_settings_as_shipped
-
-    assert model_settings_as_shipped(compose_config([]))
-    assert model_settings_as_shipped(compose_config(["norm=rms", "placement=deepnorm", "init=torchscale"]))
-    assert not model_settings_as_shipped(compose_config(["norm.eps=1e-3"]))
-    assert not model_settings_as_shipped(compose_config(["placement=deepnorm", "placement.alpha=2"]))
-    # equal in Python (1 == True) but not what the init takes: the type counts too
-    assert not model_settings_as_shipped(compose_config(["init.scale_positions=1"]))
 
 
 # runs `normexp ARGS` with SciPy and matplotlib made absent (ModuleNotFoundError, as on a bare GPU image)

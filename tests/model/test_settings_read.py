@@ -1,5 +1,5 @@
 """A model setting that the chosen placement or norm does not read is refused, from what the
-classes declare (Placement.reads, a norm's `normalizes`), not a hand list: checked here against
+settings classes declare (a placement's `reads`, a norm's `normalizes`: config/variants/), not a hand list: checked here against
 what the models compute. For every placement and every setting other than its default (each
 other norm, qk_norm=true, scale_embeddings=false), the model built with it gives the same logits
 as the default model exactly when the pre-flight refuses it."""
@@ -9,7 +9,8 @@ import torch
 
 from normexp.config.checks import ConfigError
 from normexp.config.defaults import group_default, train_default
-from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig, check_settings_read
+from normexp.config.variants import check_settings_read
+from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
 
 DEFAULT_NORM = group_default("norm")
 ALTERNATIVES = ([{"norm": n} for n in sorted(NORMS) if n != DEFAULT_NORM]

@@ -32,7 +32,7 @@ def test_a_norm_the_placement_does_not_build_was_recorded_as_the_default_norms_r
 
     recorded = json.loads(numerics_fixture.FIXTURE.read_text())["losses"]
     copies = {run: numerics_fixture.same_run_as(run) for run in recorded if numerics_fixture.same_run_as(run)}
-    no_norm = [p for p, cls in PLACEMENTS.items() if "norm" not in cls.reads]
+    no_norm = [p for p, cls in PLACEMENTS.items() if "norm" not in cls.Settings.reads]
     assert no_norm and len(copies) == len(no_norm) * (len(NORMS) - 1)
     for run, same in copies.items():
         assert recorded[run] == recorded[same], run

@@ -35,12 +35,12 @@ MEMBERS = [["lr=1e-3", "seed=0"], ["lr=2e-3", "seed=1"], ["lr=3e-3", "seed=2", "
            ["lr=2e-3", "seed=2", "init=mitchell"], ["lr=1e-3", "seed=4", "warmup=0", "init=gpt2"]]
 
 
-# the placements and norms whose class says a pack cannot compute them (`unpackable`, the reason), as
-# (group, name, reason), from the registries: a new one is refused below, every other one packed
-UNPACKABLE = [(group, name, cls.unpackable) for group, registry in (("placement", PLACEMENTS), ("norm", NORMS))
-              for name, cls in sorted(registry.items()) if getattr(cls, "unpackable", None) is not None]
-PACKABLE_PLACEMENTS = sorted(name for name, cls in PLACEMENTS.items() if getattr(cls, "unpackable", None) is None)
-PACKABLE_NORMS = sorted(name for name, cls in NORMS.items() if getattr(cls, "unpackable", None) is None)
+# the placements and norms whose settings class says a pack cannot compute them (`unpackable`, the
+# reason), as (group, name, reason), from the registries: a new one is refused below, every other one packed
+UNPACKABLE = [(group, name, cls.Settings.unpackable) for group, registry in (("placement", PLACEMENTS), ("norm", NORMS))
+              for name, cls in sorted(registry.items()) if cls.Settings.unpackable is not None]
+PACKABLE_PLACEMENTS = sorted(name for name, cls in PLACEMENTS.items() if cls.Settings.unpackable is None)
+PACKABLE_NORMS = sorted(name for name, cls in NORMS.items() if cls.Settings.unpackable is None)
 
 
 def base(corpus, steps=200):

@@ -1,7 +1,7 @@
 """What normalizes: one norm per module of this package, each a class that registers itself in
 NORMS by name (base.py holds the contract). Every module here is imported below, so a new norm
-is one module here and one yaml file in configs/norm/ with exactly its settings: no list to
-extend."""
+is one module here, its settings class (config/variants/norms/<name>.py) and one yaml file in
+configs/norm/ with exactly its settings: no list to extend."""
 
 import importlib
 import pkgutil

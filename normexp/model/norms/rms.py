@@ -5,21 +5,22 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ...config.checks import is_positive_float32, require
 from ...config.registry import register
-from .base import NORMS
+from ...config.variants.norms.rms import RMSNormSettings
+from .base import NORMS, Norm
 
 
 @register(NORMS, "rms")
-class RMSNorm(nn.Module):
+class RMSNorm(Norm):
     """RMSNorm (Zhang & Sennrich 2019): y = γ·x·rsqrt(mean(x²)+ε).
 
     Computed in float32 and cast back, so bf16 activations do not lose the statistic."""
 
-    def __init__(self, d: int, *, eps: float):
-        super().__init__()
-        require(is_positive_float32(eps), "norm.eps", eps, "must be a number > 0")
-        self.eps = eps
+    Settings = RMSNormSettings
+
+    def __init__(self, d: int, **settings):
+        super().__init__(**settings)
+        self.eps = self.settings.eps
         self.weight = nn.Parameter(torch.ones(d))
 
     def normalized(self, x: torch.Tensor) -> torch.Tensor:
@@ -29,6 +30,3 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         return self.normalized(x).type_as(x) * self.weight
-
-    def resolved(self) -> dict:
-        return {"eps": self.eps}

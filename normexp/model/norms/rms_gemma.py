@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 from ...config.registry import register
+from ...config.variants.norms.rms_gemma import GemmaRMSNormSettings
 from .base import NORMS
 from .rms import RMSNorm
 
@@ -21,8 +22,10 @@ class GemmaRMSNorm(RMSNorm):
     Gemma's other half, the √d scale on the token embeddings, is the model's `scale_embeddings`
     (on by default)."""
 
-    def __init__(self, d: int, *, eps: float):
-        super().__init__(d, eps=eps)
+    Settings = GemmaRMSNormSettings
+
+    def __init__(self, d: int, **settings):
+        super().__init__(d, **settings)
         self.weight = nn.Parameter(torch.zeros(d))  # the offset w from 1
 
     def forward(self, x):

@@ -4,10 +4,11 @@
 
     PLACEMENTS[name](sublayer, make_norm, index=block, depth=layers, **settings)
 
-`settings` are the constructor's keyword-only parameters (after `*`), written without
-defaults: their values live in configs/placement/<name>.yaml only, filled in by
-config/registry.py's `variant`. Every module here is imported below, so a new placement is one
-module here (its class, its helpers, its policy if it has one), one yaml file and one test file
+`settings` are the keyword-only parameters of the placement's settings class (its `Settings`,
+config/variants/placements/<name>.py, torch-free), written without defaults: their values live
+in configs/placement/<name>.yaml only, filled in by config/registry.py's `variant`. Every module
+here is imported below, so a new placement is one module here (its class, its helpers, its
+policy if it has one), its settings module, one yaml file and one test file
 (tests/model/placements/test_<name>.py): no list to extend.
 """
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from ...config.registry import register
+from ...config.variants.placements.admin import AdminSettings
 from .base import PLACEMENTS, Placement
 
 
@@ -24,11 +25,12 @@ class Admin(Placement):
     stacks so lean on the residual as their outputs add up, the paper's fix for Post-LN's
     amplified output changes. No final norm."""
 
+    Settings = AdminSettings
     needs_final_norm = False
     needs_calibration = True
 
     def __init__(self, sublayer, make_norm, index: int, depth: int):
-        super().__init__()
+        super().__init__(depth)
         self.sublayer = sublayer
         self.omega = nn.Parameter(torch.ones(sublayer.d_model))
         self.norm = make_norm()

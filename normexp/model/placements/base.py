@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ...config.variants import PlacementSettings
+
 PLACEMENTS: dict[str, type[Placement]] = {}
-# the run's model settings a placement may read or leave unread (Placement.reads)
-MODEL_SETTINGS = ("norm", "qk_norm", "scale_embeddings")
 
 
 class ModelPolicy:
@@ -70,9 +70,12 @@ class Placement(nn.Module):
     * Built as `cls(sublayer, make_norm, index=l, depth=L, **settings)`: `sublayer` is F, a
       `Sublayer` (it maps width `F.d_model` to itself), `make_norm()` makes a fresh norm of the run's type
       (`make_norm(width)` one of another width), `index` is the block's position
-      (0 = nearest the input) and `depth` the number of blocks; `settings` are the
-      keyword-only parameters, one per key of configs/placement/<name>.yaml, with no default
-      values in the signature (the yaml holds them; `variant` fills them in).
+      (0 = nearest the input) and `depth` the number of blocks; `settings` are the keyword-only
+      parameters of its settings class, `Settings` (config/variants/placements/<name>.py, registered
+      there by the same name), one per key of configs/placement/<name>.yaml (the yaml holds
+      their values; `variant` fills them in). `Placement.__init__(depth, **settings)` builds
+      `self.settings` from them (a bad value is refused by the one rule the pre-flight asks too)
+      and `self.numbers`, the numbers it uses for this depth ("auto" worked out there).
     * `forward(x, *context)` returns (new residual stream, contribution): the contribution is
       F's output as it joins the stream (the attn_out_std / mlp_out_std instruments read it);
       `context` (the encoder output, for cross-attention) goes to F unchanged.
@@ -81,7 +84,7 @@ class Placement(nn.Module):
       standard `ModelPolicy` reads it.
     * `init_gain`: the Xavier gain the placement wants for F's value, output and MLP
       matrices (query and key keep gain 1); DeepNorm's β.
-    * `resolved()`: the numbers it actually uses ("auto" worked out), for summary.json.
+    * `resolved()`: the numbers it actually uses (`self.numbers`), for summary.json.
     * `needs_calibration`: whether it is set by a profiling forward pass at initialisation
       (`GPT.calibrate`): then `start_calibration()` readies it for that pass and
       `calibrate(variance)` sets it from the variance of the stream entering it.
@@ -91,31 +94,29 @@ class Placement(nn.Module):
     * `model_policy`: the class of its model-level half (`ModelPolicy`, above): the standard
       one unless the placement changes what enters or leaves the blocks, the optimizer's
       groups, or what happens after a step.
-    * `reads`: which of the run's model settings outside its own node (MODEL_SETTINGS: the norm
-      type, qk_norm, scale_embeddings) change what it computes: all by default; a placement that
-      builds no norm (ReZero) or replaces them (nGPT) leaves them out, and the pre-flight refuses
-      a value other than the default for a setting that nothing reads (model/gpt.py
-      `check_settings_read`): it would train the same run under another name.
+    * What the pre-flight and the packs ask without building a model is declared on its
+      settings class: `reads` (which of the run's model settings outside its own node change
+      what it computes) and `unpackable` (why a pack, model/packed.py, cannot compute it).
     * `sublayer` is a `Sublayer` (layers.py): its `norm_slots` declare where a placement may
       put norms of its own inside F (INNER_NORM, before the output projection; QKV_NORM, on
       queries, keys and values), filled with `sublayer.fill_slot(slot, norms)`; a placement
       reads the declaration, never probes attributes. An unfilled slot is None and costs one
       `is None` test and no call.
-    * `unpackable`: why a pack (model/packed.py) cannot compute this placement as its members
-      would alone, in a few words (nGPT: its renormalization after each step and its logit
-      scale); None (the default) where it can. `pack_refusal` refuses it with that reason in its
-      one line, and such a run trains alone.
     """
 
+    Settings: type[PlacementSettings] = PlacementSettings
     needs_final_norm = True
     needs_calibration = False
     init_gain = 1.0
     model_policy: type[ModelPolicy] = ModelPolicy
-    reads: frozenset[str] = frozenset(MODEL_SETTINGS)
-    unpackable: str | None = None
+
+    def __init__(self, depth: int, **settings):
+        super().__init__()
+        self.settings = self.Settings(**settings)
+        self.numbers = self.settings.resolved(depth)
 
     def resolved(self) -> dict:
-        return {}
+        return dict(self.numbers)
 
     @staticmethod
     def residual(stream) -> torch.Tensor:

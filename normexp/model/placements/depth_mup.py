@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from ...config.checks import is_float32, is_integer, require
 from ...config.registry import register
+from ...config.variants.placements.depth_mup import DepthMuPSettings
 from .base import PLACEMENTS, ModelPolicy, Placement
 
 
@@ -48,26 +48,15 @@ class DepthMuP(Placement):
     (gpt2's 1/√(2L), mitchell's) would scale it twice. The model adds a final Norm. Its policy,
     `DepthScaledGroups`, gives the optimizer the scaled groups."""
 
+    Settings = DepthMuPSettings
     model_policy = DepthScaledGroups
 
-    def __init__(self, sublayer, make_norm, index: int, depth: int, *, exponent: float, base_depth: int):
-        super().__init__()
-        require(is_float32(exponent) and 0.5 <= exponent <= 1, "placement.exponent", exponent,
-                "must be a number in [0.5, 1] (0.5 = Depth-μP, 1 = CompleteP)")
-        require(is_integer(base_depth) and base_depth >= 1, "placement.base_depth", base_depth,
-                "must be a whole number of blocks >= 1 (the depth the lr was tuned at)")
-        self.exponent, self.base_depth = float(exponent), base_depth
-        ratio = depth / base_depth
-        self.branch_scale = ratio ** -self.exponent
-        self.lr_scale = ratio ** (self.exponent - 1)
-        self.eps_scale = ratio ** -self.exponent
+    def __init__(self, sublayer, make_norm, index: int, depth: int, **settings):
+        super().__init__(depth, **settings)
+        self.branch_scale, self.lr_scale, self.eps_scale = (self.numbers[k] for k in ("branch_scale", "lr_scale", "eps_scale"))
         self.norm = make_norm()
         self.sublayer = sublayer
 
     def forward(self, x, *context):
         out = self.branch_scale * self.sublayer(self.norm(x), *context)
         return x + out, out
-
-    def resolved(self) -> dict:
-        return {"exponent": self.exponent, "base_depth": self.base_depth, "branch_scale": self.branch_scale,
-                "lr_scale": self.lr_scale, "eps_scale": self.eps_scale}

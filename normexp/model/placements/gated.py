@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ...config.checks import is_float32, require
 from ...config.registry import register
+from ...config.variants.placements.gated import GatedResidualSettings
 from ..layers import CausalSelfAttention
 from .base import PLACEMENTS, Placement
 
@@ -31,17 +31,15 @@ class GatedResidual(Placement):
     so recorded runs stay comparable); true is the authors' form. The MLP's y has no ReLU
     either way."""
 
-    def __init__(self, sublayer, make_norm, index: int, depth: int, *, gate_bias: float, attention_relu: bool):
-        super().__init__()
-        require(is_float32(gate_bias), "placement.gate_bias", gate_bias, "must be a finite number (GTrXL uses 2)")
-        require(isinstance(attention_relu, bool), "placement.attention_relu", attention_relu,
-                "must be true (the authors' ReLU on the attention output) or false")
-        self.attention_relu = attention_relu
-        self.relu = attention_relu and isinstance(sublayer, CausalSelfAttention)
+    Settings = GatedResidualSettings
+
+    def __init__(self, sublayer, make_norm, index: int, depth: int, **settings):
+        super().__init__(depth, **settings)
+        self.relu = self.settings.attention_relu and isinstance(sublayer, CausalSelfAttention)
         d = sublayer.d_model
         self.norm = make_norm()
         self.sublayer = sublayer
-        self.gate_bias = float(gate_bias)
+        self.gate_bias = self.settings.gate_bias
         self.from_y = nn.Linear(d, 3 * d, bias=False)  # W_r, W_z, W_g stacked
         self.from_x = nn.Linear(d, 2 * d, bias=False)  # U_r, U_z stacked
         self.from_reset = nn.Linear(d, d, bias=False)  # U_g
@@ -60,6 +58,3 @@ class GatedResidual(Placement):
         h = torch.tanh(wg + self.from_reset(r * x))
         out = z * (h - x)  # (1 − z)·x + z·ĥ = x + z·(ĥ − x)
         return x + out, out
-
-    def resolved(self) -> dict:
-        return {"gate_bias": self.gate_bias, "attention_relu": self.attention_relu}

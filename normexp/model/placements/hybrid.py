@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from ...config.checks import require
 from ...config.registry import register
+from ...config.variants.placements.hybrid import HybridNormSettings
 from ..layers import QKV_NORM
 from .base import PLACEMENTS, Placement
 
@@ -45,13 +45,12 @@ class HybridNorm(Placement):
     as OLMo 2's QK-norm does; "per_head" is the authors' (BryceZhuo/HybridNorm): each head's
     d_head features normalized on their own, the norm's weight d_head wide, shared by the heads."""
 
-    def __init__(self, sublayer, make_norm, index: int, depth: int, *, qkv_norm: str):
-        super().__init__()
-        require(qkv_norm in ("full", "per_head"), "placement.qkv_norm", qkv_norm,
-                "choose full (over the width d) or per_head (each head's d_head features, as the authors' code)")
-        self.qkv_norm = qkv_norm
+    Settings = HybridNormSettings
+
+    def __init__(self, sublayer, make_norm, index: int, depth: int, **settings):
+        super().__init__(depth, **settings)
         self.attention_form = QKV_NORM in sublayer.norm_slots
-        if self.attention_form and qkv_norm == "full":
+        if self.attention_form and self.settings.qkv_norm == "full":
             sublayer.fill_slot(QKV_NORM, nn.ModuleList(make_norm() for _ in ("q", "k", "v")))
         elif self.attention_form:
             heads = sublayer.heads
@@ -68,6 +67,3 @@ class HybridNorm(Placement):
         h = self.norm(x)
         out = self.sublayer(h, *context)
         return h + out, out
-
-    def resolved(self) -> dict:
-        return {"qkv_norm": self.qkv_norm}

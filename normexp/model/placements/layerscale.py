@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ...config.checks import is_positive_float32, require
 from ...config.registry import register
+from ...config.variants.placements.layerscale import LayerScaleSettings
 from .base import PLACEMENTS, Placement
 
 
@@ -18,12 +18,11 @@ class LayerScale(Placement):
     init_scale "auto" is CaiT's rule for the depth: ε = 0.1 up to 18 blocks, 1e-5 up to 24,
     1e-6 deeper; or a number."""
 
-    def __init__(self, sublayer, make_norm, index: int, depth: int, *, init_scale):
-        super().__init__()
-        # above 1 the branch starts larger than Pre-LN's, the opposite of what LayerScale is for
-        require(init_scale == "auto" or (is_positive_float32(init_scale) and init_scale <= 1), "placement.init_scale",
-               init_scale, 'must be "auto" or a number in (0, 1] (CaiT uses 0.1 to 1e-6)')
-        self.init_scale = (0.1 if depth <= 18 else 1e-5 if depth <= 24 else 1e-6) if init_scale == "auto" else float(init_scale)
+    Settings = LayerScaleSettings
+
+    def __init__(self, sublayer, make_norm, index: int, depth: int, **settings):
+        super().__init__(depth, **settings)
+        self.init_scale = self.numbers["init_scale"]
         self.norm = make_norm()
         self.sublayer = sublayer
         self.scale = nn.Parameter(torch.full((sublayer.d_model,), self.init_scale))
@@ -31,6 +30,3 @@ class LayerScale(Placement):
     def forward(self, x, *context):
         out = self.scale * self.sublayer(self.norm(x), *context)
         return x + out, out
-
-    def resolved(self) -> dict:
-        return {"init_scale": self.init_scale}

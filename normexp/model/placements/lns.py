@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from ...config.registry import register
+from ...config.variants.placements.lns import LayerNormScalingSettings
 from .base import PLACEMENTS, Placement
 
 
@@ -18,8 +19,10 @@ class LayerNormScaling(Placement):
     does. Its authors report that a depth-scaled init (gpt2's 1/√(2L), mitchell's) weakens
     it; the default xavier has none."""
 
+    Settings = LayerNormScalingSettings
+
     def __init__(self, sublayer, make_norm, index: int, depth: int):
-        super().__init__()
+        super().__init__(depth)
         self.norm = make_norm()
         self.sublayer = sublayer
         self.scale = 1.0 / math.sqrt(index + 1)

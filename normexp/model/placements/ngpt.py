@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ...config.checks import is_positive_float32, require
 from ...config.registry import register
+from ...config.variants.placements.ngpt import NormalizedTransformerSettings
 from ..layers import ACT_SCALE, K_NORM, Q_NORM
 from .base import PLACEMENTS, ModelPolicy, Placement
 
@@ -127,20 +127,14 @@ class NormalizedTransformer(Placement):
     The model-level parts (entering, s_z, the groups, the renormalization) are its policy,
     `OnTheSphere`."""
 
+    Settings = NormalizedTransformerSettings  # reads nothing of the run's norm settings; unpackable
     model_policy = OnTheSphere
     needs_final_norm = False
-    # its unit maps replace every norm and QK-norm (the slots' run-wide norms), and the input is
-    # normalized as it enters, so its √d scale (scale_embeddings) cancels
-    reads = frozenset()
-    unpackable = "nGPT renormalizes every matrix after each step and scales the logits"
 
-    def __init__(self, sublayer, make_norm, index: int, depth: int, *, alpha_init: float):
-        super().__init__()
-        require(is_positive_float32(alpha_init) and alpha_init <= 1, "placement.alpha_init", alpha_init,
-                "must be a number in (0, 1] (nGPT starts α at 0.05)")
+    def __init__(self, sublayer, make_norm, index: int, depth: int, **settings):
+        super().__init__(depth, **settings)
         d = sublayer.d_model
-        self.alpha_init = float(alpha_init)
-        self.alpha = Scaled((d,), self.alpha_init, d ** -0.5)
+        self.alpha = Scaled((d,), self.settings.alpha_init, d ** -0.5)
         self.sublayer = sublayer
         if Q_NORM in sublayer.norm_slots:  # self-attention (its run-wide qk_norm, if any, is replaced)
             d_head = d // sublayer.heads
@@ -153,6 +147,3 @@ class NormalizedTransformer(Placement):
         target = unit(self.sublayer(h, *context))
         new = unit(h + self.alpha.value().abs() * (target - h))
         return new, new - h
-
-    def resolved(self) -> dict:
-        return {"alpha_init": self.alpha_init}

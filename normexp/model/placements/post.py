@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...config.registry import register
+from ...config.variants.placements.post import PostLNSettings
 from .base import PLACEMENTS, Placement
 
 
@@ -10,10 +11,12 @@ from .base import PLACEMENTS, Placement
 class PostNorm(Placement):
     """Post-LN (Vaswani et al. 2017): x ← Norm(x + F(x)). No final norm is needed."""
 
+    Settings = PostLNSettings
+
     needs_final_norm = False
 
     def __init__(self, sublayer, make_norm, index: int, depth: int):
-        super().__init__()
+        super().__init__(depth)
         self.sublayer = sublayer
         self.norm = make_norm()
 

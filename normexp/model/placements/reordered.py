@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...config.registry import register
+from ...config.variants.placements.reordered import ReorderedSettings
 from .base import PLACEMENTS, Placement
 
 
@@ -14,8 +15,10 @@ class ReorderedNorm(Placement):
     final Norm. (OLMo 2 also normalizes q and k, over the full width, and uses z-loss 1e-5:
     here `qk_norm`, per head, and `z_loss` are switches of their own.)"""
 
+    Settings = ReorderedSettings
+
     def __init__(self, sublayer, make_norm, index: int, depth: int):
-        super().__init__()
+        super().__init__(depth)
         self.sublayer = sublayer
         self.norm = make_norm()
 

@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from ...config.registry import register
+from ...config.variants.placements.residual_dual import ResiDualSettings
 from .base import PLACEMENTS, ModelPolicy, Placement
 
 
@@ -47,11 +48,13 @@ class ResiDual(Placement):
     The final module is the output's Norm(x_d) plus x_a, so the model has a final norm (its
     policy, `DualStream`, makes the pair and the output)."""
 
+    Settings = ResiDualSettings
+
     model_policy = DualStream
     needs_final_norm = False  # x_a leaves every block normalized; the final module is DualOutput
 
     def __init__(self, sublayer, make_norm, index: int, depth: int):
-        super().__init__()
+        super().__init__(depth)
         self.sublayer = sublayer
         self.norm = make_norm()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...config.registry import register
+from ...config.variants.placements.sandwich import SandwichSettings
 from .base import PLACEMENTS, Placement
 
 
@@ -11,8 +12,10 @@ class SandwichNorm(Placement):
     """Sandwich-LN (Ding et al. 2021, CogView) / Peri-LN (Kim et al. 2025):
     x ← x + Norm_out(F(Norm_in(x))); the model adds a final Norm as Pre-LN does."""
 
+    Settings = SandwichSettings
+
     def __init__(self, sublayer, make_norm, index: int, depth: int):
-        super().__init__()
+        super().__init__(depth)
         self.norm_in = make_norm()
         self.sublayer = sublayer
         self.norm_out = make_norm()

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 from ...config.registry import register
+from ...config.variants.placements.subln import SubLNSettings
 from ..layers import INNER_NORM
 from .base import PLACEMENTS, Placement
-
-
-def subln_gain(layers: int) -> float:
-    """Sub-LN's init gain √(ln 2N) for a decoder-only stack of N blocks (Wang et al. 2022,
-    "Foundation Transformers", §2.2; torchscale's `subln`: √(ln 3N) for encoder-decoder)."""
-    return math.sqrt(math.log(2 * layers))
 
 
 @register(PLACEMENTS, "subln")
@@ -26,17 +19,16 @@ class SubLN(Placement):
     `subln` multiplies their weights and biases by γ after drawing). The model adds a final
     Norm, as Pre-LN does."""
 
+    Settings = SubLNSettings
+
     def __init__(self, sublayer, make_norm, index: int, depth: int):
-        super().__init__()
+        super().__init__(depth)
         self.norm = make_norm()
         if INNER_NORM in sublayer.norm_slots:
             sublayer.fill_slot(INNER_NORM, make_norm(sublayer.inner_width))
         self.sublayer = sublayer
-        self.init_gain = subln_gain(depth)
+        self.init_gain = self.numbers["gain"]
 
     def forward(self, x, *context):
         out = self.sublayer(self.norm(x), *context)
         return x + out, out
-
-    def resolved(self) -> dict:
-        return {"gain": self.init_gain}

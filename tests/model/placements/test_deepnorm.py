@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from model_helpers import D, StandIn, by_hand_norm, compose_model, init_std_ratio
 from normexp.model import GPT, NORMS, PLACEMENTS, ModelConfig
-from normexp.model.placements.deepnorm import DeepNorm, deepnorm_constants
+from normexp.config.variants.placements.deepnorm import deepnorm_constants
+from normexp.model.placements.deepnorm import DeepNorm
 
 
 # (norms per block, whether the model adds a final norm)
