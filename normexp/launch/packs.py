@@ -50,8 +50,8 @@ def pack_key(cfg: DictConfig) -> str:
 
 
 def cannot_pack(cfg: DictConfig) -> str | None:
-    """Why this job cannot be a member of a pack (model/packed.py's pack_refusal), in a few words; None if it can."""
-    from ..model.packed import pack_refusal
+    """Why this job cannot be a member of a pack (config/variants' pack_refusal), in a few words; None if it can."""
+    from ..config.variants import pack_refusal
 
     name = lambda node: node.get("name") if hasattr(node, "get") else str(node)  # noqa: E731
     return pack_refusal(name(cfg.placement), name(cfg.norm), bool(cfg.get("compile")))

@@ -1,5 +1,6 @@
 """The model: a small decoder-only Transformer whose normalization type and placement are
-swappable. It stands on torch and the config's checks alone (no Hydra, no run folder).
+swappable. It stands on torch, the config's checks and the variants' torch-free settings classes
+(config/variants/) alone (no Hydra, no run folder).
 
     config.py           ModelConfig: the shape, and which norm, placement and init
     norms/              NORMS: what normalizes (LayerNorm, RMSNorm, ...), one module per norm

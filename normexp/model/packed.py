@@ -34,24 +34,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..config.variants import SETTINGS
+from ..config.variants import pack_refusal
 from .gpt import GPT, IGNORE_TARGET
 from .layers import softcap
 from .norms import BatchNorm, LayerNorm
-
-
-def pack_refusal(placement: str, norm: str, compiled: bool) -> str | None:
-    """Why a run of this placement, norm and compile setting cannot be one member of a pack, in a
-    few words; None if it can. The one rule: the launcher asks it of a job's config, `packable`
-    of a built model. A placement or norm says so itself, by its settings class's `unpackable` (the
-    reason: its model-level half is not the standard one, or its forward mixes members in ways the
-    pack does not reproduce; tests/train/test_packs.py checks every other one against solo runs)."""
-    for group, name in (("placement", placement), ("norm", norm)):
-        if (why := getattr(SETTINGS[group].get(name), "unpackable", None)) is not None:
-            return f"{group}={name}: {why}"
-    if compiled:
-        return "compile=true: the pack runs its own (eager) forward"
-    return None
 
 
 def packable(model: GPT) -> str | None:

@@ -59,6 +59,9 @@ REFUSALS = [
     (["train", "placement=rezero", "norm=rms"], "norm=rms: placement=rezero builds no norm"),
     (["train", "norm=batch", "norm.momentum=2"], "norm.momentum=2: must be a number in (0, 1]"),
     (["train", "init.scale_positions=1"], "init.scale_positions=1: must be true or false"),
+    # the norm reaches ReZero only through QK-norm: its settings are checked all the same (before the
+    # settings classes the pre-flight built only the norms a placement made, and this failed at model build)
+    (["train", "placement=rezero", "qk_norm=true", "norm.eps=-1"], "norm.eps=-1: must be a number > 0"),
 ]
 
 

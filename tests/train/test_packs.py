@@ -18,7 +18,8 @@ from normexp.config.compose import compose_config
 from normexp.config.model_config import ModelConfig
 from normexp.launch.packs import cannot_pack
 from normexp.model import GPT, NORMS, PLACEMENTS
-from normexp.model.packed import PackedGPT, pack_refusal
+from normexp.config.variants import pack_refusal
+from normexp.model.packed import PackedGPT
 from normexp.train.alone import train
 from normexp.config.run_config import RunConfig
 from normexp.train.config import TrainConfig

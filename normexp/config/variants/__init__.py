@@ -7,7 +7,8 @@ pre-flight, `--cfg job` and the launchers ask of a variant before any model is b
     inits.py        INIT_SETTINGS: the init schemes' one setting, registered under each scheme's name
     base.py         the three contracts: settings checked in the constructor, "auto" worked out
                     by `resolved`, the declarations (`reads`, `normalizes`, `unpackable`)
-    rules.py        the pre-flight's questions: check_settings, check_settings_read, resolved_settings
+    rules.py        the pre-flight's and the launchers' questions: check_settings, check_settings_read,
+                    resolved_settings, pack_refusal
 
 The variant that computes (an nn.Module, or an init scheme drawing tensors) is the model's
 (model/norms/, model/placements/, model/inits.py): it names its settings class as `Settings`,
@@ -18,7 +19,7 @@ a module added on each side, its yaml and its test file, no list edited."""
 
 from . import inits, norms, placements  # noqa: F401  (each registers its classes)
 from .base import INIT_SETTINGS, NORM_SETTINGS, PLACEMENT_SETTINGS, SETTINGS, InitSettings, NormSettings, PlacementSettings
-from .rules import check_settings, check_settings_read, resolved_settings, settings_of
+from .rules import check_settings, check_settings_read, pack_refusal, resolved_settings, settings_of
 
 __all__ = ["INIT_SETTINGS", "NORM_SETTINGS", "PLACEMENT_SETTINGS", "SETTINGS", "InitSettings", "NormSettings",
-           "PlacementSettings", "check_settings", "check_settings_read", "resolved_settings", "settings_of"]
+           "PlacementSettings", "check_settings", "check_settings_read", "pack_refusal", "resolved_settings", "settings_of"]

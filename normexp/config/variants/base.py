@@ -23,7 +23,7 @@ class NormSettings:
       it computes nothing, so the pre-flight refuses qk_norm=true beside it (rules.py
       `check_settings_read`).
     * `unpackable = "<why>"` on a norm a pack (model/packed.py) cannot compute as its members
-      would alone (BatchNorm): `pack_refusal` refuses it with that reason in its one line, and
+      would alone (BatchNorm): rules.py's `pack_refusal` refuses it with that reason in its one line, and
       such a run trains alone.
     """
 
@@ -58,7 +58,7 @@ class PlacementSettings:
       `check_settings_read`): it would train the same run under another name.
     * `unpackable`: why a pack (model/packed.py) cannot compute this placement as its members
       would alone, in a few words (nGPT: its renormalization after each step and its logit
-      scale); None (the default) where it can.
+      scale); None (the default) where it can (rules.py's `pack_refusal`).
     """
 
     reads: frozenset[str] = frozenset(MODEL_SETTINGS)

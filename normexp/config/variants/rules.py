@@ -64,6 +64,20 @@ def check_settings_read(norm: str | Mapping, placement: str | Mapping, qk_norm: 
                           f"give {_name(placement)} a sweep of its own)")
 
 
+def pack_refusal(placement: str, norm: str, compiled: bool) -> str | None:
+    """Why a run of this placement, norm and compile setting cannot be one member of a pack, in a
+    few words; None if it can. The one rule: the launcher asks it of a job's config, model/packed.py's
+    `packable` of a built model. A placement or norm says so itself, by its settings class's `unpackable` (the
+    reason: its model-level half is not the standard one, or its forward mixes members in ways the
+    pack does not reproduce; tests/train/test_packs.py checks every other one against solo runs)."""
+    for group, name in (("placement", placement), ("norm", norm)):
+        if (why := getattr(SETTINGS[group].get(name), "unpackable", None)) is not None:
+            return f"{group}={name}: {why}"
+    if compiled:
+        return "compile=true: the pack runs its own (eager) forward"
+    return None
+
+
 def _name(spec: str | Mapping) -> str:
     """A registry name, or a config node's `name`."""
     return spec if isinstance(spec, str) else spec.get("name")

@@ -13,8 +13,9 @@ class DeepNorm(Placement):
     and MLP matrices initialised Xavier-normal with gain β (query and key with gain 1).
 
     α up-weights the residual (not F(x)); with α = (2N)^(1/4), β = (8N)^(-1/4) for N blocks
-    ("auto": config/variants/placements/deepnorm.py's deepnorm_constants) the model update stays bounded as depth grows. Either may be
-    a number instead. No final norm: the stream leaves every block normalized."""
+    ("auto": deepnorm_constants in config/variants/placements/deepnorm.py) the model update
+    stays bounded as depth grows. Either may be a number instead. No final norm: the stream
+    leaves every block normalized."""
 
     Settings = DeepNormSettings
     needs_final_norm = False
